@@ -1,0 +1,139 @@
+// Control protocol between the vrdma libraries (and the vrdma CLI) and vrdmad.
+//
+// Transport: one AF_UNIX SOCK_SEQPACKET connection per client process. Every
+// message is one packet: a Header followed by `len` bytes of payload. File
+// descriptors travel as SCM_RIGHTS ancillary data on the same packet.
+//
+// Requests carry a sequence number; the reply to a request carries the same
+// sequence number and a status (0 or a positive errno). Messages with
+// seq == 0 sent by the daemon are asynchronous notifications.
+//
+// Everything here is plain data: no pointers, fixed-width fields, and every
+// field received is validated by the receiver.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace vrdma::proto {
+
+inline constexpr uint32_t kMagic = 0x31445256;  // "VRD1"
+inline constexpr uint32_t kVersion = 1;
+inline constexpr size_t kMaxMessage = 64 * 1024;  // largest packet either side sends
+inline constexpr size_t kMaxStatusText = kMaxMessage - 64;
+inline constexpr int kMaxFdsPerMessage = 4;
+inline constexpr const char* kDefaultSocket = "/run/vrdma/vrdmad.sock";
+inline constexpr const char* kSocketEnv = "VRDMA_SOCKET";
+
+enum class Op : uint16_t {
+  kHello = 1,      // HelloReq -> HelloRep
+  kPutFd = 2,      // PutFdReq + 1 fd -> (empty)
+  kGetFd = 3,      // GetFdReq -> (empty) + 1 fd
+  kAllocQpn = 4,   // AllocQpnReq -> AllocQpnRep
+  kFreeQpn = 5,    // FreeQpnReq -> (empty)
+  kConnectQp = 6,  // ConnectQpReq -> ConnectQpRep
+  kAllocKey = 7,   // AllocKeyReq -> AllocKeyRep
+  kFreeKey = 8,    // FreeKeyReq -> (empty)
+  kStatus = 9,     // (empty) -> JSON text
+  kDropFd = 10,    // DropFdReq -> (empty): forget a descriptor given with PutFd
+  kQpFatal = 100,  // daemon -> client, seq 0: QpFatalEvent
+};
+
+struct Header {
+  uint32_t magic;
+  uint16_t op;
+  uint16_t reserved;
+  uint32_t seq;
+  int32_t status;  // replies: 0 or a positive errno
+  uint32_t len;    // payload bytes following the header
+};
+static_assert(sizeof(Header) == 20);
+
+enum class ClientKind : uint32_t { kVerbs = 1, kCli = 2 };
+
+struct HelloReq {
+  uint32_t version;
+  uint32_t kind;  // ClientKind
+};
+
+// The daemon's view of the client: it is derived from the peer credentials and
+// the client's network namespace, never from anything the client sends.
+struct HelloRep {
+  uint32_t version;
+  uint32_t client_id;   // unique per daemon lifetime, never 0
+  uint32_t ipv4;        // container address, network byte order
+  uint32_t host_id;
+  uint64_t node_guid;   // network byte order, as ibv_get_device_guid returns
+  uint64_t daemon_boot; // changes on every daemon start
+  char device_name[32];
+  char container[64];   // human-readable name (netns name or "host")
+};
+
+// Hands the daemon a file descriptor the client wants peers to be able to map
+// or signal. fd_id 0 is the client's arena; other ids are chosen by the client.
+enum class FdKind : uint32_t { kArena = 1, kMemory = 2, kEvent = 3 };
+struct PutFdReq {
+  uint32_t fd_id;
+  uint32_t kind;  // FdKind
+  uint64_t size;  // bytes, for memory and arena
+};
+
+struct DropFdReq {
+  uint32_t fd_id;
+};
+
+// Asks for a file descriptor another client registered. Allowed only when the
+// two clients are in the same trust domain and the requester has a connection
+// (ConnectQp) to the owner.
+struct GetFdReq {
+  uint32_t owner_client;
+  uint32_t fd_id;
+};
+
+enum class QpType : uint32_t { kRc = 2, kUc = 3, kUd = 4 };  // values of ibv_qp_type
+
+struct AllocQpnReq {
+  uint32_t qp_type;       // QpType
+  uint32_t arena_offset;  // where the QP's shared state lives in the arena
+};
+struct AllocQpnRep {
+  uint32_t qpn;
+};
+struct FreeQpnReq {
+  uint32_t qpn;
+};
+
+// Resolves a destination QP for a local QP: by QPN alone (gid all zero) or by
+// GID + QPN. The daemon records the link so that it can tell the local client
+// when the peer goes away.
+struct ConnectQpReq {
+  uint32_t local_qpn;
+  uint32_t dest_qpn;
+  uint8_t dest_gid[16];
+};
+struct ConnectQpRep {
+  uint32_t peer_client;
+  uint32_t peer_arena_offset;  // of the destination QP's shared state
+  uint32_t peer_qp_type;
+  uint32_t reserved;
+};
+
+struct AllocKeyReq {
+  uint32_t index;   // slot in the client's MR table; becomes the low bits of the key
+  uint32_t access;  // ibv_access_flags, for status
+  uint64_t length;  // bytes, for status and quotas
+};
+struct AllocKeyRep {
+  uint32_t key;
+};
+struct FreeKeyReq {
+  uint32_t key;
+};
+
+enum class FatalReason : uint32_t { kPeerGone = 1 };
+struct QpFatalEvent {
+  uint32_t qpn;  // the receiving client's QP whose peer is gone
+  uint32_t reason;
+};
+
+}  // namespace vrdma::proto

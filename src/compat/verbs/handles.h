@@ -1,0 +1,84 @@
+// The handles libibverbs gives out, each an ABI struct from <infiniband/verbs.h>
+// followed by the engine object behind it. The compatibility library only
+// translates between the two.
+#pragma once
+
+#include <infiniband/verbs.h>
+
+#include <cstddef>
+
+#include "engine/objects.h"
+#include "engine/qp.h"
+
+#define VRDMA_EXPORT extern "C" __attribute__((visibility("default")))
+
+namespace vrdma::compat {
+
+struct DeviceHandle {
+  ibv_device ibv;
+};
+
+struct ContextHandle {
+  verbs_context vctx;  // its last member is the ibv_context handed out
+  Context* engine;
+};
+
+struct ChannelHandle {
+  ibv_comp_channel ibv;
+  Channel* engine;
+};
+
+struct PdHandle {
+  ibv_pd ibv;
+  Pd* engine;
+};
+
+struct MrHandle {
+  ibv_mr ibv;
+  PdHandle* pd;
+};
+
+struct CqHandle {
+  ibv_cq_ex ibv;  // ibv_cq_ex_to_cq is a cast: every CQ is an ibv_cq_ex
+  Cq* engine;
+};
+
+struct SrqHandle {
+  ibv_srq ibv;
+  Srq* engine;
+};
+
+struct QpHandle {
+  ibv_qp_ex ibv;  // every QP is an ibv_qp_ex; ibv.qp_base is the ibv_qp
+  Qp* engine;
+};
+
+template <typename H, typename T>
+inline H* handle_of(T* p) {
+  return reinterpret_cast<H*>(p);
+}
+
+inline ContextHandle* ctx_of(ibv_context* c) {
+  return reinterpret_cast<ContextHandle*>(reinterpret_cast<char*>(c) -
+                                          offsetof(verbs_context, context));
+}
+inline Context* engine_of(ibv_context* c) { return ctx_of(c)->engine; }
+inline Pd* engine_of(ibv_pd* p) { return handle_of<PdHandle>(p)->engine; }
+inline Cq* engine_of(ibv_cq* c) { return handle_of<CqHandle>(c)->engine; }
+inline Srq* engine_of(ibv_srq* s) { return handle_of<SrqHandle>(s)->engine; }
+inline Qp* engine_of(ibv_qp* q) { return handle_of<QpHandle>(q)->engine; }
+inline Channel* engine_of(ibv_comp_channel* c) { return handle_of<ChannelHandle>(c)->engine; }
+
+// Sets errno and returns nullptr, for the pointer-returning verbs.
+template <typename T = void>
+inline T* fail(int err) {
+  errno = err;
+  return nullptr;
+}
+
+// The device's fixed description (also used by query_device_ex).
+void fill_device_attr(ibv_context* ctx, ibv_device_attr& attr);
+void fill_port_attr(ibv_port_attr& attr);
+void fill_gid(ibv_context* ctx, ibv_gid& gid);
+
+}  // namespace vrdma::compat

@@ -1,0 +1,107 @@
+#include "engine/control.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <memory>
+
+namespace vrdma {
+
+namespace {
+constexpr int kReplyTimeoutMs = 10000;
+}
+
+Control::~Control() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+int Control::connect(const std::string& path, proto::HelloRep& hello) {
+  int fd = unix_connect(path);
+  if (fd < 0) return -fd;
+  fd_ = fd;
+  proto::HelloReq req{proto::kVersion, static_cast<uint32_t>(proto::ClientKind::kVerbs)};
+  auto reply = std::make_unique<Packet>();
+  int rc = call(proto::Op::kHello, req, reply.get());
+  if (rc) return rc;
+  auto* rep = reply->as<proto::HelloRep>();
+  if (!rep) return EPROTO;
+  hello = *rep;
+  return 0;
+}
+
+void Control::mark_lost() {
+  if (lost_) return;
+  lost_ = true;
+  if (on_lost_) on_lost_();
+}
+
+int Control::call(proto::Op op, const void* req, size_t len, Packet* reply, const int* fds,
+                  int nfds) {
+  std::lock_guard lock(mu_);
+  if (lost_) return ENODEV;
+  uint32_t seq = ++seq_;
+  if (seq == 0) seq = ++seq_;
+  if (send_packet(fd_, op, seq, 0, req, len, std::span<const int>(fds, nfds)) < 0) {
+    mark_lost();
+    return ENODEV;
+  }
+  std::unique_ptr<Packet> own;
+  if (!reply) {
+    own = std::make_unique<Packet>();
+    reply = own.get();
+  }
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kReplyTimeoutMs);
+  for (;;) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                    deadline - std::chrono::steady_clock::now())
+                    .count();
+    if (left <= 0) {
+      mark_lost();
+      return ETIMEDOUT;
+    }
+    pollfd p{fd_, POLLIN, 0};
+    int n = ::poll(&p, 1, static_cast<int>(left));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) continue;
+    int r = recv_packet(fd_, *reply);
+    if (r < 0 || reply->truncated) {
+      reply->close_fds();
+      mark_lost();
+      return ENODEV;
+    }
+    if (reply->header.seq == 0) {
+      if (on_event_) on_event_(*reply);
+      reply->close_fds();
+      continue;
+    }
+    if (reply->header.seq != seq) {
+      reply->close_fds();
+      continue;
+    }
+    if (!own) return reply->header.status;
+    reply->close_fds();
+    return reply->header.status;
+  }
+}
+
+void Control::drain() {
+  std::lock_guard lock(mu_);
+  if (lost_) return;
+  auto pkt = std::make_unique<Packet>();
+  for (;;) {
+    int r = recv_packet(fd_, *pkt, MSG_DONTWAIT);
+    if (r == -EAGAIN || r == -EWOULDBLOCK) return;
+    if (r < 0 || pkt->truncated) {
+      pkt->close_fds();
+      mark_lost();
+      return;
+    }
+    if (pkt->header.seq == 0 && on_event_) on_event_(*pkt);
+    pkt->close_fds();
+  }
+}
+
+}  // namespace vrdma

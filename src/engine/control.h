@@ -1,0 +1,59 @@
+// The library's connection to vrdmad: synchronous requests from any thread,
+// and asynchronous notifications handed to a callback. Whichever thread is
+// reading the socket (a caller waiting for its reply, or the progress thread)
+// dispatches the notifications it meets.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <string>
+
+#include "common/protocol.h"
+#include "common/unix_socket.h"
+
+namespace vrdma {
+
+class Control {
+ public:
+  using EventHandler = std::function<void(const Packet&)>;
+  using LostHandler = std::function<void()>;
+
+  ~Control();
+
+  // Connects and says hello. Returns 0 or an errno.
+  int connect(const std::string& path, proto::HelloRep& hello);
+
+  void on_event(EventHandler h) { on_event_ = std::move(h); }
+  void on_lost(LostHandler h) { on_lost_ = std::move(h); }
+
+  // Sends a request and waits for its reply (bounded). Returns the reply status
+  // (0 or an errno). `reply`, if given, receives the reply payload and fds.
+  int call(proto::Op op, const void* req, size_t len, Packet* reply = nullptr,
+           const int* fds = nullptr, int nfds = 0);
+
+  template <typename Req>
+  int call(proto::Op op, const Req& req, Packet* reply = nullptr, const int* fds = nullptr,
+           int nfds = 0) {
+    return call(op, &req, sizeof(req), reply, fds, nfds);
+  }
+
+  // Reads whatever notifications are waiting, without blocking. Called by the
+  // progress thread when the socket is readable.
+  void drain();
+
+  int fd() const { return fd_; }
+  bool lost() const { return lost_; }
+
+ private:
+  void mark_lost();  // requires mu_
+
+  int fd_ = -1;
+  uint32_t seq_ = 0;
+  bool lost_ = false;
+  std::mutex mu_;  // one reader and one writer at a time
+  EventHandler on_event_;
+  LostHandler on_lost_;
+};
+
+}  // namespace vrdma

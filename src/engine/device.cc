@@ -1,0 +1,204 @@
+#include "engine/device.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cstdio>
+
+#include "engine/objects.h"
+#include "engine/qp.h"
+
+namespace vrdma {
+
+namespace {
+std::mutex g_mu;
+std::shared_ptr<Device> g_device;
+}  // namespace
+
+std::shared_ptr<Device> Device::get() {
+  std::lock_guard lock(g_mu);
+  if (g_device && !g_device->lost()) return g_device;
+  std::shared_ptr<Device> dev(new Device());
+  if (int e = dev->init()) {
+    errno = e;
+    return nullptr;
+  }
+  // A device that was lost stays alive for the contexts that still use it.
+  if (g_device) new std::shared_ptr<Device>(g_device);
+  g_device = dev;
+  return dev;
+}
+
+Device::~Device() {
+  stop_ = true;
+  wake();
+  if (thread_.joinable()) thread_.join();
+  if (wake_fd_ >= 0) ::close(wake_fd_);
+}
+
+int Device::init() {
+  std::string path = socket_path_from_env();
+  if (int e = control_.connect(path, info_)) {
+    if (getenv("VRDMA_QUIET") == nullptr)
+      fprintf(stderr, "vrdma: cannot reach vrdmad at %s: %s\n", path.c_str(), strerror(e));
+    return e;
+  }
+  if (int e = arena_.create(info_.client_id)) return e;
+  int afd = arena_.fd();
+  proto::PutFdReq req{0, static_cast<uint32_t>(proto::FdKind::kArena), shm::kArenaSize};
+  if (int e = control_.call(proto::Op::kPutFd, req, nullptr, &afd, 1)) return e;
+  memory_ = std::make_unique<MemoryRegistry>(control_, arena_.mr_table());
+  control_.on_event([this](const Packet& p) { handle_event(p); });
+  control_.on_lost([this] { lost_ = true; });
+  wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (wake_fd_ < 0) return errno;
+  // The progress thread must not take signals meant for the application.
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, &old);
+  thread_ = std::thread([this] { progress_loop(); });
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  return 0;
+}
+
+std::shared_ptr<Peer> Device::peer(uint32_t client_id, int& err) {
+  std::lock_guard lock(peers_mu_);
+  auto it = peers_.find(client_id);
+  if (it != peers_.end() && !it->second->dead()) return it->second;
+  auto p = std::make_shared<Peer>(control_, client_id);
+  if ((err = p->attach())) return nullptr;
+  peers_[client_id] = p;
+  return p;
+}
+
+void Device::add_qp(Qp* qp) {
+  std::lock_guard lock(qps_mu_);
+  qps_[qp->qpn()] = qp;
+}
+
+void Device::remove_qp(Qp* qp) {
+  {
+    std::lock_guard lock(blocked_mu_);
+    if (blocked_.erase(qp)) blocked_count_.fetch_sub(1);
+  }
+  std::lock_guard lock(qps_mu_);
+  auto it = qps_.find(qp->qpn());
+  if (it != qps_.end() && it->second == qp) qps_.erase(it);
+}
+
+void Device::mark_blocked(Qp* qp) {
+  bool added;
+  {
+    std::lock_guard lock(blocked_mu_);
+    added = blocked_.insert(qp).second;
+    if (added) blocked_count_.fetch_add(1);
+  }
+  if (added) wake();
+}
+
+void Device::wake() {
+  uint64_t one = 1;
+  [[maybe_unused]] ssize_t n = ::write(wake_fd_, &one, sizeof(one));
+}
+
+int64_t Device::retry_blocked(bool from_thread) {
+  std::lock_guard lock(blocked_mu_);
+  int64_t now = now_ns(), next = -1;
+  for (auto it = blocked_.begin(); it != blocked_.end();) {
+    int64_t t = (*it)->retry(now, false);
+    if (t < 0) {
+      it = blocked_.erase(it);
+      blocked_count_.fetch_sub(1);
+      continue;
+    }
+    if (next < 0 || t < next) next = t;
+    ++it;
+  }
+  (void)from_thread;
+  return next;
+}
+
+void Device::progress_blocked() { retry_blocked(false); }
+
+void Device::handle_event(const Packet& pkt) {
+  if (pkt.header.op != static_cast<uint16_t>(proto::Op::kQpFatal)) return;
+  auto* ev = pkt.as<proto::QpFatalEvent>();
+  if (!ev) return;
+  // This may run inside a control call made with a QP lock held: defer the
+  // work to the progress thread.
+  {
+    std::lock_guard lock(fatal_mu_);
+    fatal_qpns_.push_back(ev->qpn);
+  }
+  wake();
+}
+
+void Device::handle_fatal_qps() {
+  std::vector<uint32_t> qpns;
+  {
+    std::lock_guard lock(fatal_mu_);
+    qpns.swap(fatal_qpns_);
+  }
+  for (uint32_t qpn : qpns) {
+    std::lock_guard lock(qps_mu_);
+    auto it = qps_.find(qpn);
+    if (it != qps_.end()) it->second->fatal(IBV_EVENT_QP_FATAL);
+  }
+}
+
+void Device::handle_lost() {
+  std::vector<Qp*> qps;
+  std::lock_guard qlock(qps_mu_);
+  for (auto& [n, qp] : qps_) qps.push_back(qp);
+  for (Qp* qp : qps) qp->fatal(IBV_EVENT_QP_FATAL);
+  std::lock_guard lock(contexts_mu_);
+  for (Context* c : contexts_) c->push_event(IBV_EVENT_DEVICE_FATAL, nullptr);
+}
+
+void Device::add_context(Context* c) {
+  std::lock_guard lock(contexts_mu_);
+  contexts_.insert(c);
+}
+
+void Device::remove_context(Context* c) {
+  std::lock_guard lock(contexts_mu_);
+  contexts_.erase(c);
+}
+
+void Device::progress_loop() {
+  bool lost_handled = false;
+  for (;;) {
+    if (stop_) return;
+    int64_t next = has_blocked() ? retry_blocked(true) : -1;
+    pollfd fds[2] = {{wake_fd_, POLLIN, 0}, {control_.fd(), POLLIN, 0}};
+    int nfds = lost_handled ? 1 : 2;
+    timespec ts, *tsp = nullptr;
+    if (next >= 0) {
+      int64_t wait = next - now_ns();
+      if (wait < 0) wait = 0;
+      ts.tv_sec = wait / 1000000000;
+      ts.tv_nsec = wait % 1000000000;
+      tsp = &ts;
+    }
+    int n = ::ppoll(fds, nfds, tsp, nullptr);
+    if (n < 0 && errno != EINTR) return;
+    if (fds[0].revents & POLLIN) {
+      uint64_t v;
+      [[maybe_unused]] ssize_t r = ::read(wake_fd_, &v, sizeof(v));
+    }
+    if (nfds == 2 && fds[1].revents) control_.drain();
+    handle_fatal_qps();
+    {
+      if (control_.lost() && !lost_handled) {
+        lost_handled = true;
+        lost_ = true;
+        handle_lost();
+      }
+    }
+  }
+}
+
+}  // namespace vrdma

@@ -1,0 +1,93 @@
+// The engine's process-wide state: the connection to vrdmad, the arena, the
+// registered memory, mapped peers, and the progress thread that handles
+// deferred work (RNR and retry waits) and the daemon's notifications.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "common/protocol.h"
+#include "engine/arena.h"
+#include "engine/control.h"
+#include "engine/memory.h"
+#include "engine/peer.h"
+
+namespace vrdma {
+
+class Qp;
+class Context;
+
+class Device {
+ public:
+  // The live device of this process, connecting on first use (and again after
+  // the daemon was lost). Returns nullptr and sets errno when vrdmad cannot be
+  // reached.
+  static std::shared_ptr<Device> get();
+
+  ~Device();
+
+  const proto::HelloRep& info() const { return info_; }
+  Control& control() { return control_; }
+  Arena& arena() { return arena_; }
+  MemoryRegistry& memory() { return *memory_; }
+  bool lost() const { return lost_.load(std::memory_order_relaxed); }
+
+  // Slow path: maps (once) and returns a peer client.
+  std::shared_ptr<Peer> peer(uint32_t client_id, int& err);
+
+  // QP bookkeeping for notifications.
+  void add_qp(Qp* qp);
+  void remove_qp(Qp* qp);
+
+  // A QP has work that waits (RNR or retry); the progress thread retries it.
+  void mark_blocked(Qp* qp);
+  // Retries blocked QPs now from an application thread (poll_cq found nothing).
+  void progress_blocked();
+  bool has_blocked() const { return blocked_count_.load(std::memory_order_relaxed) != 0; }
+
+  uint32_t new_fd_id() { return allocate_fd_id(); }
+
+  // Contexts receive device-wide async events.
+  void add_context(Context* c);
+  void remove_context(Context* c);
+
+ private:
+  Device() = default;
+  int init();
+  void progress_loop();
+  void handle_event(const Packet& pkt);
+  void handle_lost();
+  void handle_fatal_qps();
+  void wake();
+  int64_t retry_blocked(bool from_thread);  // returns ns until the next deadline, -1 none
+
+  proto::HelloRep info_{};
+  Control control_;
+  Arena arena_;
+  std::unique_ptr<MemoryRegistry> memory_;
+  std::mutex peers_mu_;
+  std::unordered_map<uint32_t, std::shared_ptr<Peer>> peers_;
+  std::mutex qps_mu_;
+  std::unordered_map<uint32_t, Qp*> qps_;  // by qpn
+  std::mutex blocked_mu_;
+  std::set<Qp*> blocked_;
+  std::atomic<uint32_t> blocked_count_{0};
+  std::mutex fatal_mu_;
+  std::vector<uint32_t> fatal_qpns_;
+  std::mutex contexts_mu_;
+  std::set<Context*> contexts_;
+  std::atomic<bool> lost_{false};
+  std::atomic<bool> stop_{false};
+  int wake_fd_ = -1;
+  std::thread thread_;
+};
+
+}  // namespace vrdma

@@ -1,0 +1,169 @@
+// Engine objects behind the verbs handles: contexts, completion channels,
+// protection domains, completion queues, shared receive queues and address
+// handles. Each keeps `user`, the handle the compatibility library gave out.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include <infiniband/verbs.h>
+
+#include "engine/device.h"
+#include "engine/rings.h"
+
+namespace vrdma {
+
+class Cq;
+class Qp;
+class Srq;
+
+// A tiny lock for per-queue serialisation; uncontended in the common case.
+class SpinLock {
+ public:
+  void lock() {
+    while (flag_.exchange(true, std::memory_order_acquire))
+      while (flag_.load(std::memory_order_relaxed)) __builtin_ia32_pause();
+  }
+  bool try_lock() { return !flag_.exchange(true, std::memory_order_acquire); }
+  void unlock() { flag_.store(false, std::memory_order_release); }
+
+ private:
+  std::atomic<bool> flag_{false};
+};
+
+struct AsyncEvent {
+  ibv_event_type type;
+  void* user;  // the compat handle (qp, cq, srq) or nullptr for device events
+};
+
+class Context {
+ public:
+  explicit Context(std::shared_ptr<Device> dev);
+  ~Context();
+  int init();  // creates the async fd; returns 0 or errno
+
+  Device& device() { return *dev_; }
+  const std::shared_ptr<Device>& device_ptr() { return dev_; }
+  int async_fd() const { return async_fd_; }
+
+  void push_event(ibv_event_type type, void* user);
+  // Blocks (unless the fd is non-blocking) until an event is there.
+  int get_event(AsyncEvent& out);
+
+  void* user = nullptr;
+
+ private:
+  std::shared_ptr<Device> dev_;
+  int async_fd_ = -1;  // eventfd, semaphore mode
+  std::mutex mu_;
+  std::deque<AsyncEvent> events_;
+};
+
+class Channel {
+ public:
+  explicit Channel(Context& ctx) : ctx_(ctx) {}
+  ~Channel();
+  int init();  // returns 0 or errno
+
+  int fd() const { return fd_; }
+  uint32_t fd_id() const { return fd_id_; }
+  void attach(Cq* cq);
+  void detach(Cq* cq);
+  // ibv_get_cq_event: waits for an event and returns the CQ it belongs to.
+  int get_event(Cq*& out);
+  int cq_count();
+
+  void* user = nullptr;
+
+ private:
+  Context& ctx_;
+  int fd_ = -1;
+  uint32_t fd_id_ = 0;
+  std::mutex mu_;
+  std::vector<Cq*> cqs_;
+};
+
+class Pd {
+ public:
+  explicit Pd(Context& ctx);
+  Context& context() { return ctx_; }
+  uint32_t id() const { return id_; }
+  void* user = nullptr;
+
+ private:
+  Context& ctx_;
+  uint32_t id_;
+};
+
+class Cq {
+ public:
+  Cq(Context& ctx, Channel* channel) : ctx_(ctx), channel_(channel) {}
+  ~Cq();
+  int init(int cqe);  // returns 0 or errno
+
+  int poll(int n, ibv_wc* wc);
+  int arm(bool solicited_only);
+  // Producer side for this process's own completions.
+  void push(const ibv_wc& wc, bool solicited);
+
+  uint32_t offset() const { return offset_; }
+  int capacity() const { return static_cast<int>(view_.mask + 1); }
+  Channel* channel() const { return channel_; }
+  Context& context() { return ctx_; }
+
+  // Event accounting for ibv_ack_cq_events / ibv_destroy_cq.
+  void event_delivered();
+  void ack(unsigned n);
+  void wait_acked();
+
+  void* user = nullptr;
+
+ private:
+  Context& ctx_;
+  Channel* channel_;
+  uint32_t offset_ = 0;
+  ring::CqView view_;
+  SpinLock poll_lock_;
+  bool overflow_reported_ = false;
+  std::mutex ev_mu_;
+  std::condition_variable ev_cv_;
+  uint64_t delivered_ = 0, acked_ = 0;
+};
+
+class Srq {
+ public:
+  explicit Srq(Pd& pd) : pd_(pd) {}
+  ~Srq();
+  int init(const ibv_srq_attr& attr);
+  int post(ibv_recv_wr* wr, ibv_recv_wr** bad);
+  int modify(const ibv_srq_attr& attr, int mask);
+  void query(ibv_srq_attr& attr) const;
+  // Called after a consumer took a receive: raises the limit event if armed.
+  void check_limit();
+
+  uint32_t offset() const { return offset_; }
+  const ring::RqView& view() const { return view_; }
+  Pd& pd() { return pd_; }
+  void* user = nullptr;
+
+ private:
+  Pd& pd_;
+  uint32_t offset_ = 0;
+  ring::RqView view_;
+  uint32_t max_wr_ = 0;
+  SpinLock lock_;
+};
+
+// The handle given out is `ibv` itself: the data path finds the attributes
+// from the ibv_ah pointer a UD work request carries.
+struct Ah {
+  ibv_ah ibv;
+  ibv_ah_attr attr;
+};
+
+}  // namespace vrdma

@@ -1,0 +1,528 @@
+#include "engine/qp.h"
+
+#include <errno.h>
+#include <string.h>
+#include <time.h>
+
+#include <algorithm>
+
+namespace vrdma {
+
+int64_t now_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return int64_t(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+namespace {
+constexpr uint32_t kMaxWr = 16384;
+constexpr uint32_t kMaxInline = 4096;
+
+// IB spec table of RNR NAK timer values, in microseconds ×100.
+constexpr uint32_t kRnrTimer10us[32] = {
+    65536, 1,   2,   3,   4,   6,    8,    12,   16,   24,   32,
+    48,    64,  96,  128, 192, 256,  384,  512,  768,  1024, 1536,
+    2048,  3072, 4096, 6144, 8192, 12288, 16384, 24576, 32768, 49152};
+}  // namespace
+
+Qp::Qp(const QpConfig& cfg)
+    : pd_(cfg.pd),
+      send_cq_(cfg.send_cq),
+      recv_cq_(cfg.recv_cq),
+      srq_(cfg.srq),
+      type_(cfg.type),
+      sq_sig_all_(cfg.sq_sig_all) {}
+
+Qp::~Qp() {
+  Device& dev = context().device();
+  dev.remove_qp(this);
+  if (qpn_) {
+    proto::FreeQpnReq req{qpn_};
+    dev.control().call(proto::Op::kFreeQpn, req);
+  }
+  if (shared_) shared_->state.store(IBV_QPS_RESET);
+  if (rq_.rq) dev.arena().free(shared_->rq_offset);
+  if (offset_) dev.arena().free(offset_);
+}
+
+int Qp::init(ibv_qp_cap& cap) {
+  if (type_ != IBV_QPT_RC && type_ != IBV_QPT_UC && type_ != IBV_QPT_UD) return EOPNOTSUPP;
+  if (!send_cq_ || !recv_cq_) return EINVAL;
+  if (cap.max_send_wr > kMaxWr || cap.max_recv_wr > kMaxWr || cap.max_send_sge > shm::kMaxSendSge ||
+      cap.max_recv_sge > shm::kMaxRecvSge || cap.max_inline_data > kMaxInline)
+    return EINVAL;
+  Device& dev = context().device();
+  cap_.max_send_wr = std::max<uint32_t>(cap.max_send_wr, 1);
+  cap_.max_send_sge = std::max<uint32_t>(cap.max_send_sge, 1);
+  cap_.max_inline_data = std::max<uint32_t>(cap.max_inline_data, 64);
+  cap_.max_recv_sge = srq_ ? 0 : std::max<uint32_t>(cap.max_recv_sge, 1);
+  cap_.max_recv_wr = srq_ ? 0 : ring::pow2_at_least(std::max<uint32_t>(cap.max_recv_wr, 1));
+
+  offset_ = dev.arena().alloc(sizeof(shm::QpShared));
+  if (!offset_) return ENOMEM;
+  shared_ = dev.arena().at<shm::QpShared>(offset_);
+  shared_->qp_type = type_;
+  shared_->state.store(IBV_QPS_RESET);
+  shared_->recv_cq_offset = recv_cq_->offset();
+  shared_->send_cq_offset = send_cq_->offset();
+  if (srq_) {
+    shared_->rq_offset = srq_->offset();
+  } else {
+    uint32_t rq_off = dev.arena().alloc(ring::rq_bytes(cap_.max_recv_wr, cap_.max_recv_sge));
+    if (!rq_off) return ENOMEM;
+    auto* rq = dev.arena().at<shm::RecvQueue>(rq_off);
+    ring::rq_init(rq, cap_.max_recv_wr, cap_.max_recv_sge, false);
+    rq_ = ring::RqView{rq, cap_.max_recv_wr - 1, cap_.max_recv_sge, rq->entry_size};
+    shared_->rq_offset = rq_off;
+  }
+  send_cq_view_ = ring::CqView{dev.arena().at<shm::CqShared>(send_cq_->offset()),
+                               static_cast<uint32_t>(send_cq_->capacity() - 1)};
+
+  proto::AllocQpnReq req{static_cast<uint32_t>(type_), offset_};
+  auto reply = std::make_unique<Packet>();
+  if (int e = dev.control().call(proto::Op::kAllocQpn, req, reply.get())) return e;
+  auto* rep = reply->as<proto::AllocQpnRep>();
+  if (!rep || rep->qpn == 0) return EPROTO;
+  qpn_ = rep->qpn;
+  shared_->qpn = qpn_;
+
+  pending_.resize(cap_.max_send_wr);
+  inline_buf_.resize(size_t(cap_.max_send_wr) * cap_.max_inline_data);
+  cap = cap_;
+  dev.add_qp(this);
+  return 0;
+}
+
+// ---- state machine -------------------------------------------------------
+
+namespace {
+struct Transition {
+  int required;
+  int optional;
+};
+
+Transition transition(ibv_qp_type t, ibv_qp_state from, ibv_qp_state to) {
+  const int none = 0;
+  bool ud = t == IBV_QPT_UD, rc = t == IBV_QPT_RC;
+  if (to == IBV_QPS_RESET || to == IBV_QPS_ERR) return {none, ~0};
+  switch (from) {
+    case IBV_QPS_RESET:
+      if (to != IBV_QPS_INIT) break;
+      return ud ? Transition{IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY, none}
+                : Transition{IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS, none};
+    case IBV_QPS_INIT:
+      if (to == IBV_QPS_INIT)
+        return {none, IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS | IBV_QP_QKEY};
+      if (to != IBV_QPS_RTR) break;
+      if (ud) return {none, IBV_QP_PKEY_INDEX | IBV_QP_QKEY};
+      if (rc)
+        return {IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                    IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER,
+                IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX};
+      return {IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN,
+              IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX};
+    case IBV_QPS_RTR:
+      if (to != IBV_QPS_RTS) break;
+      if (ud) return {IBV_QP_SQ_PSN, IBV_QP_CUR_STATE | IBV_QP_QKEY};
+      if (rc)
+        return {IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+                    IBV_QP_MAX_QP_RD_ATOMIC,
+                IBV_QP_CUR_STATE | IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS |
+                    IBV_QP_MIN_RNR_TIMER | IBV_QP_PATH_MIG_STATE};
+      return {IBV_QP_SQ_PSN, IBV_QP_CUR_STATE | IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS |
+                                 IBV_QP_PATH_MIG_STATE};
+    case IBV_QPS_RTS:
+      if (to == IBV_QPS_RTS || to == IBV_QPS_SQD)
+        return {none, IBV_QP_CUR_STATE | IBV_QP_ACCESS_FLAGS | IBV_QP_ALT_PATH |
+                          IBV_QP_PATH_MIG_STATE | IBV_QP_MIN_RNR_TIMER | IBV_QP_QKEY};
+      break;
+    case IBV_QPS_SQD:
+      if (to == IBV_QPS_RTS || to == IBV_QPS_SQD)
+        return {none, ~0};
+      break;
+    case IBV_QPS_SQE:
+      if (to == IBV_QPS_RTS) return {none, IBV_QP_CUR_STATE | IBV_QP_ACCESS_FLAGS | IBV_QP_QKEY};
+      break;
+    default:
+      break;
+  }
+  return {-1, 0};
+}
+}  // namespace
+
+int Qp::modify(const ibv_qp_attr& attr, int mask) {
+  Device& dev = context().device();
+  ibv_qp_state cur = state();
+  if ((mask & IBV_QP_CUR_STATE) && attr.cur_qp_state != cur && attr.cur_qp_state != IBV_QPS_SQE)
+    return EINVAL;
+  ibv_qp_state next = (mask & IBV_QP_STATE) ? attr.qp_state : cur;
+  if (mask & IBV_QP_STATE) {
+    Transition t = transition(type_, cur, next);
+    if (t.required < 0) return EINVAL;
+    int given = mask & ~(IBV_QP_STATE | IBV_QP_CUR_STATE);
+    if ((given & t.required) != t.required) return EINVAL;
+  }
+  if ((mask & IBV_QP_PORT) && attr.port_num != 1) return EINVAL;
+  if ((mask & IBV_QP_PKEY_INDEX) && attr.pkey_index != 0) return EINVAL;
+  if ((mask & IBV_QP_PATH_MTU) && (attr.path_mtu < IBV_MTU_256 || attr.path_mtu > IBV_MTU_4096))
+    return EINVAL;
+  if ((mask & IBV_QP_MAX_QP_RD_ATOMIC) && attr.max_rd_atomic > 16) return EINVAL;
+  if ((mask & IBV_QP_MAX_DEST_RD_ATOMIC) && attr.max_dest_rd_atomic > 16) return EINVAL;
+  if ((mask & IBV_QP_AV) && attr.ah_attr.port_num > 1) return EINVAL;
+
+  if (next == IBV_QPS_RTR && cur == IBV_QPS_INIT && type_ != IBV_QPT_UD) {
+    const uint8_t* gid = attr.ah_attr.is_global ? attr.ah_attr.grh.dgid.raw : nullptr;
+    memset(dest_gid_, 0, sizeof(dest_gid_));
+    if (gid) memcpy(dest_gid_, gid, 16);
+    PeerQp p;
+    peer_wanted_ = true;
+    // An unknown destination is not an error here: as on a fabric, sends to
+    // it will time out. The connection is retried at the first send.
+    if (connect_peer(attr.dest_qp_num, dest_gid_, p) == 0) {
+      std::lock_guard lock(lock_);
+      peer_ = std::move(p);
+    }
+  }
+
+  std::lock_guard lock(lock_);
+  if (mask & IBV_QP_ACCESS_FLAGS) shared_->access.store(attr.qp_access_flags);
+  if (mask & IBV_QP_QKEY) shared_->qkey.store(attr.qkey);
+  if (mask & IBV_QP_MIN_RNR_TIMER) shared_->min_rnr_timer.store(attr.min_rnr_timer & 31);
+  int keep = mask & ~(IBV_QP_STATE | IBV_QP_CUR_STATE);
+  if (keep & IBV_QP_PKEY_INDEX) attr_.pkey_index = attr.pkey_index;
+  if (keep & IBV_QP_PORT) attr_.port_num = attr.port_num;
+  if (keep & IBV_QP_ACCESS_FLAGS) attr_.qp_access_flags = attr.qp_access_flags;
+  if (keep & IBV_QP_QKEY) attr_.qkey = attr.qkey;
+  if (keep & IBV_QP_AV) attr_.ah_attr = attr.ah_attr;
+  if (keep & IBV_QP_PATH_MTU) attr_.path_mtu = attr.path_mtu;
+  if (keep & IBV_QP_DEST_QPN) attr_.dest_qp_num = attr.dest_qp_num;
+  if (keep & IBV_QP_RQ_PSN) attr_.rq_psn = attr.rq_psn;
+  if (keep & IBV_QP_SQ_PSN) attr_.sq_psn = attr.sq_psn;
+  if (keep & IBV_QP_MAX_DEST_RD_ATOMIC) attr_.max_dest_rd_atomic = attr.max_dest_rd_atomic;
+  if (keep & IBV_QP_MAX_QP_RD_ATOMIC) attr_.max_rd_atomic = attr.max_rd_atomic;
+  if (keep & IBV_QP_MIN_RNR_TIMER) attr_.min_rnr_timer = attr.min_rnr_timer;
+  if (keep & IBV_QP_TIMEOUT) attr_.timeout = attr.timeout;
+  if (keep & IBV_QP_RETRY_CNT) attr_.retry_cnt = attr.retry_cnt;
+  if (keep & IBV_QP_RNR_RETRY) attr_.rnr_retry = attr.rnr_retry;
+  if (!(mask & IBV_QP_STATE)) return 0;
+
+  if (next == IBV_QPS_RESET) {
+    flush_locked();
+    pend_head_ = pend_count_ = 0;
+    block_ = Block::kNone;
+    peer_ = PeerQp{};
+    peer_wanted_ = false;
+    ud_peers_.clear();
+    // Drop posted receives silently, as a reset does.
+    if (rq_.rq) {
+      ring::RecvWr r;
+      while (ring::rq_pop(rq_, r)) {
+      }
+    }
+  }
+  shared_->state.store(next, std::memory_order_release);
+  if (next == IBV_QPS_ERR) {
+    flush_locked();
+    flush_recv();
+  }
+  (void)dev;
+  return 0;
+}
+
+void Qp::query(ibv_qp_attr& attr, ibv_qp_init_attr& init) const {
+  attr = attr_;
+  attr.qp_state = state();
+  attr.cur_qp_state = attr.qp_state;
+  attr.cap = cap_;
+  attr.path_mig_state = IBV_MIG_MIGRATED;
+  attr.sq_draining = 0;
+  memset(&init, 0, sizeof(init));
+  init.qp_context = nullptr;
+  init.send_cq = nullptr;
+  init.recv_cq = nullptr;
+  init.cap = cap_;
+  init.qp_type = type_;
+  init.sq_sig_all = sq_sig_all_;
+}
+
+int Qp::connect_peer(uint32_t dest_qpn, const uint8_t* gid, PeerQp& out) {
+  Device& dev = context().device();
+  proto::ConnectQpReq req{qpn_, dest_qpn, {}};
+  memcpy(req.dest_gid, gid, 16);
+  auto reply = std::make_unique<Packet>();
+  if (int e = dev.control().call(proto::Op::kConnectQp, req, reply.get())) return e;
+  auto* rep = reply->as<proto::ConnectQpRep>();
+  if (!rep) return EPROTO;
+  int err = 0;
+  auto peer = dev.peer(rep->peer_client, err);
+  if (!peer) return err;
+  return attach_peer_qp(peer, rep->peer_arena_offset, out);
+}
+
+// ---- receive side -------------------------------------------------------
+
+int Qp::post_recv(ibv_recv_wr* wr, ibv_recv_wr** bad) {
+  if (srq_) {
+    *bad = wr;
+    return EINVAL;
+  }
+  ibv_qp_state st = state();
+  if (st == IBV_QPS_RESET) {
+    *bad = wr;
+    return EINVAL;
+  }
+  for (; wr; wr = wr->next) {
+    if (wr->num_sge < 0 || static_cast<uint32_t>(wr->num_sge) > cap_.max_recv_sge) {
+      *bad = wr;
+      return EINVAL;
+    }
+    if (!ring::rq_push(rq_, wr->wr_id, wr->sg_list, static_cast<uint32_t>(wr->num_sge))) {
+      *bad = wr;
+      return ENOMEM;
+    }
+  }
+  if (state() == IBV_QPS_ERR) flush_recv();
+  return 0;
+}
+
+void Qp::flush_recv() {
+  if (!rq_.rq) return;
+  ring::RecvWr r;
+  while (ring::rq_pop(rq_, r)) {
+    ibv_wc wc{};
+    wc.wr_id = r.wr_id;
+    wc.status = IBV_WC_WR_FLUSH_ERR;
+    wc.opcode = IBV_WC_RECV;
+    wc.qp_num = qpn_;
+    recv_cq_->push(wc, false);
+  }
+}
+
+// ---- send side ----------------------------------------------------------
+
+int Qp::validate(const ibv_send_wr& wr) const {
+  if (wr.num_sge < 0 || static_cast<uint32_t>(wr.num_sge) > cap_.max_send_sge) return EINVAL;
+  switch (wr.opcode) {
+    case IBV_WR_SEND:
+    case IBV_WR_SEND_WITH_IMM:
+      break;
+    case IBV_WR_RDMA_WRITE:
+    case IBV_WR_RDMA_WRITE_WITH_IMM:
+      if (type_ == IBV_QPT_UD) return EINVAL;
+      break;
+    case IBV_WR_RDMA_READ:
+    case IBV_WR_ATOMIC_CMP_AND_SWP:
+    case IBV_WR_ATOMIC_FETCH_AND_ADD:
+      if (type_ != IBV_QPT_RC) return EINVAL;
+      break;
+    default:
+      return EINVAL;
+  }
+  if (wr.send_flags & IBV_SEND_INLINE) {
+    if (wr.opcode == IBV_WR_RDMA_READ || wr.opcode == IBV_WR_ATOMIC_CMP_AND_SWP ||
+        wr.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD)
+      return EINVAL;
+    uint64_t len = 0;
+    for (int i = 0; i < wr.num_sge; ++i) len += wr.sg_list[i].length;
+    if (len > cap_.max_inline_data) return EINVAL;
+  }
+  if (type_ == IBV_QPT_UD && !wr.wr.ud.ah) return EINVAL;
+  return 0;
+}
+
+void Qp::complete(const ibv_send_wr& wr, const Result& r) {
+  auto& c = shared_->counters;
+  if (r.status == IBV_WC_SUCCESS) {
+    c.tx_ops.store(c.tx_ops.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    c.tx_bytes.store(c.tx_bytes.load(std::memory_order_relaxed) + r.byte_len,
+                     std::memory_order_relaxed);
+    if (!(sq_sig_all_ || (wr.send_flags & IBV_SEND_SIGNALED))) return;
+  } else {
+    c.errors.fetch_add(1, std::memory_order_relaxed);
+  }
+  ibv_wc wc{};
+  wc.wr_id = wr.wr_id;
+  wc.status = r.status;
+  wc.qp_num = qpn_;
+  switch (wr.opcode) {
+    case IBV_WR_RDMA_WRITE:
+    case IBV_WR_RDMA_WRITE_WITH_IMM:
+      wc.opcode = IBV_WC_RDMA_WRITE;
+      break;
+    case IBV_WR_RDMA_READ:
+      wc.opcode = IBV_WC_RDMA_READ;
+      wc.byte_len = r.byte_len;
+      break;
+    case IBV_WR_ATOMIC_CMP_AND_SWP:
+      wc.opcode = IBV_WC_COMP_SWAP;
+      wc.byte_len = 8;
+      break;
+    case IBV_WR_ATOMIC_FETCH_AND_ADD:
+      wc.opcode = IBV_WC_FETCH_ADD;
+      wc.byte_len = 8;
+      break;
+    default:
+      wc.opcode = IBV_WC_SEND;
+      break;
+  }
+  if (!ring::cq_push(send_cq_view_, wc)) {
+    send_cq_->push(wc, false);  // reports the overflow
+    return;
+  }
+  if (Channel* ch = send_cq_->channel())
+    if (ring::cq_should_notify(send_cq_view_.cq, false)) {
+      uint64_t one = 1;
+      [[maybe_unused]] ssize_t n = ::write(ch->fd(), &one, sizeof(one));
+    }
+}
+
+void Qp::enqueue(const ibv_send_wr& wr) {
+  uint32_t idx = (pend_head_ + pend_count_) % cap_.max_send_wr;
+  Pending& p = pending_[idx];
+  p.wr = wr;
+  p.wr.next = nullptr;
+  if (wr.send_flags & IBV_SEND_INLINE) {
+    uint8_t* buf = inline_buf_.data() + size_t(idx) * cap_.max_inline_data;
+    uint32_t len = 0;
+    for (int i = 0; i < wr.num_sge; ++i) {
+      memcpy(buf + len, reinterpret_cast<void*>(wr.sg_list[i].addr), wr.sg_list[i].length);
+      len += wr.sg_list[i].length;
+    }
+    p.sge[0] = ibv_sge{reinterpret_cast<uint64_t>(buf), len, 0};
+    p.wr.num_sge = 1;
+  } else {
+    for (int i = 0; i < wr.num_sge; ++i) p.sge[i] = wr.sg_list[i];
+  }
+  p.wr.sg_list = p.sge;
+  ++pend_count_;
+}
+
+int Qp::post_send(ibv_send_wr* wr, ibv_send_wr** bad) {
+  std::lock_guard lock(lock_);
+  ibv_qp_state st = state();
+  if (st == IBV_QPS_RESET || st == IBV_QPS_INIT || st == IBV_QPS_RTR) {
+    *bad = wr;
+    return EINVAL;
+  }
+  bool newly_blocked = false;
+  for (; wr; wr = wr->next) {
+    if (int e = validate(*wr)) {
+      *bad = wr;
+      return e;
+    }
+    if (state() == IBV_QPS_ERR) {
+      complete(*wr, Result{IBV_WC_WR_FLUSH_ERR, 0, Block::kNone});
+      continue;
+    }
+    if (pend_count_) {
+      if (pend_count_ >= cap_.max_send_wr) {
+        *bad = wr;
+        return ENOMEM;
+      }
+      enqueue(*wr);
+      continue;
+    }
+    Result r = execute(*wr);
+    if (r.block != Block::kNone) {
+      enqueue(*wr);
+      block_ = r.block;
+      retries_left_ = r.block == Block::kRnr ? attr_.rnr_retry : attr_.retry_cnt;
+      deadline_ns_ = now_ns() + block_interval_ns(r.block);
+      newly_blocked = true;
+      continue;
+    }
+    complete(*wr, r);
+    if (r.status != IBV_WC_SUCCESS) set_error();
+  }
+  if (newly_blocked) context().device().mark_blocked(this);
+  return 0;
+}
+
+int64_t Qp::block_interval_ns(Block b) const {
+  if (b == Block::kRnr) {
+    uint32_t t = peer_.qp ? peer_.qp->min_rnr_timer.load(std::memory_order_relaxed) & 31
+                          : attr_.min_rnr_timer & 31;
+    return int64_t(kRnrTimer10us[t]) * 10000;
+  }
+  // Local ACK timeout: 4.096 us * 2^timeout; 0 means infinite (retry each second).
+  uint32_t t = attr_.timeout & 31;
+  if (t == 0) return 1000000000;
+  return int64_t(4096) << t;
+}
+
+int64_t Qp::retry(int64_t now, bool wait_for_lock) {
+  if (wait_for_lock) {
+    lock_.lock();
+  } else if (!lock_.try_lock()) {
+    return now;  // someone else is working on it; look again soon
+  }
+  int64_t r = retry_locked(now);
+  lock_.unlock();
+  return r;
+}
+
+int64_t Qp::retry_locked(int64_t now) {
+  while (pend_count_) {
+    if (state() == IBV_QPS_ERR) {
+      flush_locked();
+      return -1;
+    }
+    Pending& p = pending_[pend_head_];
+    Result r = execute(p.wr);
+    if (r.block != Block::kNone) {
+      if (r.block != block_) {
+        block_ = r.block;
+        retries_left_ = r.block == Block::kRnr ? attr_.rnr_retry : attr_.retry_cnt;
+        deadline_ns_ = now + block_interval_ns(r.block);
+        return deadline_ns_;
+      }
+      if (now < deadline_ns_) return deadline_ns_;
+      bool infinite = block_ == Block::kRnr && attr_.rnr_retry == 7;
+      if (!infinite && retries_left_ <= 0) {
+        r.status = block_ == Block::kRnr ? IBV_WC_RNR_RETRY_EXC_ERR : IBV_WC_RETRY_EXC_ERR;
+        r.block = Block::kNone;
+      } else {
+        if (!infinite) --retries_left_;
+        deadline_ns_ = now + block_interval_ns(block_);
+        return deadline_ns_;
+      }
+    }
+    ibv_send_wr wr = p.wr;
+    pend_head_ = (pend_head_ + 1) % cap_.max_send_wr;
+    --pend_count_;
+    block_ = Block::kNone;
+    complete(wr, r);
+    if (r.status != IBV_WC_SUCCESS) {
+      set_error();
+      return -1;
+    }
+  }
+  return -1;
+}
+
+void Qp::set_error() {
+  shared_->state.store(IBV_QPS_ERR, std::memory_order_release);
+  flush_locked();
+  flush_recv();
+}
+
+void Qp::flush_locked() {
+  while (pend_count_) {
+    ibv_send_wr wr = pending_[pend_head_].wr;
+    pend_head_ = (pend_head_ + 1) % cap_.max_send_wr;
+    --pend_count_;
+    complete(wr, Result{IBV_WC_WR_FLUSH_ERR, 0, Block::kNone});
+  }
+  block_ = Block::kNone;
+}
+
+void Qp::fatal(ibv_event_type event) {
+  {
+    std::lock_guard lock(lock_);
+    if (state() == IBV_QPS_RESET || state() == IBV_QPS_ERR) return;
+    set_error();
+  }
+  context().push_event(event, user);
+}
+
+}  // namespace vrdma

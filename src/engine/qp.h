@@ -1,0 +1,115 @@
+// Queue pairs: the verbs state machine, posting, and the execution of every
+// opcode against the destination's shared memory (execute.cc).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include <infiniband/verbs.h>
+
+#include "engine/objects.h"
+#include "engine/peer.h"
+
+namespace vrdma {
+
+struct QpConfig {
+  Pd* pd;
+  Cq* send_cq;
+  Cq* recv_cq;
+  Srq* srq;
+  ibv_qp_type type;
+  bool sq_sig_all;
+};
+
+class Qp {
+ public:
+  explicit Qp(const QpConfig& cfg);
+  ~Qp();
+
+  // Allocates shared state and a QPN; adjusts `cap` to what was granted.
+  int init(ibv_qp_cap& cap);
+
+  int modify(const ibv_qp_attr& attr, int mask);
+  void query(ibv_qp_attr& attr, ibv_qp_init_attr& init) const;
+  int post_send(ibv_send_wr* wr, ibv_send_wr** bad);
+  int post_recv(ibv_recv_wr* wr, ibv_recv_wr** bad);
+
+  uint32_t qpn() const { return qpn_; }
+  ibv_qp_state state() const {
+    return static_cast<ibv_qp_state>(shared_->state.load(std::memory_order_relaxed));
+  }
+  ibv_qp_type type() const { return type_; }
+  Context& context() { return pd_->context(); }
+  Cq* send_cq() const { return send_cq_; }
+  Cq* recv_cq() const { return recv_cq_; }
+
+  // Progress thread / poll path: retries waiting work. Returns the absolute
+  // time (ns, CLOCK_MONOTONIC) of the next attempt, or -1 when nothing waits.
+  int64_t retry(int64_t now_ns, bool wait_for_lock);
+  // The daemon says the peer is gone (or the daemon itself is).
+  void fatal(ibv_event_type event);
+
+  void* user = nullptr;
+
+ private:
+  enum class Block : uint8_t { kNone, kRnr, kTransport };
+  struct Result {
+    ibv_wc_status status = IBV_WC_SUCCESS;
+    uint32_t byte_len = 0;
+    Block block = Block::kNone;
+  };
+  struct Pending {
+    ibv_send_wr wr;
+    ibv_sge sge[shm::kMaxSendSge];
+  };
+
+  Result execute(const ibv_send_wr& wr);
+  Result execute_ud(const ibv_send_wr& wr);
+  const PeerQp* connected_peer();
+  const PeerQp* ud_peer(const ibv_send_wr& wr);
+  int connect_peer(uint32_t dest_qpn, const uint8_t* gid, PeerQp& out);
+  int validate(const ibv_send_wr& wr) const;
+  void complete(const ibv_send_wr& wr, const Result& r);
+  void enqueue(const ibv_send_wr& wr);
+  void set_error();     // requires lock_
+  void flush_locked();  // requires lock_
+  void flush_recv();
+  int64_t block_interval_ns(Block b) const;
+  int64_t retry_locked(int64_t now_ns);
+
+  Pd* pd_;
+  Cq* send_cq_;
+  Cq* recv_cq_;
+  Srq* srq_;
+  ibv_qp_type type_;
+  bool sq_sig_all_;
+  uint32_t qpn_ = 0;
+  uint32_t offset_ = 0;
+  shm::QpShared* shared_ = nullptr;
+  ring::RqView rq_;
+  ring::CqView send_cq_view_;
+  ibv_qp_cap cap_{};
+  ibv_qp_attr attr_{};  // what modify has set, for query
+  SpinLock lock_;
+
+  // Destination (RC/UC) or destinations (UD).
+  PeerQp peer_;
+  bool peer_wanted_ = false;
+  uint8_t dest_gid_[16] = {};
+  std::unordered_map<uint64_t, PeerQp> ud_peers_;
+
+  // Work that waits: a ring of copies, oldest first.
+  std::vector<Pending> pending_;
+  std::vector<uint8_t> inline_buf_;
+  uint32_t pend_head_ = 0, pend_count_ = 0;
+  Block block_ = Block::kNone;
+  int retries_left_ = 0;
+  int64_t deadline_ns_ = 0;
+};
+
+int64_t now_ns();
+
+}  // namespace vrdma
