@@ -1,0 +1,144 @@
+"""Test bed for the end-to-end tests: a vrdma sandbox of network namespaces,
+programs run inside its containers with bounded time, and cleanup that runs
+even when a test fails.
+
+Needs root (network namespaces). The vrdma binary and the drop-in library
+directory come from $VRDMA_BIN and $VRDMA_LIBDIR (set by CTest), else from PATH
+and the installed location.
+"""
+
+import atexit
+import os
+import re
+import shutil
+import signal
+import subprocess
+import time
+
+VRDMA = os.environ.get("VRDMA_BIN") or shutil.which("vrdma") or "vrdma"
+
+
+def vrdma(*args, timeout=60, check=True):
+    """Runs the vrdma CLI and returns its CompletedProcess."""
+    p = subprocess.run([VRDMA, *args], capture_output=True, text=True, timeout=timeout)
+    if check and p.returncode != 0:
+        raise RuntimeError(f"vrdma {' '.join(args)} failed ({p.returncode}):\n{p.stdout}\n{p.stderr}")
+    return p
+
+
+def container_ip(name):
+    m = re.fullmatch(r"h(\d+)c(\d+)", name)
+    return f"10.77.{int(m.group(1))}.{10 + int(m.group(2))}"
+
+
+class Proc:
+    """A program started in a container, killed on cleanup if still running."""
+
+    def __init__(self, popen, name):
+        self.popen = popen
+        self.name = name
+        self.out = ""
+        self.err = ""
+
+    def wait(self, timeout):
+        try:
+            self.out, self.err = self.popen.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            self.out, self.err = self.popen.communicate()
+            raise AssertionError(f"{self.name} did not finish within {timeout}s:\n{self.out}\n{self.err}")
+        return self.popen.returncode
+
+    def kill(self, sig=signal.SIGKILL):
+        if self.popen.poll() is None:
+            try:
+                os.killpg(self.popen.pid, sig)
+            except ProcessLookupError:
+                pass
+
+    @property
+    def pid(self):
+        return self.popen.pid
+
+
+class Sandbox:
+    def __init__(self, hosts=1, containers=2):
+        self.hosts = hosts
+        self.containers = containers
+        self.procs = []
+
+    def __enter__(self):
+        self.up()
+        return self
+
+    def __exit__(self, *exc):
+        self.down()
+
+    def up(self):
+        vrdma("sandbox", "down", check=False)
+        vrdma("sandbox", "up", "--hosts", str(self.hosts), "--containers", str(self.containers))
+        atexit.register(self.down)
+
+    def down(self):
+        for p in self.procs:
+            p.kill()
+            try:
+                p.popen.communicate(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+        self.procs = []
+        vrdma("sandbox", "down", check=False)
+
+    def start(self, container, *cmd, lib=True, env=None):
+        args = [VRDMA, "sandbox", "exec"]
+        if not lib:
+            args.append("--no-lib")
+        args += [container, "--", *cmd]
+        full_env = dict(os.environ)
+        full_env.setdefault("VRDMA_QUIET", "1")
+        if env:
+            full_env.update(env)
+        popen = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                 start_new_session=True, env=full_env)
+        p = Proc(popen, f"{container}: {' '.join(cmd)}")
+        self.procs.append(p)
+        return p
+
+    def run(self, container, *cmd, timeout=60, lib=True, env=None):
+        p = self.start(container, *cmd, lib=lib, env=env)
+        rc = p.wait(timeout)
+        return rc, p.out, p.err
+
+    def wait_listening(self, container, port, proto="t", timeout=10):
+        """Waits until something listens on `port` inside the container."""
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            rc, out, _ = self.run(container, "ss", f"-ln{proto}", lib=False, timeout=10)
+            if re.search(rf":{port}\b", out):
+                return True
+            time.sleep(0.05)
+        return False
+
+    def pair(self, server_cmd, client_cmd, server="h0c0", client="h0c1", timeout=120,
+             port=18515, lib=True):
+        """Starts a server, waits for its port, then runs its client; returns
+        both (rc, out, err)."""
+        s = self.start(server, *server_cmd, lib=lib)
+        if port and not self.wait_listening(server, port):
+            s.kill()
+            s.wait(5)
+            raise AssertionError(f"server never listened on {port}:\n{s.out}\n{s.err}")
+        c = None
+        try:
+            c = self.start(client, *client_cmd, lib=lib)
+            crc = c.wait(timeout)
+            src = s.wait(timeout)
+        finally:
+            s.kill()
+            if c:
+                c.kill()
+        return (src, s.out, s.err), (crc, c.out, c.err)
+
+    def status(self, host="h0"):
+        import json
+        return json.loads(vrdma("status", "--host", host, "--json").stdout)

@@ -1,0 +1,98 @@
+"""Unmodified perftest programs between two containers on one host; every
+result row is parsed and checked for sanity."""
+
+import unittest
+
+from perftest_output import bw_rows, lat_rows
+from sandbox import Sandbox, container_ip
+
+SB = None
+
+
+def setUpModule():
+    global SB
+    SB = Sandbox(hosts=1, containers=2)
+    SB.up()
+
+
+def tearDownModule():
+    SB.down()
+
+
+def run_pair(test, prog, *args, timeout=240):
+    server = [prog, *args]
+    client = [prog, *args, container_ip("h0c0")]
+    (src, sout, serr), (crc, cout, cerr) = SB.pair(server, client, timeout=timeout)
+    test.assertEqual(src, 0, f"{prog} server failed:\n{sout}\n{serr}")
+    test.assertEqual(crc, 0, f"{prog} client failed:\n{cout}\n{cerr}")
+    return sout, cout
+
+
+class Bandwidth(unittest.TestCase):
+    def check_bw(self, out, expect_sizes=None):
+        r = bw_rows(out)
+        self.assertTrue(r, f"no result rows in:\n{out}")
+        for size, iters, peak, avg, rate in r:
+            self.assertGreater(iters, 0)
+            self.assertGreater(avg, 0.0, f"zero bandwidth at {size} B:\n{out}")
+            self.assertGreater(rate, 0.0)
+            self.assertLess(avg, 1e6, "implausible bandwidth")
+        if expect_sizes:
+            self.assertEqual([x[0] for x in r], expect_sizes)
+        return r
+
+    def test_default_options(self):
+        for prog in ("ib_write_bw", "ib_read_bw", "ib_send_bw"):
+            with self.subTest(prog=prog):
+                sout, cout = run_pair(self, prog)
+                self.check_bw(cout, [65536])
+
+    def test_all_sizes(self):
+        sizes = [2 ** i for i in range(1, 24)]
+        for prog in ("ib_write_bw", "ib_read_bw", "ib_send_bw"):
+            with self.subTest(prog=prog):
+                sout, cout = run_pair(self, prog, "-a", "-n", "200")
+                self.check_bw(cout, sizes)
+
+    def test_atomics(self):
+        for kind in ("CMP_AND_SWAP", "FETCH_AND_ADD"):
+            with self.subTest(kind=kind):
+                sout, cout = run_pair(self, "ib_atomic_bw", "-A", kind)
+                self.check_bw(cout, [8])
+
+
+class Latency(unittest.TestCase):
+    def check_lat(self, out, expect_sizes=None):
+        r = lat_rows(out)
+        self.assertTrue(r, f"no result rows in:\n{out}")
+        for size, iters, tmin, tmax, typ, avg, stdev in r:
+            self.assertGreater(iters, 0)
+            self.assertGreater(typ, 0.0)
+            self.assertLessEqual(tmin, typ)
+            self.assertLessEqual(typ, tmax)
+            self.assertLess(typ, 1e5, "implausible latency")
+        if expect_sizes:
+            self.assertEqual([x[0] for x in r], expect_sizes)
+
+    def test_default_options(self):
+        for prog in ("ib_write_lat", "ib_read_lat", "ib_send_lat"):
+            with self.subTest(prog=prog):
+                sout, cout = run_pair(self, prog)
+                self.check_lat(cout, [2])
+
+    def test_all_sizes(self):
+        sizes = [2 ** i for i in range(1, 24)]
+        for prog in ("ib_write_lat", "ib_read_lat", "ib_send_lat"):
+            with self.subTest(prog=prog):
+                sout, cout = run_pair(self, prog, "-a", "-n", "100")
+                self.check_lat(cout, sizes)
+
+    def test_atomics(self):
+        for kind in ("CMP_AND_SWAP", "FETCH_AND_ADD"):
+            with self.subTest(kind=kind):
+                sout, cout = run_pair(self, "ib_atomic_lat", "-A", kind)
+                self.check_lat(cout, [8])
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,70 @@
+"""Unmodified ibverbs-utils programs between two containers on one host."""
+
+import re
+import unittest
+
+from sandbox import Sandbox, container_ip
+
+SB = None
+
+
+def setUpModule():
+    global SB
+    SB = Sandbox(hosts=1, containers=2)
+    SB.up()
+
+
+def tearDownModule():
+    SB.down()
+
+
+class DeviceTools(unittest.TestCase):
+    def test_ibv_devices_lists_the_device(self):
+        rc, out, err = SB.run("h0c0", "ibv_devices", timeout=20)
+        self.assertEqual(rc, 0, err)
+        self.assertRegex(out, r"vrdma0\s+[0-9a-f]{16}")
+
+    def test_ibv_devinfo_shows_active_port_and_container_gid(self):
+        rc, out, err = SB.run("h0c1", "ibv_devinfo", "-v", timeout=20)
+        self.assertEqual(rc, 0, err)
+        self.assertIn("hca_id:\tvrdma0", out)
+        self.assertRegex(out, r"state:\s+PORT_ACTIVE")
+        self.assertRegex(out, r"active_mtu:\s+4096")
+        self.assertRegex(out, r"link_layer:\s+Ethernet")
+        self.assertRegex(out, r"GID\[\s*0\]:\s+::ffff:10\.77\.0\.11, RoCE v2")
+
+    def test_no_daemon_means_no_device(self):
+        rc, out, err = SB.run("h0c0", "ibv_devices", timeout=20,
+                              env={"VRDMA_SOCKET": "/nonexistent/vrdmad.sock"})
+        self.assertEqual(rc, 0, err)
+        self.assertNotIn("vrdma0", out)
+
+
+class RcPingpong(unittest.TestCase):
+    def pingpong(self, size, *extra, iters=200):
+        server = ["ibv_rc_pingpong", "-s", str(size), "-n", str(iters), "-c", *extra]
+        client = server + [container_ip("h0c0")]
+        (src, sout, serr), (crc, cout, cerr) = SB.pair(server, client, timeout=60)
+        self.assertEqual(src, 0, f"server failed:\n{sout}\n{serr}")
+        self.assertEqual(crc, 0, f"client failed:\n{cout}\n{cerr}")
+        for out in (sout, cout):
+            self.assertRegex(out, rf"{size * iters * 2} bytes in [\d.]+ seconds")
+        self.assertNotIn("invalid data", sout + cout)
+
+    def test_sizes(self):
+        for size in (1, 4096, 65536, 1 << 20):
+            with self.subTest(size=size):
+                self.pingpong(size, iters=50 if size >= 65536 else 200)
+
+    def test_completion_channel(self):
+        for size in (1, 65536):
+            with self.subTest(size=size):
+                self.pingpong(size, "-e")
+
+    def test_gid_index_zero(self):
+        self.pingpong(4096, "-g", "0")
+        self.pingpong(4096, "-g", "0", "-e")
+
+
+if __name__ == "__main__":
+    unittest.main()
