@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Installs what vrdma needs on Debian 12, builds it, installs `vrdma` and
+# `vrdmad` on PATH (and the drop-in libraries under /usr/local/lib/vrdma), and
+# with --demo runs the demo. Run as root.
+#
+#   scripts/setup.sh            install dependencies, build, install
+#   scripts/setup.sh --demo     ... then run `vrdma demo`
+#   scripts/setup.sh --deps     install dependencies only
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+demo=0 deps_only=0
+for arg in "$@"; do
+  case "$arg" in
+    --demo) demo=1 ;;
+    --deps) deps_only=1 ;;
+    -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
+    *) echo "setup.sh: unknown option $arg" >&2; exit 2 ;;
+  esac
+done
+
+if [ "$(id -u)" -ne 0 ]; then
+  echo "setup.sh: run as root (it installs packages and creates network namespaces)" >&2
+  exit 1
+fi
+
+packages=(
+  # build
+  build-essential cmake pkg-config libgtest-dev
+  libibverbs-dev librdmacm-dev libcli11-dev nlohmann-json3-dev
+  clang libclang-rt-14-dev
+  # the unmodified programs vrdma runs, and the baselines it is measured against
+  ibverbs-utils rdmacm-utils perftest ucx-utils iperf3 sockperf
+  # test bed and tests
+  iproute2 procps strace python3 python3-matplotlib
+)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup.sh: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -q
+  apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+[ "$deps_only" = 1 ] && exit 0
+
+cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build build -j"$(nproc)"
+cmake --install build >/dev/null
+ldconfig
+echo "setup.sh: installed $(command -v vrdma) and $(command -v vrdmad); libraries in /usr/local/lib/vrdma"
+
+if [ "$demo" = 1 ]; then
+  exec vrdma demo
+fi
