@@ -42,7 +42,7 @@ Device::~Device() {
 int Device::init() {
   std::string path = socket_path_from_env();
   if (int e = control_.connect(path, info_)) {
-    if (getenv("VRDMA_QUIET") == nullptr)
+    if (const char* q = getenv("VRDMA_QUIET"); !q || !*q)
       fprintf(stderr, "vrdma: cannot reach vrdmad at %s: %s\n", path.c_str(), strerror(e));
     return e;
   }

@@ -95,7 +95,6 @@ class Sandbox:
             args.append("--no-lib")
         args += [container, "--", *cmd]
         full_env = dict(os.environ)
-        full_env.setdefault("VRDMA_QUIET", "1")
         if env:
             full_env.update(env)
         popen = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

@@ -65,7 +65,7 @@ class Latency(unittest.TestCase):
     def check_lat(self, out, expect_sizes=None):
         r = lat_rows(out)
         self.assertTrue(r, f"no result rows in:\n{out}")
-        for size, iters, tmin, tmax, typ, avg, stdev in r:
+        for size, iters, tmin, tmax, typ, avg, stdev, p99, p999 in r:
             self.assertGreater(iters, 0)
             self.assertGreater(typ, 0.0)
             self.assertLessEqual(tmin, typ)

@@ -34,10 +34,11 @@ class DeviceTools(unittest.TestCase):
         self.assertRegex(out, r"GID\[\s*0\]:\s+::ffff:10\.77\.0\.11, RoCE v2")
 
     def test_no_daemon_means_no_device(self):
-        rc, out, err = SB.run("h0c0", "ibv_devices", timeout=20,
-                              env={"VRDMA_SOCKET": "/nonexistent/vrdmad.sock"})
+        rc, out, err = SB.run("h0c0", "env", "VRDMA_SOCKET=/nonexistent/vrdmad.sock",
+                              "ibv_devices", timeout=20)
         self.assertEqual(rc, 0, err)
         self.assertNotIn("vrdma0", out)
+        self.assertIn("cannot reach vrdmad at /nonexistent/vrdmad.sock", err)
 
 
 class RcPingpong(unittest.TestCase):
