@@ -2,7 +2,8 @@
 # End-to-end check of `vrdma sandbox` on this machine (needs root, iproute2, ping):
 # up with 2 hosts x 2 containers, addresses, pings on one host and across hosts,
 # list, status, exec exit codes, down (twice), and down after a `vrdma sandbox up`
-# killed with SIGKILL half-way. Leaves no vrdma-* namespace behind, even on failure.
+# killed with SIGKILL half-way. Leaves no sandbox namespace (vrdma-h*, vrdma-net)
+# behind, even on failure.
 #
 #   scripts/sandbox-smoke.sh [path/to/vrdma]
 #
@@ -14,15 +15,16 @@ VRDMA=${1:-vrdma}
 command -v "$VRDMA" >/dev/null || { echo "sandbox-smoke: $VRDMA not found" >&2; exit 1; }
 VRDMA=$(command -v "$VRDMA")
 [ "$(id -u)" = 0 ] || { echo "sandbox-smoke: skipped: must run as root" >&2; exit 77; }
-if ls /run/netns 2>/dev/null | grep -q '^vrdma-'; then
-  echo "sandbox-smoke: skipped: vrdma-* namespaces exist (not ours to touch)" >&2
+sandbox_netns='^vrdma-(net|h[0-9]+(c[0-9]+)?)$'
+if ls /run/netns 2>/dev/null | grep -Eq "$sandbox_netns"; then
+  echo "sandbox-smoke: skipped: a sandbox is up (not ours to touch)" >&2
   exit 77
 fi
 
 failures=0
 fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
 pass() { echo "ok:   $*"; }
-leftover_netns() { ls /run/netns 2>/dev/null | grep -c '^vrdma-'; }
+leftover_netns() { ls /run/netns 2>/dev/null | grep -Ec "$sandbox_netns"; }
 out=$(mktemp)
 trap '"$VRDMA" sandbox down >/dev/null 2>&1; rm -f "$out"' EXIT
 
@@ -67,7 +69,7 @@ expect "status --all" 0 "$VRDMA" status --all
 "$VRDMA" sandbox exec h0c0 -- sleep 600 >/dev/null 2>&1 &
 sleep 0.3
 expect "down" 0 "$VRDMA" sandbox down
-[ "$(leftover_netns)" = 0 ] && pass "no vrdma-* namespace left" || fail "namespaces left after down"
+[ "$(leftover_netns)" = 0 ] && pass "no sandbox namespace left" || fail "namespaces left after down"
 expect "second down" 0 "$VRDMA" sandbox down
 grep -q "nothing" "$out" || fail "second down: wrong message"
 wait
@@ -80,7 +82,7 @@ kill -9 "$up_pid" 2>/dev/null
 wait "$up_pid" 2>/dev/null
 echo "      (killed up with $(leftover_netns) namespaces made)"
 expect "down after up was killed" 0 "$VRDMA" sandbox down
-[ "$(leftover_netns)" = 0 ] && pass "no vrdma-* namespace left" || fail "namespaces left after down"
+[ "$(leftover_netns)" = 0 ] && pass "no sandbox namespace left" || fail "namespaces left after down"
 
 if [ "$failures" = 0 ]; then echo "sandbox-smoke: all passed"; exit 0; fi
 echo "sandbox-smoke: $failures failed" >&2

@@ -18,6 +18,19 @@ import time
 VRDMA = os.environ.get("VRDMA_BIN") or shutil.which("vrdma") or "vrdma"
 
 
+def _find_daemon():
+    if os.environ.get("VRDMA_DAEMON"):
+        return os.environ["VRDMA_DAEMON"]
+    here = os.path.dirname(os.path.realpath(shutil.which(VRDMA) or VRDMA))
+    for cand in (os.path.join(here, "vrdmad"), os.path.join(here, "..", "daemon", "vrdmad")):
+        if os.access(cand, os.X_OK):
+            return os.path.realpath(cand)
+    return shutil.which("vrdmad") or "vrdmad"
+
+
+VRDMAD = _find_daemon()
+
+
 def vrdma(*args, timeout=60, check=True):
     """Runs the vrdma CLI and returns its CompletedProcess."""
     p = subprocess.run([VRDMA, *args], capture_output=True, text=True, timeout=timeout)

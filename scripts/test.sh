@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Builds vrdma and runs every test: the unit suites under AddressSanitizer and
+# UndefinedBehaviorSanitizer, then the whole suite (unit and end-to-end, which
+# create network namespaces and so need root) in the normal build.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+jobs=$(nproc)
+
+if [ "$(id -u)" -ne 0 ]; then
+  echo "test.sh: run as root (the end-to-end tests create network namespaces)" >&2
+  exit 1
+fi
+
+echo "== sanitizer build (ASan + UBSan): unit tests"
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DVRDMA_SANITIZE=ON >/dev/null
+cmake --build build-asan -j"$jobs" --target verbs_test daemon_test
+(cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+  ctest --output-on-failure -j"$jobs" -LE e2e)
+
+echo "== release build: all tests"
+cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build build -j"$jobs"
+build/src/ctl/vrdma sandbox down >/dev/null 2>&1 || true
+cd build && ctest --output-on-failure
