@@ -1,0 +1,44 @@
+// `vrdma sandbox ...`: a test bed of network namespaces on this machine, hosts
+// with one vrdmad each and containers behind them. Each returns the exit code.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "ctl/sandbox_state.h"
+
+namespace vrdma::ctl {
+
+struct SandboxUpOptions {
+  int hosts = 1;
+  int containers = 2;                // per host
+  std::string log_level;             // passed to vrdmad as --log-level if not empty
+  std::vector<std::string> tenants;  // NAME=CIDR, each passed to vrdmad as --tenant
+};
+
+int sandbox_up(const SandboxUpOptions& options);
+int sandbox_down();
+int sandbox_list(bool json);
+// Replaces the process with `command` inside the namespace of `name`; returns
+// only on failure (127: command not found, 126: cannot execute it).
+int sandbox_exec(const std::string& name, const std::vector<std::string>& command, bool no_lib);
+
+// What teardown found and removed; errors are reported, not thrown.
+struct TeardownResult {
+  int daemons = 0;     // vrdmad processes stopped
+  int processes = 0;   // other processes killed inside the namespaces
+  int namespaces = 0;  // namespaces deleted
+  bool state = false;  // a state file or host directory was removed
+  std::vector<std::string> errors;
+  bool nothing_found() const { return !daemons && !processes && !namespaces && !state; }
+};
+
+// Stops every daemon with a pidfile under run_dir, kills what is left in the
+// sandbox namespaces (is_sandbox_netns), deletes them and removes the state. Works without a state
+// file (after a crash). The caller holds the RunDirLock.
+TeardownResult teardown_sandbox(const std::string& run_dir);
+
+// The `vrdma sandbox list` table.
+void print_sandbox_table(const Sandbox& sandbox);
+
+}  // namespace vrdma::ctl

@@ -1,0 +1,89 @@
+// vrdma sandbox up
+#include <signal.h>
+#include <sys/un.h>
+
+#include <filesystem>
+#include <iostream>
+
+#include "ctl/daemon_proc.h"
+#include "ctl/error.h"
+#include "ctl/files.h"
+#include "ctl/format.h"
+#include "ctl/netns.h"
+#include "ctl/proc.h"
+#include "ctl/sandbox.h"
+#include "ctl/sandbox_net.h"
+
+namespace vrdma::ctl {
+
+namespace {
+
+volatile sig_atomic_t g_interrupted = 0;
+
+// While building, SIGINT/SIGTERM/SIGHUP only set a flag, so that a partial
+// sandbox is torn down instead of left behind.
+class InterruptGuard {
+ public:
+  InterruptGuard() {
+    struct sigaction sa {};
+    sa.sa_handler = [](int) { g_interrupted = 1; };
+    sigemptyset(&sa.sa_mask);
+    for (int i = 0; i < 3; ++i) ::sigaction(kSignals[i], &sa, &old_[i]);
+  }
+  ~InterruptGuard() {
+    for (int i = 0; i < 3; ++i) ::sigaction(kSignals[i], &old_[i], nullptr);
+  }
+  static void check() {
+    if (g_interrupted) throw Error("interrupted");
+  }
+
+ private:
+  static constexpr int kSignals[3] = {SIGINT, SIGTERM, SIGHUP};
+  struct sigaction old_[3];
+};
+
+}  // namespace
+
+int sandbox_up(const SandboxUpOptions& options) {
+  const std::string dir = run_dir();
+  Sandbox sandbox = plan_sandbox(options.hosts, options.containers, dir);
+  if (sandbox.hosts.back().socket.size() >= sizeof(sockaddr_un::sun_path))
+    throw Error("run directory " + dir + " is too long for a Unix socket path (set " + kRunDirEnv +
+                " to a shorter one)");
+  if (!find_tool("ip")) throw Error("cannot find the iproute2 `ip` command");
+  sandbox.daemon = find_daemon();
+
+  RunDirLock lock(dir);
+  if (std::filesystem::exists(state_path(dir)) || !list_sandbox_netns().empty())
+    throw Error("sandbox already up (vrdma sandbox down first)");
+  std::vector<std::string> daemon_args;
+  if (!options.log_level.empty())
+    daemon_args.insert(daemon_args.end(), {"--log-level", options.log_level});
+  for (const auto& t : options.tenants) daemon_args.insert(daemon_args.end(), {"--tenant", t});
+  InterruptGuard guard;
+  try {
+    build_network(sandbox, InterruptGuard::check);
+    for (auto& h : sandbox.hosts) {
+      make_dirs(host_dir(dir, h.id));
+      h.pid = start_daemon(h, sandbox.daemon, daemon_args);
+    }
+    wait_for_daemons(sandbox, InterruptGuard::check);
+    save_sandbox(sandbox);
+  } catch (const Error& e) {
+    std::cerr << "vrdma sandbox up: " << (g_interrupted ? "interrupted" : e.what()) << "\n";
+    TeardownResult t = teardown_sandbox(dir);
+    for (const auto& err : t.errors) std::cerr << "vrdma sandbox up: cleanup: " << err << "\n";
+    std::cerr << "vrdma sandbox up: "
+              << (t.errors.empty() ? "removed the partial sandbox"
+                                   : "could not remove all of the partial sandbox")
+              << "\n";
+    return kExitError;
+  }
+  std::cout << "sandbox up: " << plural(sandbox.hosts.size(), "host") << ", "
+            << plural(sandbox.containers.size(), "container") << ", vrdmad " << sandbox.daemon
+            << "\n\n";
+  print_sandbox_table(sandbox);
+  return kExitOk;
+}
+
+}  // namespace vrdma::ctl

@@ -1,0 +1,153 @@
+// The readable form of a vrdmad status reply.
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+
+#include "ctl/format.h"
+#include "ctl/status_cmd.h"
+
+namespace vrdma::ctl {
+
+namespace {
+
+using json = nlohmann::ordered_json;
+
+// A field as text, whatever its JSON type; "-" if missing.
+std::string text(const json& j, const char* key) {
+  if (!j.is_object()) return "-";
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return "-";
+  return it->is_string() ? it->get<std::string>() : it->dump();
+}
+
+// A field as a number; strings such as "0x1f" are parsed, anything else is 0.
+uint64_t number(const json& j, const char* key) {
+  if (!j.is_object()) return 0;
+  auto it = j.find(key);
+  if (it == j.end()) return 0;
+  if (it->is_number_unsigned()) return it->get<uint64_t>();
+  if (it->is_number_integer())
+    return static_cast<uint64_t>(std::max<int64_t>(0, it->get<int64_t>()));
+  if (it->is_number_float()) return static_cast<uint64_t>(std::max(0.0, it->get<double>()));
+  if (it->is_string()) return std::strtoull(it->get<std::string>().c_str(), nullptr, 0);
+  return 0;
+}
+
+const json& list(const json& j, const char* key) {
+  static const json empty = json::array();
+  if (!j.is_object()) return empty;
+  auto it = j.find(key);
+  return it != j.end() && it->is_array() ? *it : empty;
+}
+
+std::string hex(uint64_t v, int digits) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "0x%0*llx", digits, static_cast<unsigned long long>(v));
+  return buf;
+}
+
+// ibv_access_flags, spelled as in verbs.h without the IBV_ACCESS_ prefix.
+std::string access_text(uint64_t access) {
+  static const std::pair<uint64_t, const char*> flags[] = {
+      {1, "LOCAL_WRITE"},   {2, "REMOTE_WRITE"}, {4, "REMOTE_READ"},
+      {8, "REMOTE_ATOMIC"}, {16, "MW_BIND"},     {32, "ZERO_BASED"},
+      {64, "ON_DEMAND"},    {128, "HUGETLB"},    {1u << 20, "RELAXED_ORDERING"}};
+  std::string out;
+  for (const auto& [bit, name] : flags) {
+    if (!(access & bit)) continue;
+    out += (out.empty() ? "" : "|") + std::string(name);
+    access &= ~bit;
+  }
+  if (access) out += (out.empty() ? "" : "|") + hex(access, 1);
+  return out.empty() ? "0" : out;
+}
+
+void print_client(const json& c, std::ostream& out) {
+  const json& qps = list(c, "qps");
+  const json& mrs = list(c, "mrs");
+  out << "  client " << text(c, "id") << "  pid " << text(c, "pid") << "  " << text(c, "kind")
+      << "  " << plural(number(c, "fds"), "fd") << "  " << plural(qps.size(), "QP") << "  "
+      << plural(mrs.size(), "MR") << "\n";
+  if (!qps.empty()) {
+    Table t({"QPN", "TYPE", "STATE", "TX_OPS", "TX_BYTES", "RX_OPS", "RX_BYTES", "ERRORS"});
+    for (const auto& q : qps)
+      t.add({hex(number(q, "qpn"), 6), text(q, "type"), text(q, "state"),
+             std::to_string(number(q, "tx_ops")), human_bytes(number(q, "tx_bytes")),
+             std::to_string(number(q, "rx_ops")), human_bytes(number(q, "rx_bytes")),
+             std::to_string(number(q, "errors"))});
+    t.print(out, "    ");
+  }
+  if (!mrs.empty()) {
+    Table t({"MR_KEY", "LENGTH", "ACCESS"});
+    for (const auto& m : mrs)
+      t.add({text(m, "key"), human_bytes(number(m, "length")), access_text(number(m, "access"))});
+    t.print(out, "    ");
+  }
+}
+
+// QPs, MRs and registered bytes of some clients.
+struct Usage {
+  size_t qps = 0, mrs = 0;
+  uint64_t registered = 0;
+  void add(const json& client) {
+    qps += list(client, "qps").size();
+    for (const auto& m : list(client, "mrs")) {
+      ++mrs;
+      registered += number(m, "length");
+    }
+  }
+  void add(const Usage& other) {
+    qps += other.qps;
+    mrs += other.mrs;
+    registered += other.registered;
+  }
+  std::string text() const {
+    return plural(qps, "QP") + ", " + plural(mrs, "MR") + ", " + human_bytes(registered) +
+           " registered";
+  }
+};
+
+}  // namespace
+
+void print_status(const json& status, std::ostream& out) {
+  static const json none = json::object();
+  const json& d = status.is_object() && status.contains("daemon") ? status["daemon"] : none;
+  out << "vrdmad pid " << text(d, "pid") << " on host " << text(d, "host_id") << ", up "
+      << human_duration(number(d, "uptime_s")) << ", socket " << text(d, "socket") << "\n";
+  std::string scope = text(status, "scope");
+  if (scope != "-" && scope != "all")
+    out << "showing only what this client may see (" << scope
+        << "); root in the daemon's network namespace sees all\n";
+  if (text(status, "truncated") == "true")
+    out << "(the daemon cut its lists short to fit one reply)\n";
+
+  // Clients grouped by container, containers in name order; CLI clients such as
+  // this one are left out.
+  std::map<std::string, std::vector<const json*>> by_container;
+  size_t shown = 0;
+  for (const auto& c : list(status, "clients")) {
+    if (text(c, "kind") == "cli") continue;
+    by_container[text(c, "container")].push_back(&c);
+    ++shown;
+  }
+  if (!shown) {
+    out << "no clients connected\n";
+    return;
+  }
+  Usage total;
+  for (const auto& [container, members] : by_container) {
+    Usage usage;
+    for (const json* c : members) usage.add(*c);
+    total.add(usage);
+    const json& first = *members.front();
+    out << "\n"
+        << container << "  " << text(first, "ip") << "  tenant " << text(first, "tenant") << ": "
+        << plural(members.size(), "client") << ", " << usage.text() << "\n";
+    for (const json* c : members) print_client(*c, out);
+  }
+  out << "\ntotal: " << plural(by_container.size(), "container") << ", " << plural(shown, "client")
+      << ", " << total.text() << "\n";
+}
+
+}  // namespace vrdma::ctl
