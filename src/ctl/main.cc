@@ -8,6 +8,7 @@
 #include "ctl/error.h"
 #include "ctl/sandbox.h"
 #include "ctl/sandbox_state.h"
+#include "ctl/script_cmd.h"
 #include "ctl/status_cmd.h"
 
 #ifndef VRDMA_VERSION
@@ -113,6 +114,12 @@ int main(int argc, char** argv) {
 
   // vrdma status
   StatusOptions status_opts;
+  CLI::App* demo = app.add_subcommand(
+      "demo",
+      "Run the demo: unmodified ib_write_bw and ib_send_lat between two containers, next to\n"
+      "TCP (iperf3, sockperf) between the same containers (needs root)");
+  demo->allow_extras();  // passed on to the demo program (vrdma demo --help-demo)
+
   CLI::App* status = app.add_subcommand("status", "Show a vrdmad's clients, QPs, MRs and counters");
   auto* host_opt = status->add_option("--host", status_opts.host, "Sandbox host (h1 or 1)");
   auto* socket_opt = status->add_option("--socket", status_opts.socket, "vrdmad socket path");
@@ -142,6 +149,7 @@ int main(int argc, char** argv) {
     if (list->parsed()) return sandbox_list(list_json);
     if (exec->parsed()) return sandbox_exec(exec_name, exec_command, exec_no_lib);
     if (status->parsed()) return status_command(status_opts);
+    if (demo->parsed()) return run_script("bench/demo.py", demo->remaining());
   } catch (const UsageError& e) {
     std::cerr << command_path(app) << ": " << e.what() << "\n";
     return kExitUsage;

@@ -22,9 +22,21 @@ namespace {
 inline constexpr const char* kLibDirEnv = "VRDMA_LIBDIR";
 inline constexpr const char* kNameEnv = "VRDMA_SANDBOX_NAME";
 
+// $VRDMA_LIBDIR, else the installed directory, else (a vrdma run from its
+// build tree, build/src/ctl/vrdma) the build's lib directory.
 std::string lib_dir() {
   const char* env = ::getenv(kLibDirEnv);
-  return env && *env ? env : VRDMA_LIBDIR;
+  if (env && *env) return env;
+  if (::access(VRDMA_LIBDIR "/libibverbs.so.1", R_OK) == 0) return VRDMA_LIBDIR;
+  char self[4096];
+  ssize_t n = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (n > 0) {
+    self[n] = 0;
+    std::string exe(self);
+    std::string build_lib = exe.substr(0, exe.rfind('/')) + "/../../lib";
+    if (::access((build_lib + "/libibverbs.so.1").c_str(), R_OK) == 0) return build_lib;
+  }
+  return VRDMA_LIBDIR;
 }
 
 void prepend_library_path(const std::string& dir) {

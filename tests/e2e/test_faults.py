@@ -9,7 +9,8 @@ import struct
 import time
 import unittest
 
-from sandbox import VRDMAD, Sandbox, container_ip, vrdma
+import conftest_path  # noqa: F401
+from vrdma_py.sandbox import VRDMAD, Sandbox, container_ip, vrdma
 
 SB = None
 SOCKET = "/run/vrdma/h0/vrdmad.sock"

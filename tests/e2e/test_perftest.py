@@ -3,8 +3,9 @@ result row is parsed and checked for sanity."""
 
 import unittest
 
-from perftest_output import bw_rows, lat_rows
-from sandbox import Sandbox, container_ip
+import conftest_path  # noqa: F401
+from vrdma_py.perftest_output import bw_rows, lat_rows
+from vrdma_py.sandbox import Sandbox, container_ip
 
 SB = None
 

@@ -6,7 +6,8 @@ import re
 import time
 import unittest
 
-from sandbox import Sandbox, container_ip
+import conftest_path  # noqa: F401
+from vrdma_py.sandbox import Sandbox, container_ip
 
 SB = None
 

@@ -3,7 +3,8 @@
 import re
 import unittest
 
-from sandbox import Sandbox, container_ip
+import conftest_path  # noqa: F401
+from vrdma_py.sandbox import Sandbox, container_ip
 
 SB = None
 

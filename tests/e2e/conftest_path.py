@@ -1,0 +1,6 @@
+"""Makes the shared vrdma_py helpers importable from the test modules."""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
