@@ -1,0 +1,48 @@
+// vrdmad configuration: what main() parses from the command line and tests set directly.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace vrdma::daemon {
+
+// NAME=a.b.c.d/len. Addresses are kept in host byte order.
+struct TenantRule {
+  std::string name;
+  uint32_t network = 0;
+  uint32_t mask = 0;
+  bool contains(uint32_t ipv4_host_order) const { return (ipv4_host_order & mask) == network; }
+};
+
+// Parses "NAME=CIDR" (a bare address means /32). Returns nullopt and sets *error on failure.
+std::optional<TenantRule> parse_tenant_rule(std::string_view text, std::string* error);
+
+inline constexpr const char* kDefaultTenant = "default";
+
+// The first rule whose CIDR contains the address (network byte order), else "default".
+std::string tenant_for(const std::vector<TenantRule>& rules, uint32_t ipv4_net_order);
+
+struct DaemonConfig {
+  std::string socket_path;
+  uint32_t host_id = 0;
+  std::vector<TenantRule> tenants;
+  // Where named network namespaces are pinned (`ip netns add`); a client's container name is
+  // the entry there whose inode matches its namespace, without a leading "vrdma-".
+  std::string netns_dir = "/run/netns";
+  // A namespace that is neither the daemon's own nor pinned in netns_dir can be made by any
+  // unprivileged process (unshare -Urn) with any address in it, so by default its address
+  // does not select a tenant: such clients are put in the "default" tenant.
+  bool trust_unnamed_netns = false;
+
+  // Per-client quotas.
+  size_t max_fds_per_client = 4096;   // PutFd beyond this: EMFILE
+  size_t max_keys_per_client = 4096;  // AllocKey beyond this: EDQUOT
+  size_t max_qps_per_client = 16384;  // AllocQpn beyond this: EDQUOT
+  int max_protocol_errors = 16;       // malformed requests before the client is dropped
+};
+
+}  // namespace vrdma::daemon

@@ -1,0 +1,109 @@
+// vrdmad: the per-host vrdma daemon.
+#include <errno.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+
+#include <CLI/CLI.hpp>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "common/unix_socket.h"
+#include "daemon/config.h"
+#include "daemon/daemon.h"
+#include "daemon/log.h"
+
+namespace {
+
+vrdma::daemon::Daemon* g_daemon = nullptr;
+
+void on_stop_signal(int) {
+  if (g_daemon) g_daemon->stop();
+}
+
+// Creates the socket's parent directories (mode 0755) when they do not exist.
+int make_parent_dirs(const std::string& socket_path) {
+  std::filesystem::path parent = std::filesystem::path(socket_path).parent_path();
+  if (parent.empty()) return 0;
+  std::string partial;
+  for (const auto& part : parent) {
+    partial = (std::filesystem::path(partial) / part).string();
+    if (partial == "/") continue;
+    if (::mkdir(partial.c_str(), 0755) < 0 && errno != EEXIST) return -errno;
+  }
+  return 0;
+}
+
+void raise_fd_limit() {
+  rlimit rl{};
+  if (::getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &rl);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace vrdma::daemon;
+  CLI::App app{"vrdmad: per-host daemon of vrdma (software RDMA for containers)"};
+  DaemonConfig cfg;
+  cfg.socket_path = vrdma::socket_path_from_env();
+  std::vector<std::string> tenant_args;
+  std::string level = "info";
+  app.add_option("--socket", cfg.socket_path,
+                 "Unix socket to serve (default: $VRDMA_SOCKET or /run/vrdma/vrdmad.sock)");
+  app.add_option("--host-id", cfg.host_id, "This host's number in the cluster")
+      ->default_val(0);
+  app.add_option("--tenant", tenant_args,
+                 "NAME=CIDR: clients whose IPv4 address is in CIDR belong to tenant NAME; the "
+                 "first matching rule wins, unmatched clients are in tenant \"default\" "
+                 "(repeatable)")
+      ->allow_extra_args(false);
+  app.add_option("--log-level", level, "error, warn, info or debug")
+      ->check(CLI::IsMember({"error", "warn", "info", "debug"}))
+      ->default_val("info");
+  app.add_option("--netns-dir", cfg.netns_dir,
+                 "Where named network namespaces are pinned; a client's container name is "
+                 "the entry whose inode matches its namespace, without a leading \"vrdma-\"")
+      ->default_val("/run/netns");
+  app.add_flag("--trust-unnamed-netns", cfg.trust_unnamed_netns,
+               "Let the address of a client in a network namespace that is neither the "
+               "host's nor pinned in --netns-dir select its tenant (such namespaces can be "
+               "made by unprivileged users, with any address; by default they get tenant "
+               "\"default\")");
+  CLI11_PARSE(app, argc, argv);
+
+  set_log_level(*parse_log_level(level));
+  for (const auto& t : tenant_args) {
+    std::string error;
+    auto rule = parse_tenant_rule(t, &error);
+    if (!rule) {
+      std::fprintf(stderr, "vrdmad: --tenant: %s\n", error.c_str());
+      return 2;
+    }
+    cfg.tenants.push_back(*rule);
+  }
+
+  ::signal(SIGPIPE, SIG_IGN);
+  raise_fd_limit();
+  if (int rc = make_parent_dirs(cfg.socket_path); rc < 0) {
+    LOG_ERROR("cannot create the directory of %s: %s", cfg.socket_path.c_str(), strerror(-rc));
+    return 1;
+  }
+
+  Daemon daemon(cfg);
+  g_daemon = &daemon;
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  ::sigaction(SIGTERM, &sa, nullptr);
+  ::sigaction(SIGINT, &sa, nullptr);
+
+  if (daemon.start() < 0) return 1;
+  int rc = daemon.run();
+  g_daemon = nullptr;
+  return rc < 0 ? 1 : 0;
+}

@@ -1,0 +1,105 @@
+// Host-wide tables of the control path: QP numbers (owner, type, arena offset, links between
+// QPs) and memory keys. Pure bookkeeping, no I/O; the caller does the permission checks that
+// need client identity (tenants) and sends whatever notifications the results call for.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <set>
+#include <unordered_map>
+#include <vector>
+
+namespace vrdma::daemon {
+
+struct QpRecord {
+  uint32_t owner = 0;
+  uint32_t type = 0;  // proto::QpType
+  uint32_t arena_offset = 0;
+  std::set<uint32_t> out;  // destination QPNs this QP was connected to
+  std::set<uint32_t> in;   // QPNs (of any client) connected to this one
+};
+
+struct KeyRecord {
+  uint32_t owner = 0;
+  uint32_t index = 0;
+  uint32_t access = 0;
+  uint64_t length = 0;
+};
+
+// "Tell `client` that its QP `qpn` lost its peer."
+struct FatalNotice {
+  uint32_t client = 0;
+  uint32_t qpn = 0;
+};
+
+// 32 random bits per call from the kernel's CSPRNG (getrandom), buffered.
+class RandomSource {
+ public:
+  uint32_t next();
+
+ private:
+  uint32_t buf_[64];
+  size_t pos_ = 64;
+};
+
+class Registry {
+ public:
+  static constexpr uint32_t kFirstQpn = 0x100;
+  static constexpr uint32_t kLastQpn = 0xFFFFFF;
+
+  // random32 is for tests; by default keys come from RandomSource.
+  explicit Registry(std::function<uint32_t()> random32 = {});
+
+  // QPs. Errors are positive errno values; 0 on success.
+  int alloc_qpn(uint32_t owner, uint32_t type, uint32_t arena_offset, size_t quota,
+                uint32_t* qpn);
+  int free_qpn(uint32_t requester, uint32_t qpn);  // ENOENT, EPERM
+  const QpRecord* find_qp(uint32_t qpn) const;
+  // Records local -> dest. RC and UC QPs have one peer at a time, so connecting one again
+  // replaces its earlier link; a UD QP collects links to every destination it resolves.
+  // Both QPNs must exist.
+  void link(uint32_t local_qpn, uint32_t dest_qpn);
+  // Whether `client` holds a link from one of its QPs to a QP of `owner`.
+  bool has_link_to(uint32_t client, uint32_t owner) const;
+
+  // Keys: (20 unguessable bits << 12) | index, never 0, unique among live keys.
+  int alloc_key(uint32_t owner, uint32_t index, uint32_t access, uint64_t length, size_t quota,
+                uint32_t* key);
+  // Only the owner may free; for anyone else a key is as unknown as a key that does not exist
+  // (ENOENT), so that FreeKey cannot be used to probe for other clients' keys.
+  int free_key(uint32_t requester, uint32_t key);
+  const KeyRecord* find_key(uint32_t key) const;
+
+  const std::set<uint32_t>& qpns_of(uint32_t client) const;
+  const std::set<uint32_t>& keys_of(uint32_t client) const;
+  size_t qp_count() const { return qps_.size(); }
+  // Where the next QPN search starts (tests use it to reach the wrap-around quickly).
+  void seek_qpn(uint32_t next) { next_qpn_ = next < kFirstQpn || next > kLastQpn ? kFirstQpn : next; }
+  size_t key_count() const { return keys_.size(); }
+
+  // For a client that died: every (other client, its QP) linked to one of its QPs, once per QP.
+  std::vector<FatalNotice> notices_for_death(uint32_t client) const;
+  // Drops every QP, link and key of the client.
+  void remove_client(uint32_t client);
+
+ private:
+  struct ClientRes {
+    std::set<uint32_t> qpns;
+    std::set<uint32_t> keys;
+    std::map<uint32_t, uint32_t> links_to;  // owner client -> number of links to its QPs
+  };
+  void unlink(uint32_t local_qpn, uint32_t dest_qpn);
+  void erase_qp(uint32_t qpn);
+  void forget_if_empty(uint32_t client);
+
+  std::function<uint32_t()> random32_;
+  RandomSource random_;
+  std::map<uint32_t, QpRecord> qps_;
+  std::unordered_map<uint32_t, KeyRecord> keys_;
+  std::map<uint32_t, ClientRes> clients_;
+  uint32_t next_qpn_ = kFirstQpn;
+};
+
+}  // namespace vrdma::daemon

@@ -1,0 +1,56 @@
+// The Status reply: a JSON document describing the daemon and its clients.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace vrdma::daemon {
+
+struct StatusQp {
+  uint32_t qpn = 0;
+  uint32_t type = 0;  // proto::QpType
+  bool have_state = false;  // false when the arena could not be read
+  uint32_t state = 0;
+  uint64_t tx_ops = 0, tx_bytes = 0, rx_ops = 0, rx_bytes = 0, errors = 0;
+};
+
+struct StatusMr {
+  uint32_t key = 0;
+  uint64_t length = 0;
+  uint32_t access = 0;
+};
+
+struct StatusClient {
+  uint32_t id = 0;
+  int pid = 0;
+  uint32_t uid = 0;
+  std::string container;
+  uint32_t ipv4 = 0;  // network byte order
+  std::string tenant;
+  std::string kind;  // "verbs", "cli", or "none" before Hello
+  size_t fds = 0;
+  std::vector<StatusQp> qps;
+  std::vector<StatusMr> mrs;
+};
+
+struct StatusInput {
+  int pid = 0;
+  std::string socket;
+  uint32_t host_id = 0;
+  uint64_t uptime_s = 0;
+  size_t clients_connected = 0;  // all clients, whether listed or not
+  std::string scope;             // "all" or "tenant:<name>"
+  std::vector<StatusClient> clients;
+};
+
+const char* qp_type_name(uint32_t type);
+const char* qp_state_name(uint32_t state);  // RESET, INIT, RTR, RTS, SQD, SQE, ERR, UNKNOWN
+
+// Renders the JSON text, at most `limit` bytes. When the full document does not fit, the
+// per-client QP and MR lists are shortened (then, if need be, the client list) and
+// "truncated" is true. Totals always count everything in `in`.
+std::string render_status(const StatusInput& in, size_t limit);
+
+}  // namespace vrdma::daemon

@@ -1,0 +1,247 @@
+// Unit tests of the daemon's pure parts: decode, registry, tenants, status rendering.
+#include <arpa/inet.h>
+#include <errno.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <vector>
+
+#include "daemon/client_identity.h"
+#include "daemon/config.h"
+#include "daemon/decode.h"
+#include "daemon/registry.h"
+#include "daemon/status.h"
+#include "engine/shm_layout.h"
+
+namespace vrdma::daemon {
+namespace {
+
+using proto::Op;
+
+std::vector<uint8_t> wire(Op op, const void* payload, size_t len, uint32_t magic = proto::kMagic) {
+  proto::Header h{magic, static_cast<uint16_t>(op), 0, 42, 0, static_cast<uint32_t>(len)};
+  std::vector<uint8_t> out(sizeof(h) + len);
+  std::memcpy(out.data(), &h, sizeof(h));
+  if (len) std::memcpy(out.data() + sizeof(h), payload, len);
+  return out;
+}
+
+template <typename T>
+Decoded dec(Op op, const T& body, int nfds = 0) {
+  auto w = wire(op, &body, sizeof(body));
+  return decode_wire(w, nfds, false);
+}
+
+TEST(DaemonDecode, AcceptsEveryRequest) {
+  proto::HelloReq hello{proto::kVersion, 1};
+  Decoded d = dec(Op::kHello, hello);
+  ASSERT_EQ(d.verdict, Verdict::kOk);
+  EXPECT_EQ(d.seq, 42u);
+  EXPECT_EQ(d.op, Op::kHello);
+  EXPECT_EQ(std::get<proto::HelloReq>(d.body).kind, 1u);
+
+  proto::PutFdReq put{0, 1, shm::kArenaSize};
+  EXPECT_EQ(dec(Op::kPutFd, put, 1).verdict, Verdict::kOk);
+  EXPECT_EQ(dec(Op::kGetFd, proto::GetFdReq{1, 2}).verdict, Verdict::kOk);
+  EXPECT_EQ(dec(Op::kAllocQpn, proto::AllocQpnReq{4, 128}).verdict, Verdict::kOk);
+  EXPECT_EQ(dec(Op::kFreeQpn, proto::FreeQpnReq{0x100}).verdict, Verdict::kOk);
+  EXPECT_EQ(dec(Op::kConnectQp, proto::ConnectQpReq{}).verdict, Verdict::kOk);
+  EXPECT_EQ(dec(Op::kAllocKey, proto::AllocKeyReq{4095, 0, 1}).verdict, Verdict::kOk);
+  EXPECT_EQ(dec(Op::kFreeKey, proto::FreeKeyReq{1}).verdict, Verdict::kOk);
+  EXPECT_EQ(dec(Op::kDropFd, proto::DropFdReq{3}).verdict, Verdict::kOk);
+  auto st = wire(Op::kStatus, nullptr, 0);
+  EXPECT_EQ(decode_wire(st, 0, false).verdict, Verdict::kOk);
+}
+
+TEST(DaemonDecode, FramingErrorsDrop) {
+  auto ok = wire(Op::kStatus, nullptr, 0);
+  EXPECT_EQ(decode_wire(ok, 0, true).verdict, Verdict::kDrop) << "truncated";
+  auto bad_magic = wire(Op::kStatus, nullptr, 0, 0x12345678);
+  EXPECT_EQ(decode_wire(bad_magic, 0, false).verdict, Verdict::kDrop);
+  EXPECT_EQ(decode_wire(std::span<const uint8_t>(ok.data(), 10), 0, false).verdict,
+            Verdict::kDrop);
+  auto lying = ok;
+  lying[16] = 8;  // len = 8 with no payload
+  EXPECT_EQ(decode_wire(lying, 0, false).verdict, Verdict::kDrop);
+  std::vector<uint8_t> big(proto::kMaxMessage, 0);
+  auto huge = wire(Op::kStatus, big.data(), big.size());
+  EXPECT_EQ(decode_wire(huge, 0, false).verdict, Verdict::kDrop);
+}
+
+TEST(DaemonDecode, ProtocolErrors) {
+  uint8_t three[3] = {};
+  auto w = wire(Op::kHello, three, 3);
+  Decoded d = decode_wire(w, 0, false);
+  EXPECT_EQ(d.verdict, Verdict::kMalformed);
+  EXPECT_EQ(d.error, EINVAL);
+  EXPECT_EQ(d.seq, 42u);
+  auto unknown = wire(static_cast<Op>(999), nullptr, 0);
+  EXPECT_EQ(decode_wire(unknown, 0, false).verdict, Verdict::kMalformed);
+  auto fatal = wire(Op::kQpFatal, nullptr, 0);
+  EXPECT_EQ(decode_wire(fatal, 0, false).verdict, Verdict::kMalformed);
+  proto::PutFdReq put{0, 1, shm::kArenaSize};
+  EXPECT_EQ(dec(Op::kPutFd, put, 0).verdict, Verdict::kMalformed) << "no descriptor";
+  EXPECT_EQ(dec(Op::kPutFd, put, 2).verdict, Verdict::kMalformed) << "two descriptors";
+  EXPECT_EQ(dec(Op::kFreeKey, proto::FreeKeyReq{1}, 1).verdict, Verdict::kMalformed);
+}
+
+TEST(DaemonDecode, FieldValidation) {
+  EXPECT_EQ(dec(Op::kHello, proto::HelloReq{2, 1}).error, EPROTONOSUPPORT);
+  EXPECT_EQ(dec(Op::kHello, proto::HelloReq{1, 3}).verdict, Verdict::kInvalid);
+  EXPECT_EQ(dec(Op::kPutFd, proto::PutFdReq{0, 2, 10}, 1).verdict, Verdict::kInvalid);
+  EXPECT_EQ(dec(Op::kPutFd, proto::PutFdReq{1, 1, 4096}, 1).verdict, Verdict::kInvalid);
+  EXPECT_EQ(dec(Op::kPutFd, proto::PutFdReq{0, 1, shm::kArenaSize + 1}, 1).verdict,
+            Verdict::kInvalid);
+  EXPECT_EQ(dec(Op::kPutFd, proto::PutFdReq{0, 1, 8}, 1).verdict, Verdict::kInvalid);
+  EXPECT_EQ(dec(Op::kPutFd, proto::PutFdReq{3, 9, 8}, 1).verdict, Verdict::kInvalid);
+  EXPECT_EQ(dec(Op::kAllocQpn, proto::AllocQpnReq{1, 128}).verdict, Verdict::kInvalid);
+  EXPECT_EQ(dec(Op::kAllocQpn, proto::AllocQpnReq{2, 100}).verdict, Verdict::kInvalid);
+  EXPECT_EQ(dec(Op::kAllocKey, proto::AllocKeyReq{shm::kMrSlots, 0, 1}).verdict,
+            Verdict::kInvalid);
+}
+
+TEST(DaemonRegistry, QpnsAreSequentialUniqueAndWrap) {
+  Registry r;
+  uint32_t a = 0, b = 0;
+  ASSERT_EQ(r.alloc_qpn(1, 2, 64, 100, &a), 0);
+  ASSERT_EQ(r.alloc_qpn(2, 2, 64, 100, &b), 0);
+  EXPECT_EQ(a, Registry::kFirstQpn);
+  EXPECT_EQ(b, a + 1);
+  EXPECT_EQ(r.free_qpn(2, a), EPERM);
+  EXPECT_EQ(r.free_qpn(1, a), 0);
+  EXPECT_EQ(r.free_qpn(1, a), ENOENT);
+  uint32_t c = 0;
+  ASSERT_EQ(r.alloc_qpn(1, 2, 64, 100, &c), 0);
+  EXPECT_EQ(c, b + 1) << "sequential, a freed QPN is not reused at once";
+  uint32_t q = 0;
+  ASSERT_EQ(r.alloc_qpn(3, 2, 64, 2, &q), 0);
+  ASSERT_EQ(r.alloc_qpn(3, 2, 64, 2, &q), 0);
+  EXPECT_EQ(r.alloc_qpn(3, 2, 64, 2, &q), EDQUOT);
+}
+
+TEST(DaemonRegistry, QpnWrapSkipsLiveNumbers) {
+  Registry r;
+  uint32_t first = 0;
+  ASSERT_EQ(r.alloc_qpn(1, 2, 64, 1 << 30, &first), 0);  // 0x100 stays allocated
+  r.seek_qpn(Registry::kLastQpn - 1);
+  uint32_t q = 0;
+  ASSERT_EQ(r.alloc_qpn(2, 2, 64, 1 << 30, &q), 0);
+  ASSERT_EQ(r.alloc_qpn(2, 2, 64, 1 << 30, &q), 0);
+  EXPECT_EQ(q, Registry::kLastQpn);
+  ASSERT_EQ(r.alloc_qpn(2, 2, 64, 1 << 30, &q), 0);
+  EXPECT_EQ(q, Registry::kFirstQpn + 1) << "wrapped and skipped the live 0x100";
+}
+
+TEST(DaemonRegistry, LinksAndDeathNotices) {
+  Registry r;
+  uint32_t a1, a2, b1, b2, c1;
+  r.alloc_qpn(1, 2, 64, 100, &a1);
+  r.alloc_qpn(1, 4, 128, 100, &a2);
+  r.alloc_qpn(2, 2, 64, 100, &b1);
+  r.alloc_qpn(2, 4, 128, 100, &b2);
+  r.alloc_qpn(3, 4, 64, 100, &c1);
+  r.link(b1, a1);
+  r.link(a1, b1);
+  r.link(b2, a2);
+  r.link(c1, a2);
+  r.link(c1, b2);  // UD: several destinations
+  r.link(a2, a2);  // loopback to itself
+  EXPECT_TRUE(r.has_link_to(2, 1));
+  EXPECT_TRUE(r.has_link_to(3, 1));
+  EXPECT_TRUE(r.has_link_to(3, 2));
+  EXPECT_FALSE(r.has_link_to(1, 3));
+  auto notices = r.notices_for_death(1);
+  std::set<std::pair<uint32_t, uint32_t>> got;
+  for (auto n : notices) got.emplace(n.client, n.qpn);
+  EXPECT_EQ(got, (std::set<std::pair<uint32_t, uint32_t>>{{2, b1}, {2, b2}, {3, c1}}));
+  r.remove_client(1);
+  EXPECT_EQ(r.find_qp(a1), nullptr);
+  EXPECT_FALSE(r.has_link_to(2, 1));
+  EXPECT_FALSE(r.has_link_to(3, 1));
+  EXPECT_TRUE(r.has_link_to(3, 2));
+  EXPECT_TRUE(r.find_qp(b1)->out.empty());
+  EXPECT_TRUE(r.find_qp(b1)->in.empty());
+  EXPECT_EQ(r.qp_count(), 3u);
+}
+
+TEST(DaemonRegistry, KeysUseTheGivenRandomBits) {
+  uint32_t next = 0;
+  Registry r([&] { return next++; });  // 0, 1, 2...: 0 with index 0 is key 0, skipped
+  uint32_t k = 0;
+  ASSERT_EQ(r.alloc_key(1, 0, 0, 0, 10, &k), 0);
+  EXPECT_EQ(k, 1u << shm::kMrSlotBits);
+  next = 1;  // the same bits again: must not produce a duplicate
+  ASSERT_EQ(r.alloc_key(1, 0, 0, 0, 10, &k), 0);
+  EXPECT_EQ(k, 2u << shm::kMrSlotBits);
+  EXPECT_EQ(r.free_key(2, k), ENOENT);
+  EXPECT_EQ(r.free_key(1, k), 0);
+  EXPECT_EQ(r.alloc_key(1, shm::kMrSlots, 0, 0, 10, &k), EINVAL);
+  for (int i = 0; i < 9; ++i) ASSERT_EQ(r.alloc_key(1, 1, 0, 0, 10, &k), 0);
+  EXPECT_EQ(r.alloc_key(1, 1, 0, 0, 10, &k), EDQUOT);
+}
+
+TEST(DaemonConfig, TenantRules) {
+  std::string err;
+  auto t = parse_tenant_rule("blue=10.1.0.0/16", &err);
+  ASSERT_TRUE(t);
+  EXPECT_EQ(t->name, "blue");
+  EXPECT_TRUE(t->contains(ntohl(inet_addr("10.1.200.3"))));
+  EXPECT_FALSE(t->contains(ntohl(inet_addr("10.2.0.1"))));
+  auto host = parse_tenant_rule("one=192.0.2.9", &err);
+  ASSERT_TRUE(host);
+  EXPECT_EQ(host->mask, 0xffffffffu);
+  auto all = parse_tenant_rule("all=0.0.0.0/0", &err);
+  ASSERT_TRUE(all);
+  EXPECT_TRUE(all->contains(12345));
+  for (const char* bad : {"noequals", "=10.0.0.0/8", "x=10.0.0.0/33", "x=10.0.0/8", "x=1.2.3.4/",
+                          "x y=1.2.3.4", "x=1.2.3.4/8x"})
+    EXPECT_FALSE(parse_tenant_rule(bad, &err)) << bad;
+  std::vector<TenantRule> rules{*t, *all};
+  EXPECT_EQ(tenant_for(rules, inet_addr("10.1.0.1")), "blue");
+  EXPECT_EQ(tenant_for(rules, inet_addr("10.9.0.1")), "all");
+  EXPECT_EQ(tenant_for({}, inet_addr("10.9.0.1")), "default");
+}
+
+TEST(DaemonIdentity, NodeGuidFromAddress) {
+  uint64_t g = node_guid_for(inet_addr("10.0.1.2"));
+  uint8_t b[8];
+  std::memcpy(b, &g, 8);
+  const uint8_t want[8] = {0x02, 0x76, 0x72, 0x64, 10, 0, 1, 2};
+  EXPECT_EQ(std::memcmp(b, want, 8), 0);
+}
+
+TEST(DaemonStatus, NamesAndTruncation) {
+  EXPECT_STREQ(qp_state_name(IBV_QPS_RTS), "RTS");
+  EXPECT_STREQ(qp_state_name(IBV_QPS_ERR), "ERR");
+  EXPECT_STREQ(qp_state_name(99), "UNKNOWN");
+  EXPECT_STREQ(qp_type_name(3), "UC");
+
+  StatusInput in;
+  in.socket = "/x";
+  for (uint32_t c = 1; c <= 3000; ++c) {
+    StatusClient sc;
+    sc.id = c;
+    sc.container = "container-with-a-long-name-" + std::to_string(c);
+    sc.tenant = "default";
+    sc.kind = "verbs";
+    for (uint32_t q = 0; q < 3; ++q) sc.qps.push_back({c * 8 + q, 2, true, 3});
+    in.clients.push_back(sc);
+  }
+  std::string text = render_status(in, 4000);
+  ASSERT_LE(text.size(), 4000u);
+  auto j = nlohmann::json::parse(text);
+  EXPECT_EQ(j["truncated"], true);
+  EXPECT_EQ(j["totals"]["clients"], 3000);
+  EXPECT_EQ(j["totals"]["qps"], 9000);
+  EXPECT_GT(j["clients"].size(), 0u);
+
+  StatusInput small;
+  small.clients.push_back({});
+  auto s = nlohmann::json::parse(render_status(small, 4000));
+  EXPECT_EQ(s["truncated"], false);
+}
+
+}  // namespace
+}  // namespace vrdma::daemon
