@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -38,8 +39,10 @@ static int make_backing(uint64_t start, uint64_t end, int& fd_out) {
   }
   size_t done = 0;
   while (done < len) {
-    ssize_t n = ::pwrite(fd, reinterpret_cast<void*>(start + done), len - done,
-                         static_cast<off_t>(done));
+    // The raw system call on purpose: whole pages are copied, including bytes
+    // around the registered range that belong to other objects.
+    ssize_t n = ::syscall(SYS_pwrite64, fd, reinterpret_cast<void*>(start + done), len - done,
+                          static_cast<off_t>(done));
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
       int e = n < 0 ? errno : EFAULT;

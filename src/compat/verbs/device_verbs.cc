@@ -117,7 +117,9 @@ VRDMA_EXPORT ibv_device** ibv_get_device_list(int* num) {
   if (num) *num = 0;
   auto dev = Device::get();
   if (!dev) return list;  // no daemon: no device, as with no HCA
-  auto* h = static_cast<DeviceHandle*>(calloc(1, sizeof(DeviceHandle)));
+  // One device per process, listed again and again: the handle lives as long
+  // as the process, like the contexts opened from it.
+  static DeviceHandle* h = static_cast<DeviceHandle*>(calloc(1, sizeof(DeviceHandle)));
   if (!h) {
     free(list);
     return fail<ibv_device*>(ENOMEM);
@@ -136,8 +138,7 @@ VRDMA_EXPORT ibv_device** ibv_get_device_list(int* num) {
 
 VRDMA_EXPORT void ibv_free_device_list(ibv_device** list) {
   if (!list) return;
-  // Devices stay valid for contexts opened from them; the handle is small.
-  free(list);
+  free(list);  // the device itself stays valid (see ibv_get_device_list)
 }
 
 VRDMA_EXPORT const char* ibv_get_device_name(ibv_device* device) { return device->name; }
