@@ -26,8 +26,7 @@ std::shared_ptr<Device> Device::get() {
     errno = e;
     return nullptr;
   }
-  // A device that was lost stays alive for the contexts that still use it.
-  if (g_device) new std::shared_ptr<Device>(g_device);
+  // A lost device stays alive as long as contexts opened on it (they hold it).
   g_device = dev;
   return dev;
 }

@@ -44,7 +44,9 @@ void copy_segs(const Seg* dst, int /*nd*/, const Seg* src, int /*ns*/, uint64_t 
 }
 
 bool peer_qp_ready(const PeerQp& p) {
-  if (p.peer->dead() || p.qp->gone.load(std::memory_order_relaxed)) return false;
+  // A QPN that changed means the slot was freed and reused: the QP is gone.
+  if (p.peer->dead() || p.qp->gone.load(std::memory_order_relaxed) || p.qp->qpn != p.qpn)
+    return false;
   uint32_t st = p.qp->state.load(std::memory_order_acquire);
   return st == IBV_QPS_RTR || st == IBV_QPS_RTS || st == IBV_QPS_SQD || st == IBV_QPS_SQE;
 }

@@ -256,7 +256,8 @@ int Qp::connect_peer(uint32_t dest_qpn, const uint8_t* gid, PeerQp& out) {
   int err = 0;
   auto peer = dev.peer(rep->peer_client, err);
   if (!peer) return err;
-  return attach_peer_qp(peer, rep->peer_arena_offset, out);
+  if (int e = attach_peer_qp(peer, rep->peer_arena_offset, out)) return e;
+  return out.qpn == dest_qpn ? 0 : EPROTO;
 }
 
 // ---- receive side -------------------------------------------------------
