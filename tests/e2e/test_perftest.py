@@ -52,7 +52,7 @@ class Bandwidth(unittest.TestCase):
         sizes = [2 ** i for i in range(1, 24)]
         for prog in ("ib_write_bw", "ib_read_bw", "ib_send_bw"):
             with self.subTest(prog=prog):
-                sout, cout = run_pair(self, prog, "-a", "-n", "200")
+                sout, cout = run_pair(self, prog, "-a")
                 self.check_bw(cout, sizes)
 
     def test_atomics(self):
@@ -85,7 +85,7 @@ class Latency(unittest.TestCase):
         sizes = [2 ** i for i in range(1, 24)]
         for prog in ("ib_write_lat", "ib_read_lat", "ib_send_lat"):
             with self.subTest(prog=prog):
-                sout, cout = run_pair(self, prog, "-a", "-n", "100")
+                sout, cout = run_pair(self, prog, "-a")
                 self.check_lat(cout, sizes)
 
     def test_atomics(self):
