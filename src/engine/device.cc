@@ -95,7 +95,10 @@ void Device::mark_blocked(Qp* qp) {
     added = blocked_.insert(qp).second;
     if (added) blocked_count_.fetch_add(1);
   }
-  if (added) wake();
+  // The progress thread, once busy, keeps a short timed sleep for a while, so
+  // a QP that blocks again and again (a receiver slower than its sender) costs
+  // no wake-up system call each time.
+  if (added && sleeping_forever_.load()) wake();
 }
 
 void Device::wake() {
@@ -168,10 +171,22 @@ void Device::remove_context(Context* c) {
 }
 
 void Device::progress_loop() {
+  constexpr int64_t kLinger = 100'000'000;  // ns of timed sleeps after the last blocked QP
+  constexpr int64_t kTick = 1'000'000;
   bool lost_handled = false;
+  int64_t busy_until = 0;
   for (;;) {
     if (stop_) return;
+    int64_t now = now_ns();
     int64_t next = has_blocked() ? retry_blocked(true) : -1;
+    if (next >= 0) {
+      busy_until = now + kLinger;
+    } else if (now < busy_until) {
+      next = now + kTick;
+    }
+    sleeping_forever_.store(next < 0);
+    // A QP blocked between the check above and the store must not be missed.
+    if (next < 0 && blocked_count_.load() != 0) continue;
     pollfd fds[2] = {{wake_fd_, POLLIN, 0}, {control_.fd(), POLLIN, 0}};
     int nfds = lost_handled ? 1 : 2;
     timespec ts, *tsp = nullptr;

@@ -86,6 +86,7 @@ class Device {
   std::set<Context*> contexts_;
   std::atomic<bool> lost_{false};
   std::atomic<bool> stop_{false};
+  std::atomic<bool> sleeping_forever_{false};
   int wake_fd_ = -1;
   std::thread thread_;
 };

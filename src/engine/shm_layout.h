@@ -108,12 +108,14 @@ struct alignas(kCacheLine) CqShared {
   alignas(kCacheLine) Cqe entries[];
 };
 
+// Counters written on the data path: the owner's on one cache line, the
+// senders' on another, and neither on the line that peers read per operation.
 struct QpCounters {
-  std::atomic<uint64_t> tx_ops;
+  alignas(kCacheLine) std::atomic<uint64_t> tx_ops;  // written by the owner
   std::atomic<uint64_t> tx_bytes;
-  std::atomic<uint64_t> rx_ops;
-  std::atomic<uint64_t> rx_bytes;
   std::atomic<uint64_t> errors;
+  alignas(kCacheLine) std::atomic<uint64_t> rx_ops;  // written by senders
+  std::atomic<uint64_t> rx_bytes;
 };
 
 struct alignas(kCacheLine) QpShared {
