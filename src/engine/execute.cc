@@ -59,12 +59,19 @@ void notify(const PeerQp& p, bool solicited) {
   }
 }
 
+// Receive counters of the destination, kept by its senders. Plain
+// load-and-store, not a locked add: exact with one sender (RC, UC); several
+// senders racing on one UD QP or SRQ may lose an increment.
+void count_rx(shm::QpShared& qp, uint64_t bytes) {
+  auto& c = qp.counters;
+  c.rx_ops.store(c.rx_ops.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  c.rx_bytes.store(c.rx_bytes.load(std::memory_order_relaxed) + bytes, std::memory_order_relaxed);
+}
+
 void deliver(const PeerQp& p, const ibv_wc& wc, bool solicited) {
   ring::cq_push(p.recv_cq, wc);
   notify(p, solicited);
-  auto& c = p.qp->counters;
-  c.rx_ops.fetch_add(1, std::memory_order_relaxed);
-  c.rx_bytes.fetch_add(wc.byte_len, std::memory_order_relaxed);
+  count_rx(*p.qp, wc.byte_len);
 }
 
 }  // namespace
@@ -215,8 +222,7 @@ Qp::Result Qp::execute(const ibv_send_wr& wr) {
         wc.imm_data = wr.imm_data;
         deliver(*peer, wc, solicited);
       } else {
-        auto& c = peer->qp->counters;
-        c.rx_bytes.fetch_add(total, std::memory_order_relaxed);
+        count_rx(*peer->qp, total);
       }
       res.byte_len = static_cast<uint32_t>(total);
       return res;
