@@ -75,9 +75,10 @@ class Proc:
 
 
 class Sandbox:
-    def __init__(self, hosts=1, containers=2):
+    def __init__(self, hosts=1, containers=2, extra_args=()):
         self.hosts = hosts
         self.containers = containers
+        self.extra_args = list(extra_args)  # more `vrdma sandbox up` options, e.g. --tenant
         self.procs = []
 
     def __enter__(self):
@@ -89,7 +90,8 @@ class Sandbox:
 
     def up(self):
         vrdma("sandbox", "down", check=False)
-        vrdma("sandbox", "up", "--hosts", str(self.hosts), "--containers", str(self.containers))
+        vrdma("sandbox", "up", "--hosts", str(self.hosts), "--containers", str(self.containers),
+              *self.extra_args)
         atexit.register(self.down)
 
     def down(self):
