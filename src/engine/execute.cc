@@ -140,8 +140,13 @@ Qp::Result Qp::execute(const ibv_send_wr& wr) {
     res.status = IBV_WC_LOC_LEN_ERR;
     return res;
   }
-  uint32_t target_access = peer->qp->access.load(std::memory_order_relaxed);
   Peer& pm = *peer->peer;
+  // Remote memory for RDMA and atomics: both the destination QP and the MR must
+  // grant the access.
+  auto remote = [&](uint32_t access, uint32_t rkey, uint64_t addr, uint64_t len) -> uint8_t* {
+    if (!(peer->qp->access.load(std::memory_order_relaxed) & access)) return nullptr;
+    return pm.translate(rkey, addr, len, access);
+  };
   bool imm = wr.opcode == IBV_WR_SEND_WITH_IMM || wr.opcode == IBV_WR_RDMA_WRITE_WITH_IMM;
   bool solicited = wr.send_flags & IBV_SEND_SOLICITED;
 
@@ -169,8 +174,8 @@ Qp::Result Qp::execute(const ibv_send_wr& wr) {
       int nr = 0;
       for (uint32_t i = 0; i < rwr.num_sge; ++i) {
         const ibv_sge& s = rwr.sge[i];
-        uint8_t* p = s.length ? pm.translate(s.lkey, s.addr, s.length, IBV_ACCESS_LOCAL_WRITE)
-                              : nullptr;
+        uint8_t* p =
+            s.length ? pm.translate(s.lkey, s.addr, s.length, IBV_ACCESS_LOCAL_WRITE) : nullptr;
         if (s.length && !p) {
           wc.status = IBV_WC_LOC_PROT_ERR;
           deliver(*peer, wc, true);
@@ -200,10 +205,8 @@ Qp::Result Qp::execute(const ibv_send_wr& wr) {
         return res;
       }
       if (total) {
-        uint8_t* dst = (target_access & IBV_ACCESS_REMOTE_WRITE)
-                           ? pm.translate(wr.wr.rdma.rkey, wr.wr.rdma.remote_addr, total,
-                                          IBV_ACCESS_REMOTE_WRITE)
-                           : nullptr;
+        uint8_t* dst =
+            remote(IBV_ACCESS_REMOTE_WRITE, wr.wr.rdma.rkey, wr.wr.rdma.remote_addr, total);
         if (!dst) {
           res.status = IBV_WC_REM_ACCESS_ERR;
           return res;
@@ -229,10 +232,8 @@ Qp::Result Qp::execute(const ibv_send_wr& wr) {
     }
     case IBV_WR_RDMA_READ: {
       if (total) {
-        uint8_t* src = (target_access & IBV_ACCESS_REMOTE_READ)
-                           ? pm.translate(wr.wr.rdma.rkey, wr.wr.rdma.remote_addr, total,
-                                          IBV_ACCESS_REMOTE_READ)
-                           : nullptr;
+        uint8_t* src =
+            remote(IBV_ACCESS_REMOTE_READ, wr.wr.rdma.rkey, wr.wr.rdma.remote_addr, total);
         if (!src) {
           res.status = IBV_WC_REM_ACCESS_ERR;
           return res;
@@ -254,9 +255,7 @@ Qp::Result Qp::execute(const ibv_send_wr& wr) {
         res.status = IBV_WC_REM_INV_REQ_ERR;
         return res;
       }
-      uint8_t* p = (target_access & IBV_ACCESS_REMOTE_ATOMIC)
-                       ? pm.translate(wr.wr.atomic.rkey, raddr, 8, IBV_ACCESS_REMOTE_ATOMIC)
-                       : nullptr;
+      uint8_t* p = remote(IBV_ACCESS_REMOTE_ATOMIC, wr.wr.atomic.rkey, raddr, 8);
       if (!p) {
         res.status = IBV_WC_REM_ACCESS_ERR;
         return res;
@@ -345,7 +344,8 @@ Qp::Result Qp::execute_ud(const ibv_send_wr& wr) {
   Peer& pm = *peer->peer;
   for (uint32_t i = 0; i < rwr.num_sge; ++i) {
     const ibv_sge& s = rwr.sge[i];
-    uint8_t* p = s.length ? pm.translate(s.lkey, s.addr, s.length, IBV_ACCESS_LOCAL_WRITE) : nullptr;
+    uint8_t* p =
+        s.length ? pm.translate(s.lkey, s.addr, s.length, IBV_ACCESS_LOCAL_WRITE) : nullptr;
     if (s.length && !p) {
       wc.status = IBV_WC_LOC_PROT_ERR;
       deliver(*peer, wc, true);
