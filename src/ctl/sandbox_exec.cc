@@ -22,19 +22,22 @@ namespace {
 inline constexpr const char* kLibDirEnv = "VRDMA_LIBDIR";
 inline constexpr const char* kNameEnv = "VRDMA_SANDBOX_NAME";
 
-// $VRDMA_LIBDIR, else the installed directory, else (a vrdma run from its
-// build tree, build/src/ctl/vrdma) the build's lib directory.
+// $VRDMA_LIBDIR; else, for a vrdma run from its build tree
+// (build/src/ctl/vrdma), that build's lib directory; else the installed one.
 std::string lib_dir() {
   const char* env = ::getenv(kLibDirEnv);
   if (env && *env) return env;
-  if (::access(VRDMA_LIBDIR "/libibverbs.so.1", R_OK) == 0) return VRDMA_LIBDIR;
   char self[4096];
   ssize_t n = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
   if (n > 0) {
     self[n] = 0;
-    std::string exe(self);
-    std::string build_lib = exe.substr(0, exe.rfind('/')) + "/../../lib";
-    if (::access((build_lib + "/libibverbs.so.1").c_str(), R_OK) == 0) return build_lib;
+    std::string dir(self);
+    dir = dir.substr(0, dir.rfind('/'));
+    const std::string tail = "/src/ctl";
+    if (dir.size() > tail.size() && dir.compare(dir.size() - tail.size(), tail.size(), tail) == 0) {
+      std::string build_lib = dir.substr(0, dir.size() - tail.size()) + "/lib";
+      if (::access((build_lib + "/libibverbs.so.1").c_str(), R_OK) == 0) return build_lib;
+    }
   }
   return VRDMA_LIBDIR;
 }
