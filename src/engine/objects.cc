@@ -147,10 +147,8 @@ int Cq::poll(int n, ibv_wc* wc) {
       got = ring::cq_poll(view_, n, wc);
       poll_lock_.unlock();
     }
-    if (view_.cq->overflow.load(std::memory_order_relaxed) && !overflow_reported_) {
-      overflow_reported_ = true;
+    if (view_.cq->overflow.load(std::memory_order_relaxed) && !overflow_reported_.exchange(true))
       ctx_.push_event(IBV_EVENT_CQ_ERR, user);
-    }
   }
   return got;
 }
@@ -162,10 +160,7 @@ int Cq::arm(bool solicited_only) {
 
 void Cq::push(const ibv_wc& wc, bool solicited) {
   if (!ring::cq_push(view_, wc)) {
-    if (!overflow_reported_) {
-      overflow_reported_ = true;
-      ctx_.push_event(IBV_EVENT_CQ_ERR, user);
-    }
+    if (!overflow_reported_.exchange(true)) ctx_.push_event(IBV_EVENT_CQ_ERR, user);
     return;
   }
   if (channel_ && ring::cq_should_notify(view_.cq, solicited)) {

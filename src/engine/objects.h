@@ -129,7 +129,7 @@ class Cq {
   uint32_t offset_ = 0;
   ring::CqView view_;
   SpinLock poll_lock_;
-  bool overflow_reported_ = false;
+  std::atomic<bool> overflow_reported_{false};
   std::mutex ev_mu_;
   std::condition_variable ev_cv_;
   uint64_t delivered_ = 0, acked_ = 0;

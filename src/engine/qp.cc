@@ -75,8 +75,6 @@ int Qp::init(ibv_qp_cap& cap) {
     rq_ = ring::RqView{rq, cap_.max_recv_wr - 1, cap_.max_recv_sge, rq->entry_size};
     shared_->rq_offset = rq_off;
   }
-  send_cq_view_ = ring::CqView{dev.arena().at<shm::CqShared>(send_cq_->offset()),
-                               static_cast<uint32_t>(send_cq_->capacity() - 1)};
 
   proto::AllocQpnReq req{static_cast<uint32_t>(type_), offset_};
   auto reply = std::make_unique<Packet>();
@@ -366,15 +364,7 @@ void Qp::complete(const ibv_send_wr& wr, const Result& r) {
       wc.opcode = IBV_WC_SEND;
       break;
   }
-  if (!ring::cq_push(send_cq_view_, wc)) {
-    send_cq_->push(wc, false);  // reports the overflow
-    return;
-  }
-  if (Channel* ch = send_cq_->channel())
-    if (ring::cq_should_notify(send_cq_view_.cq, false)) {
-      uint64_t one = 1;
-      [[maybe_unused]] ssize_t n = ::write(ch->fd(), &one, sizeof(one));
-    }
+  send_cq_->push(wc, false);
 }
 
 void Qp::enqueue(const ibv_send_wr& wr) {

@@ -90,7 +90,6 @@ class Qp {
   uint32_t offset_ = 0;
   shm::QpShared* shared_ = nullptr;
   ring::RqView rq_;
-  ring::CqView send_cq_view_;
   ibv_qp_cap cap_{};
   ibv_qp_attr attr_{};  // what modify has set, for query
   SpinLock lock_;
