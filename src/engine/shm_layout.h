@@ -84,9 +84,11 @@ struct RecvEntry {
   ibv_sge sge[];
 };
 
+// Whole cache lines per entry: the owner writing one entry never takes the
+// line from under a sender reading its neighbour.
 inline constexpr uint32_t recv_entry_size(uint32_t max_sge) {
   uint32_t n = static_cast<uint32_t>(sizeof(RecvEntry) + max_sge * sizeof(ibv_sge));
-  return (n + 15u) & ~15u;
+  return (n + kCacheLine - 1) & ~(kCacheLine - 1);
 }
 
 struct alignas(kCacheLine) Cqe {
