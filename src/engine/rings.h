@@ -83,6 +83,12 @@ inline bool cq_push(const CqView& v, const ibv_wc& wc) {
   }
 }
 
+// Consumer side: whether a completion is waiting, without taking it.
+inline bool cq_ready(const CqView& v) {
+  uint64_t pos = v.cq->head.load(std::memory_order_relaxed);
+  return v.cq->entries[pos & v.mask].seq.load(std::memory_order_acquire) == pos + 1;
+}
+
 // Consumer side (the owner only). Returns the number of completions taken.
 inline int cq_poll(const CqView& v, int max, ibv_wc* out) {
   shm::CqShared* cq = v.cq;
