@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -13,9 +14,11 @@ Arena::~Arena() {
 }
 
 int Arena::create(uint32_t client_id) {
-  fd_ = ::memfd_create("vrdma-arena", MFD_CLOEXEC);
+  fd_ = ::memfd_create("vrdma-arena", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (fd_ < 0) return errno;
   if (::ftruncate(fd_, shm::kArenaSize) < 0) return errno;
+  // Peers map this file: nobody may shrink it under them (that would fault).
+  if (::fcntl(fd_, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0) return errno;
   void* p = ::mmap(nullptr, shm::kArenaSize, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0);
   if (p == MAP_FAILED) return errno;
   base_ = static_cast<uint8_t*>(p);

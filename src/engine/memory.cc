@@ -1,6 +1,7 @@
 #include "engine/memory.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -30,9 +31,11 @@ size_t MemoryRegistry::count() const {
 // range, failing with EFAULT where nothing is mapped).
 static int make_backing(uint64_t start, uint64_t end, int& fd_out) {
   size_t len = end - start;
-  int fd = ::memfd_create("vrdma-mr", MFD_CLOEXEC);
+  int fd = ::memfd_create("vrdma-mr", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (fd < 0) return errno;
-  if (::ftruncate(fd, static_cast<off_t>(len)) < 0) {
+  // Peers map this file: nobody may shrink it under them (that would fault).
+  if (::ftruncate(fd, static_cast<off_t>(len)) < 0 ||
+      ::fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0) {
     int e = errno;
     ::close(fd);
     return e;
