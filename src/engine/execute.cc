@@ -68,6 +68,22 @@ void count_rx(shm::QpShared& qp, uint64_t bytes) {
   c.rx_bytes.store(c.rx_bytes.load(std::memory_order_relaxed) + bytes, std::memory_order_relaxed);
 }
 
+// The completion a receive gets for an incoming SEND or WRITE_WITH_IMM.
+ibv_wc recv_wc(const ring::RecvWr& rwr, const PeerQp& p, uint32_t src_qpn, ibv_wc_opcode op,
+               uint64_t len, const ibv_send_wr& wr) {
+  ibv_wc wc{};
+  wc.wr_id = rwr.wr_id;
+  wc.opcode = op;
+  wc.qp_num = p.qpn;
+  wc.src_qp = src_qpn;
+  wc.byte_len = static_cast<uint32_t>(len);
+  if (wr.opcode == IBV_WR_SEND_WITH_IMM || wr.opcode == IBV_WR_RDMA_WRITE_WITH_IMM) {
+    wc.wc_flags = IBV_WC_WITH_IMM;
+    wc.imm_data = wr.imm_data;
+  }
+  return wc;
+}
+
 void deliver(const PeerQp& p, const ibv_wc& wc, bool solicited) {
   ring::cq_push(p.recv_cq, wc);
   notify(p, solicited);
@@ -159,16 +175,7 @@ Qp::Result Qp::execute(const ibv_send_wr& wr) {
         res.block = Block::kRnr;
         return res;
       }
-      ibv_wc wc{};
-      wc.wr_id = rwr.wr_id;
-      wc.opcode = IBV_WC_RECV;
-      wc.qp_num = peer->qpn;
-      wc.src_qp = qpn_;
-      wc.byte_len = static_cast<uint32_t>(total);
-      if (imm) {
-        wc.wc_flags = IBV_WC_WITH_IMM;
-        wc.imm_data = wr.imm_data;
-      }
+      ibv_wc wc = recv_wc(rwr, *peer, qpn_, IBV_WC_RECV, total, wr);
       Seg remote[shm::kMaxRecvSge];
       uint64_t room = 0;
       int nr = 0;
@@ -215,15 +222,7 @@ Qp::Result Qp::execute(const ibv_send_wr& wr) {
         copy_segs(&d, 1, local, nl, total);
       }
       if (imm) {
-        ibv_wc wc{};
-        wc.wr_id = rwr.wr_id;
-        wc.opcode = IBV_WC_RECV_RDMA_WITH_IMM;
-        wc.qp_num = peer->qpn;
-        wc.src_qp = qpn_;
-        wc.byte_len = static_cast<uint32_t>(total);
-        wc.wc_flags = IBV_WC_WITH_IMM;
-        wc.imm_data = wr.imm_data;
-        deliver(*peer, wc, solicited);
+        deliver(*peer, recv_wc(rwr, *peer, qpn_, IBV_WC_RECV_RDMA_WITH_IMM, total, wr), solicited);
       } else {
         count_rx(*peer->qp, total);
       }
@@ -314,17 +313,8 @@ Qp::Result Qp::execute_ud(const ibv_send_wr& wr) {
   if (qkey != peer->qp->qkey.load(std::memory_order_relaxed)) return res;
   ring::RecvWr rwr;
   if (!ring::rq_pop(peer->rq, rwr)) return res;
-  ibv_wc wc{};
-  wc.wr_id = rwr.wr_id;
-  wc.opcode = IBV_WC_RECV;
-  wc.qp_num = peer->qpn;
-  wc.src_qp = qpn_;
-  wc.byte_len = static_cast<uint32_t>(total + 40);
-  wc.wc_flags = IBV_WC_GRH;
-  if (wr.opcode == IBV_WR_SEND_WITH_IMM) {
-    wc.wc_flags |= IBV_WC_WITH_IMM;
-    wc.imm_data = wr.imm_data;
-  }
+  ibv_wc wc = recv_wc(rwr, *peer, qpn_, IBV_WC_RECV, total + 40, wr);
+  wc.wc_flags |= IBV_WC_GRH;
   // The first 40 bytes of the receive buffers take the GRH (RoCEv2 over IPv4:
   // 20 reserved bytes, then an IPv4 header with our and the peer's address).
   uint8_t grh[40] = {};

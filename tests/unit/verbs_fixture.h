@@ -137,6 +137,36 @@ class VerbsTest : public ::testing::Test {
     ASSERT_EQ(to_rts(b, rnr_retry), 0);
   }
 
+  // Posts one receive of `len` bytes at the start of `b`; returns ibv_post_recv's result.
+  static int post_recv(ibv_qp* q, Buffer& b, uint32_t len, uint64_t wr_id = 0) {
+    ibv_sge sge{b.addr(), len, b.mr->lkey};
+    ibv_recv_wr wr{};
+    wr.wr_id = wr_id;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    ibv_recv_wr* bad;
+    return ibv_post_recv(q, &wr, &bad);
+  }
+
+  // A one-SGE work request; `sge` must outlive the post.
+  static ibv_send_wr send_wr(ibv_wr_opcode op, ibv_sge& sge, int flags = IBV_SEND_SIGNALED) {
+    ibv_send_wr wr{};
+    wr.opcode = op;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.send_flags = flags;
+    return wr;
+  }
+
+  // Posts one work request and returns the status of its one completion.
+  static ibv_wc_status complete_one(ibv_qp* q, ibv_send_wr& wr, ibv_cq* c) {
+    ibv_send_wr* bad;
+    EXPECT_EQ(ibv_post_send(q, &wr, &bad), 0);
+    auto w = poll(c, 1);
+    EXPECT_EQ(w.size(), 1u);
+    return w.empty() ? IBV_WC_GENERAL_ERR : w[0].status;
+  }
+
   // Polls until n completions arrived or the time is up.
   static std::vector<ibv_wc> poll(ibv_cq* c, int n, int timeout_ms = 5000) {
     std::vector<ibv_wc> out;

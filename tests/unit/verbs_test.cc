@@ -231,12 +231,7 @@ TEST_F(VerbsTest, InlineSendNeedsNoRegisteredBuffer) {
   ibv_qp* b = qp(c2, c2);
   connect(a, b);
   Buffer& dst = buffer(256);
-  ibv_sge rs{dst.addr(), 256, dst.mr->lkey};
-  ibv_recv_wr rwr{};
-  rwr.sg_list = &rs;
-  rwr.num_sge = 1;
-  ibv_recv_wr* rbad;
-  ASSERT_EQ(ibv_post_recv(b, &rwr, &rbad), 0);
+  ASSERT_EQ(post_recv(b, dst, 256), 0);
   char msg[200];
   fill_random(reinterpret_cast<uint8_t*>(msg), sizeof(msg), 5);
   ibv_sge sg{reinterpret_cast<uint64_t>(msg), sizeof(msg), 0};
@@ -370,11 +365,7 @@ TEST_F(ErrorTest, OutOfBoundsIsRemoteAccessError) {
   Buffer& dst = buffer(4096);
   ibv_sge sg{src.addr(), 128, src.mr->lkey};
   ibv_send_wr wr = write_wr(sg, dst.addr() + 4096 - 64, dst.mr->rkey);
-  ibv_send_wr* bad;
-  ASSERT_EQ(ibv_post_send(a, &wr, &bad), 0);
-  auto w = poll(c1, 1);
-  ASSERT_EQ(w.size(), 1u);
-  EXPECT_EQ(w[0].status, IBV_WC_REM_ACCESS_ERR);
+  EXPECT_EQ(complete_one(a, wr, c1), IBV_WC_REM_ACCESS_ERR);
 }
 
 TEST_F(ErrorTest, MissingRemoteRightsIsRemoteAccessError) {
@@ -383,11 +374,7 @@ TEST_F(ErrorTest, MissingRemoteRightsIsRemoteAccessError) {
   Buffer& ro = buffer(4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
   ibv_sge sg{src.addr(), 64, src.mr->lkey};
   ibv_send_wr wr = write_wr(sg, ro.addr(), ro.mr->rkey);
-  ibv_send_wr* bad;
-  ASSERT_EQ(ibv_post_send(a, &wr, &bad), 0);
-  auto w = poll(c1, 1);
-  ASSERT_EQ(w.size(), 1u);
-  EXPECT_EQ(w[0].status, IBV_WC_REM_ACCESS_ERR);
+  EXPECT_EQ(complete_one(a, wr, c1), IBV_WC_REM_ACCESS_ERR);
 }
 
 TEST_F(ErrorTest, BadLkeyIsLocalProtectionError) {
@@ -408,16 +395,8 @@ TEST_F(ErrorTest, NoReceiveExhaustsRnrRetries) {
   connect(a, b, /*rnr_retry=*/2, /*min_rnr_timer=*/1);
   Buffer& src = buffer(4096);
   ibv_sge sg{src.addr(), 64, src.mr->lkey};
-  ibv_send_wr wr{};
-  wr.opcode = IBV_WR_SEND;
-  wr.sg_list = &sg;
-  wr.num_sge = 1;
-  wr.send_flags = IBV_SEND_SIGNALED;
-  ibv_send_wr* bad;
-  ASSERT_EQ(ibv_post_send(a, &wr, &bad), 0);
-  auto w = poll(c1, 1);
-  ASSERT_EQ(w.size(), 1u);
-  EXPECT_EQ(w[0].status, IBV_WC_RNR_RETRY_EXC_ERR);
+  ibv_send_wr wr = send_wr(IBV_WR_SEND, sg);
+  EXPECT_EQ(complete_one(a, wr, c1), IBV_WC_RNR_RETRY_EXC_ERR);
 }
 
 TEST_F(ErrorTest, InfiniteRnrRetryWaitsForTheReceive) {
@@ -426,21 +405,12 @@ TEST_F(ErrorTest, InfiniteRnrRetryWaitsForTheReceive) {
   Buffer& dst = buffer(4096);
   fill_random(src.data(), 100, 3);
   ibv_sge sg{src.addr(), 100, src.mr->lkey};
-  ibv_send_wr wr{};
-  wr.opcode = IBV_WR_SEND;
-  wr.sg_list = &sg;
-  wr.num_sge = 1;
-  wr.send_flags = IBV_SEND_SIGNALED;
+  ibv_send_wr wr = send_wr(IBV_WR_SEND, sg);
   ibv_send_wr* bad;
   ASSERT_EQ(ibv_post_send(a, &wr, &bad), 0);
   // No completion while nothing is posted: the sender waits.
   EXPECT_TRUE(poll(c1, 1, 100).empty());
-  ibv_sge rs{dst.addr(), 4096, dst.mr->lkey};
-  ibv_recv_wr rwr{};
-  rwr.sg_list = &rs;
-  rwr.num_sge = 1;
-  ibv_recv_wr* rbad;
-  ASSERT_EQ(ibv_post_recv(b, &rwr, &rbad), 0);
+  ASSERT_EQ(post_recv(b, dst, 4096), 0);
   // The progress thread delivers it without the sender polling its CQ in a loop.
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   auto r = poll(c2, 1);
@@ -459,11 +429,7 @@ TEST_F(ErrorTest, UnknownDestinationTimesOutWithRetryExceeded) {
   Buffer& src = buffer(4096);
   ibv_sge sg{src.addr(), 64, src.mr->lkey};
   ibv_send_wr wr = write_wr(sg, 0x1000, 1234);
-  ibv_send_wr* bad;
-  ASSERT_EQ(ibv_post_send(a, &wr, &bad), 0);
-  auto w = poll(c1, 1);
-  ASSERT_EQ(w.size(), 1u);
-  EXPECT_EQ(w[0].status, IBV_WC_RETRY_EXC_ERR);
+  EXPECT_EQ(complete_one(a, wr, c1), IBV_WC_RETRY_EXC_ERR);
 }
 
 TEST_F(ErrorTest, ErrorStateFlushesPostedReceives) {
@@ -494,18 +460,9 @@ TEST_F(ErrorTest, ReceiveTooSmallIsLengthError) {
   connect(a, b);
   Buffer& src = buffer(4096);
   Buffer& dst = buffer(4096);
-  ibv_sge rs{dst.addr(), 16, dst.mr->lkey};
-  ibv_recv_wr rwr{};
-  rwr.sg_list = &rs;
-  rwr.num_sge = 1;
-  ibv_recv_wr* rbad;
-  ASSERT_EQ(ibv_post_recv(b, &rwr, &rbad), 0);
+  ASSERT_EQ(post_recv(b, dst, 16), 0);
   ibv_sge sg{src.addr(), 64, src.mr->lkey};
-  ibv_send_wr wr{};
-  wr.opcode = IBV_WR_SEND;
-  wr.sg_list = &sg;
-  wr.num_sge = 1;
-  wr.send_flags = IBV_SEND_SIGNALED;
+  ibv_send_wr wr = send_wr(IBV_WR_SEND, sg);
   ibv_send_wr* bad;
   ASSERT_EQ(ibv_post_send(a, &wr, &bad), 0);
   auto w = poll(c1, 1);
@@ -525,11 +482,7 @@ TEST_F(VerbsTest, CqOverflowRaisesCqError) {
   Buffer& src = buffer(4096);
   Buffer& dst = buffer(4096);
   ibv_sge sg{src.addr(), 8, src.mr->lkey};
-  ibv_send_wr wr{};
-  wr.opcode = IBV_WR_RDMA_WRITE;
-  wr.sg_list = &sg;
-  wr.num_sge = 1;
-  wr.send_flags = IBV_SEND_SIGNALED;
+  ibv_send_wr wr = send_wr(IBV_WR_RDMA_WRITE, sg);
   wr.wr.rdma.remote_addr = dst.addr();
   wr.wr.rdma.rkey = dst.mr->rkey;
   ibv_send_wr* bad;
