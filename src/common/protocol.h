@@ -36,8 +36,28 @@ enum class Op : uint16_t {
   kFreeKey = 8,    // FreeKeyReq -> (empty)
   kStatus = 9,     // (empty) -> JSON text
   kDropFd = 10,    // DropFdReq -> (empty): forget a descriptor given with PutFd
+  // rdma_cm (connection manager), see "Connection manager" below.
+  kCmListen = 11,      // CmListenReq -> CmListenRep
+  kCmUnlisten = 12,    // CmUnlistenReq -> (empty)
+  kCmResolve = 13,     // CmResolveReq -> CmResolveRep
+  kCmConnect = 14,     // CmConnectReq -> CmConnectRep
+  kCmAccept = 15,      // CmAcceptReq -> (empty); the connector gets CmReply
+  kCmReject = 16,      // CmRejectReq -> (empty); the connector gets CmRejected
+  kCmRtu = 17,         // CmConnReq -> (empty); the acceptor gets CmEstablished
+  kCmDisconnect = 18,  // CmConnReq -> (empty); the other side gets CmDisconnected
   kQpFatal = 100,  // daemon -> client, seq 0: QpFatalEvent
+  // daemon -> client, seq 0, connection manager events.
+  kCmRequest = 101,       // CmRequestEvent, to the listener's client
+  kCmReply = 102,         // CmEvent, to the connector: the peer accepted
+  kCmRejected = 103,      // CmEvent, to the connector: rejected (reason 0) or refused
+  kCmEstablished = 104,   // CmEvent, to the acceptor: the connector sent its RTU
+  kCmDisconnected = 105,  // CmEvent, to the other side of a connection
 };
+
+inline constexpr bool is_cm_event(uint16_t op) {
+  return op >= static_cast<uint16_t>(Op::kCmRequest) &&
+         op <= static_cast<uint16_t>(Op::kCmDisconnected);
+}
 
 struct Header {
   uint32_t magic;
@@ -134,6 +154,117 @@ enum class FatalReason : uint32_t { kPeerGone = 1 };
 struct QpFatalEvent {
   uint32_t qpn;  // the receiving client's QP whose peer is gone
   uint32_t reason;
+};
+
+// ---- Connection manager (rdma_cm) -------------------------------------------------------
+// Addresses are IPv4 in network byte order, ports in host byte order. The daemon owns the
+// host's listener table ((ip, port) -> client) and the connections between a connector
+// ("active" side) and an acceptor ("passive" side); QPs stay the clients' own. Cookies are
+// chosen by the client to find its own objects again in events; the daemon only echoes them.
+// Connection ids are chosen by the daemon, unique per daemon lifetime, never 0.
+inline constexpr size_t kCmPrivateData = 56;  // the smallest rdma_cm private data (REQ over IB)
+
+struct CmParams {
+  uint8_t responder_resources;
+  uint8_t initiator_depth;
+  uint8_t retry_count;
+  uint8_t rnr_retry_count;
+};
+
+// ipv4 0 is the wildcard, meaning the client's own address. Another address than the
+// client's own is EADDRNOTAVAIL; an (ip, port) already listened on on this host EADDRINUSE.
+struct CmListenReq {
+  uint32_t ipv4;
+  uint16_t port;
+  uint16_t reserved;
+  uint64_t cookie;
+};
+struct CmListenRep {
+  uint32_t ipv4;  // the address listened on
+};
+struct CmUnlistenReq {
+  uint32_t ipv4;
+  uint16_t port;
+  uint16_t reserved;
+};
+
+// Whether the destination can be reached; EHOSTUNREACH if not.
+struct CmResolveReq {
+  uint32_t dst_ipv4;
+};
+struct CmResolveRep {
+  uint32_t src_ipv4;  // the client's own address
+};
+
+struct CmConnectReq {
+  uint32_t dst_ipv4;
+  uint16_t dst_port;
+  uint16_t src_port;
+  uint32_t local_qpn;
+  uint32_t qp_type;  // QpType (RC, UC, or UD for a SIDR-style exchange)
+  uint32_t qkey;     // UD
+  CmParams params;
+  uint8_t private_len;
+  uint8_t reserved[3];
+  uint8_t private_data[kCmPrivateData];
+  uint64_t cookie;  // echoed in the connector's events
+};
+// Errors: ECONNREFUSED (no listener, or refused by policy), EHOSTUNREACH.
+struct CmConnectRep {
+  uint32_t conn_id;
+};
+
+struct CmRequestEvent {
+  uint32_t conn_id;
+  uint32_t remote_qpn;
+  uint64_t listen_cookie;
+  uint32_t src_ipv4;  // the connector
+  uint32_t dst_ipv4;  // the listener's address
+  uint16_t src_port;
+  uint16_t dst_port;
+  uint32_t qp_type;
+  uint32_t qkey;
+  CmParams params;
+  uint8_t private_len;
+  uint8_t reserved[3];
+  uint8_t private_data[kCmPrivateData];
+};
+
+struct CmAcceptReq {
+  uint32_t conn_id;
+  uint32_t local_qpn;
+  uint32_t qkey;  // UD
+  CmParams params;
+  uint8_t private_len;
+  uint8_t reserved[3];
+  uint8_t private_data[kCmPrivateData];
+};
+
+struct CmRejectReq {
+  uint32_t conn_id;
+  uint8_t private_len;
+  uint8_t reserved[3];
+  uint8_t private_data[kCmPrivateData];
+};
+
+// CmRtu (from the connector) and CmDisconnect (from either side; one client may hold both).
+struct CmConnReq {
+  uint32_t conn_id;
+  uint32_t passive;  // 1: the sender speaks as the acceptor, 0: as the connector
+};
+
+// Reply, Rejected, Established, Disconnected. `cookie` is the connector's cookie in events to
+// the connector and 0 in events to the acceptor (which knows the connection by conn_id).
+struct CmEvent {
+  uint32_t conn_id;
+  int32_t reason;  // Rejected: 0 rejected by the peer, else ECONNREFUSED (no listener, gone)
+  uint64_t cookie;
+  uint32_t remote_qpn;  // Reply
+  uint32_t qkey;        // Reply (UD)
+  CmParams params;      // Reply
+  uint8_t private_len;  // Reply, Rejected
+  uint8_t reserved[3];
+  uint8_t private_data[kCmPrivateData];
 };
 
 }  // namespace vrdma::proto

@@ -109,8 +109,7 @@ std::string IdentityResolver::lookup_name(const NetnsId& ns) const {
   return name;
 }
 
-int IdentityResolver::resolve_foreign(pid_t pid, const NetnsId& ns, Entry* out,
-                                      std::string* why) {
+int IdentityResolver::resolve_foreign(pid_t pid, const NetnsId& ns, Entry* out, std::string* why) {
   std::string path = "/proc/" + std::to_string(pid) + "/ns/net";
   UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (!fd) {
@@ -131,8 +130,7 @@ int IdentityResolver::resolve_foreign(pid_t pid, const NetnsId& ns, Entry* out,
   }
   out->ipv4 = first_ipv4_of_current_netns();
   if (::setns(own_fd_.get(), CLONE_NEWNET) < 0) {
-    LOG_ERROR("cannot return to the daemon's own network namespace: %s; aborting",
-              strerror(errno));
+    LOG_ERROR("cannot return to the daemon's own network namespace: %s; aborting", strerror(errno));
     std::abort();
   }
   out->container = lookup_name(ns);

@@ -49,7 +49,9 @@ Daemon::Daemon(DaemonConfig config)
       boot_(random64()),
       packet_(std::make_unique<Packet>()) {}
 
-Daemon::~Daemon() { shutdown_all(); }
+Daemon::~Daemon() {
+  shutdown_all();
+}
 
 int Daemon::start() {
   if (started_) return -EALREADY;
@@ -151,7 +153,8 @@ void Daemon::shutdown_all() {
   std::vector<uint32_t> ids;
   for (auto& [id, c] : clients_) ids.push_back(id);
   for (uint32_t id : ids)
-    if (auto it = clients_.find(id); it != clients_.end()) drop(*it->second, "daemon stopping", false);
+    if (auto it = clients_.find(id); it != clients_.end())
+      drop(*it->second, "daemon stopping", false);
   doomed_.clear();
   if (listen_) {
     listen_.reset();
@@ -297,17 +300,19 @@ void Daemon::drop(Client& c, const std::string& why, bool notify_peers) {
       }
     }
   }
-  // 3. Forget everything it had.
+  // 3. Forget everything it had (its rdma_cm peers are told, unless the daemon is stopping).
+  cm_client_gone(id, notify_peers);
   registry_.remove_client(id);
   const size_t nfds = c.fds.size();
   c.fds.clear();
   c.arena.unmap();
   if (c.identified) identity_.release(c.ident.netns);
   if (c.identified) {
-    LOG_INFO("client %u %s: pid=%d container=%s; freed %zu QP(s), %zu key(s), %zu fd(s); "
-             "notified %zu peer QP(s)",
-             id, why.c_str(), c.ident.pid, c.ident.container.c_str(), qpns.size(), nkeys, nfds,
-             notified);
+    LOG_INFO(
+        "client %u %s: pid=%d container=%s; freed %zu QP(s), %zu key(s), %zu fd(s); "
+        "notified %zu peer QP(s)",
+        id, why.c_str(), c.ident.pid, c.ident.container.c_str(), qpns.size(), nkeys, nfds,
+        notified);
   } else {
     LOG_INFO("client %u %s (unidentified)", id, why.c_str());
   }

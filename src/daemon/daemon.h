@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstdint>
 #include <map>
+#include <set>
 #include <memory>
 #include <span>
 #include <string>
@@ -21,6 +22,7 @@
 #include "common/unix_socket.h"
 #include "daemon/arena.h"
 #include "daemon/client_identity.h"
+#include "daemon/cm.h"
 #include "daemon/config.h"
 #include "daemon/decode.h"
 #include "daemon/registry.h"
@@ -74,14 +76,14 @@ class Daemon {
   void on_client_event(uint32_t id, uint32_t events);
   void handle_packet(Client& c, Packet& p, int payload_len);
   void fail(Client& c, const std::string& why);  // schedule a drop
-  void reap();                                    // drop every scheduled client
+  void reap();                                   // drop every scheduled client
   void drop(Client& c, const std::string& why, bool notify_peers);
   void shutdown_all();
   Client* find_live(uint32_t id);
 
   // Replies. A send that fails for any reason (EAGAIN included) drops the client.
-  bool send(Client& c, proto::Op op, uint32_t seq, int32_t status, const void* payload,
-            size_t len, std::span<const int> fds = {});
+  bool send(Client& c, proto::Op op, uint32_t seq, int32_t status, const void* payload, size_t len,
+            std::span<const int> fds = {});
   bool reply_error(Client& c, const Decoded& d, int error);
 
   // Ops (ops.cc).
@@ -98,6 +100,24 @@ class Daemon {
   // Seam for the cross-host router: a destination that is not one of this host's clients.
   int route_remote(Client& c, const proto::ConnectQpReq& r, uint32_t dest_ipv4);
 
+  // Connection manager (cm.cc).
+  void handle_cm(Client& c, const Decoded& d);
+  void op_cm_listen(Client& c, const Decoded& d, const proto::CmListenReq& r);
+  void op_cm_unlisten(Client& c, const Decoded& d, const proto::CmUnlistenReq& r);
+  void op_cm_resolve(Client& c, const Decoded& d, const proto::CmResolveReq& r);
+  void op_cm_connect(Client& c, const Decoded& d, const proto::CmConnectReq& r);
+  void op_cm_accept(Client& c, const Decoded& d, const proto::CmAcceptReq& r);
+  void op_cm_reject(Client& c, const Decoded& d, const proto::CmRejectReq& r);
+  void op_cm_rtu(Client& c, const Decoded& d, const proto::CmConnReq& r);
+  void op_cm_disconnect(Client& c, const Decoded& d, const proto::CmConnReq& r);
+  void cm_send(uint32_t client, proto::Op op, const proto::CmEvent& ev);
+  // Forgets the client's listeners and connections and tells the other sides (if notify).
+  void cm_client_gone(uint32_t client, bool notify);
+  bool owns_ipv4(uint32_t ipv4) const;
+  // Seam for the cross-host router: an rdma_cm destination that is not one of this host's
+  // clients. Returns the error to reply with (EHOSTUNREACH until routers exist).
+  int cm_route_remote(Client& c, uint32_t dst_ipv4);
+
   std::string status_text(const Client& viewer);
   bool sees_everything(const Client& viewer) const;
   std::string tenant_of(const Identity& ident) const;
@@ -105,6 +125,11 @@ class Daemon {
   DaemonConfig cfg_;
   IdentityResolver identity_;
   Registry registry_;
+  CmTable cm_;
+  // Addresses of the containers whose programs have said Hello since the daemon started: the
+  // addresses this host answers for in rdma_cm (a connect there without a listener is refused
+  // rather than unreachable).
+  std::set<uint32_t> seen_ipv4_;
   UniqueFd listen_;
   UniqueFd epoll_;
   UniqueFd wake_;   // eventfd written by stop()

@@ -58,6 +58,22 @@ Decoded validate(Decoded d) {
       return make(Verdict::kInvalid, EINVAL, "qp offset alignment");
   } else if (auto* k = std::get_if<proto::AllocKeyReq>(&d.body)) {
     if (k->index >= shm::kMrSlots) return make(Verdict::kInvalid, EINVAL, "mr index");
+  } else if (auto* c = std::get_if<proto::CmConnectReq>(&d.body)) {
+    if (!valid_qp_type(c->qp_type)) return make(Verdict::kInvalid, EINVAL, "qp type");
+    if (c->private_len > proto::kCmPrivateData)
+      return make(Verdict::kInvalid, EINVAL, "private data length");
+    if (c->dst_port == 0) return make(Verdict::kInvalid, EINVAL, "port 0");
+  } else if (auto* a = std::get_if<proto::CmAcceptReq>(&d.body)) {
+    if (a->private_len > proto::kCmPrivateData)
+      return make(Verdict::kInvalid, EINVAL, "private data length");
+  } else if (auto* r = std::get_if<proto::CmRejectReq>(&d.body)) {
+    if (r->private_len > proto::kCmPrivateData)
+      return make(Verdict::kInvalid, EINVAL, "private data length");
+  } else if (auto* cr = std::get_if<proto::CmConnReq>(&d.body)) {
+    if (cr->passive > 1) return make(Verdict::kInvalid, EINVAL, "side");
+    if (d.op == Op::kCmRtu && cr->passive) return make(Verdict::kInvalid, EINVAL, "side");
+  } else if (auto* l = std::get_if<proto::CmListenReq>(&d.body)) {
+    if (l->port == 0) return make(Verdict::kInvalid, EINVAL, "port 0");
   }
   d.verdict = Verdict::kOk;
   return d;
@@ -65,7 +81,9 @@ Decoded validate(Decoded d) {
 
 }  // namespace
 
-int expected_fds(proto::Op op) { return op == Op::kPutFd ? 1 : 0; }
+int expected_fds(proto::Op op) {
+  return op == Op::kPutFd ? 1 : 0;
+}
 
 Decoded decode_request(const proto::Header& header, std::span<const uint8_t> received_payload,
                        int nfds, bool truncated) {
@@ -81,15 +99,55 @@ Decoded decode_request(const proto::Header& header, std::span<const uint8_t> rec
   RequestBody body;
   bool size_ok = false;
   switch (op) {
-    case Op::kHello: size_ok = copy_out<proto::HelloReq>(received_payload, &body); break;
-    case Op::kPutFd: size_ok = copy_out<proto::PutFdReq>(received_payload, &body); break;
-    case Op::kGetFd: size_ok = copy_out<proto::GetFdReq>(received_payload, &body); break;
-    case Op::kAllocQpn: size_ok = copy_out<proto::AllocQpnReq>(received_payload, &body); break;
-    case Op::kFreeQpn: size_ok = copy_out<proto::FreeQpnReq>(received_payload, &body); break;
-    case Op::kConnectQp: size_ok = copy_out<proto::ConnectQpReq>(received_payload, &body); break;
-    case Op::kAllocKey: size_ok = copy_out<proto::AllocKeyReq>(received_payload, &body); break;
-    case Op::kFreeKey: size_ok = copy_out<proto::FreeKeyReq>(received_payload, &body); break;
-    case Op::kDropFd: size_ok = copy_out<proto::DropFdReq>(received_payload, &body); break;
+    case Op::kHello:
+      size_ok = copy_out<proto::HelloReq>(received_payload, &body);
+      break;
+    case Op::kPutFd:
+      size_ok = copy_out<proto::PutFdReq>(received_payload, &body);
+      break;
+    case Op::kGetFd:
+      size_ok = copy_out<proto::GetFdReq>(received_payload, &body);
+      break;
+    case Op::kAllocQpn:
+      size_ok = copy_out<proto::AllocQpnReq>(received_payload, &body);
+      break;
+    case Op::kFreeQpn:
+      size_ok = copy_out<proto::FreeQpnReq>(received_payload, &body);
+      break;
+    case Op::kConnectQp:
+      size_ok = copy_out<proto::ConnectQpReq>(received_payload, &body);
+      break;
+    case Op::kAllocKey:
+      size_ok = copy_out<proto::AllocKeyReq>(received_payload, &body);
+      break;
+    case Op::kFreeKey:
+      size_ok = copy_out<proto::FreeKeyReq>(received_payload, &body);
+      break;
+    case Op::kDropFd:
+      size_ok = copy_out<proto::DropFdReq>(received_payload, &body);
+      break;
+    case Op::kCmListen:
+      size_ok = copy_out<proto::CmListenReq>(received_payload, &body);
+      break;
+    case Op::kCmUnlisten:
+      size_ok = copy_out<proto::CmUnlistenReq>(received_payload, &body);
+      break;
+    case Op::kCmResolve:
+      size_ok = copy_out<proto::CmResolveReq>(received_payload, &body);
+      break;
+    case Op::kCmConnect:
+      size_ok = copy_out<proto::CmConnectReq>(received_payload, &body);
+      break;
+    case Op::kCmAccept:
+      size_ok = copy_out<proto::CmAcceptReq>(received_payload, &body);
+      break;
+    case Op::kCmReject:
+      size_ok = copy_out<proto::CmRejectReq>(received_payload, &body);
+      break;
+    case Op::kCmRtu:
+    case Op::kCmDisconnect:
+      size_ok = copy_out<proto::CmConnReq>(received_payload, &body);
+      break;
     case Op::kStatus:
       size_ok = received_payload.empty();
       body = StatusReq{};

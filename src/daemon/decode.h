@@ -16,7 +16,10 @@ struct StatusReq {};
 using RequestBody =
     std::variant<std::monostate, proto::HelloReq, proto::PutFdReq, proto::GetFdReq,
                  proto::AllocQpnReq, proto::FreeQpnReq, proto::ConnectQpReq, proto::AllocKeyReq,
-                 proto::FreeKeyReq, StatusReq, proto::DropFdReq>;
+                 proto::FreeKeyReq, StatusReq, proto::DropFdReq, proto::CmListenReq,
+                 proto::CmUnlistenReq, proto::CmResolveReq, proto::CmConnectReq, proto::CmAcceptReq,
+                 proto::CmRejectReq,
+                 proto::CmConnReq>;  // CmConnReq: kCmRtu and kCmDisconnect (see Decoded::op)
 
 enum class Verdict : uint8_t {
   kOk,         // body holds the request, copied out of the packet

@@ -55,8 +55,7 @@ int main(int argc, char** argv) {
   std::string level = "info";
   app.add_option("--socket", cfg.socket_path,
                  "Unix socket to serve (default: $VRDMA_SOCKET or /run/vrdma/vrdmad.sock)");
-  app.add_option("--host-id", cfg.host_id, "This host's number in the cluster")
-      ->default_val(0);
+  app.add_option("--host-id", cfg.host_id, "This host's number in the cluster")->default_val(0);
   app.add_option("--tenant", tenant_args,
                  "NAME=CIDR: clients whose IPv4 address is in CIDR belong to tenant NAME; the "
                  "first matching rule wins, unmatched clients are in tenant \"default\" "

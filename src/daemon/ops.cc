@@ -22,17 +22,54 @@ using proto::Op;
 
 const char* op_name(Op op) {
   switch (op) {
-    case Op::kHello: return "Hello";
-    case Op::kPutFd: return "PutFd";
-    case Op::kGetFd: return "GetFd";
-    case Op::kAllocQpn: return "AllocQpn";
-    case Op::kFreeQpn: return "FreeQpn";
-    case Op::kConnectQp: return "ConnectQp";
-    case Op::kAllocKey: return "AllocKey";
-    case Op::kFreeKey: return "FreeKey";
-    case Op::kStatus: return "Status";
-    case Op::kDropFd: return "DropFd";
-    case Op::kQpFatal: return "QpFatal";
+    case Op::kHello:
+      return "Hello";
+    case Op::kPutFd:
+      return "PutFd";
+    case Op::kGetFd:
+      return "GetFd";
+    case Op::kAllocQpn:
+      return "AllocQpn";
+    case Op::kFreeQpn:
+      return "FreeQpn";
+    case Op::kConnectQp:
+      return "ConnectQp";
+    case Op::kAllocKey:
+      return "AllocKey";
+    case Op::kFreeKey:
+      return "FreeKey";
+    case Op::kStatus:
+      return "Status";
+    case Op::kDropFd:
+      return "DropFd";
+    case Op::kQpFatal:
+      return "QpFatal";
+    case Op::kCmListen:
+      return "CmListen";
+    case Op::kCmUnlisten:
+      return "CmUnlisten";
+    case Op::kCmResolve:
+      return "CmResolve";
+    case Op::kCmConnect:
+      return "CmConnect";
+    case Op::kCmAccept:
+      return "CmAccept";
+    case Op::kCmReject:
+      return "CmReject";
+    case Op::kCmRtu:
+      return "CmRtu";
+    case Op::kCmDisconnect:
+      return "CmDisconnect";
+    case Op::kCmRequest:
+      return "CmRequest";
+    case Op::kCmReply:
+      return "CmReply";
+    case Op::kCmRejected:
+      return "CmRejected";
+    case Op::kCmEstablished:
+      return "CmEstablished";
+    case Op::kCmDisconnected:
+      return "CmDisconnected";
   }
   return "unknown";
 }
@@ -71,10 +108,10 @@ void Daemon::handle_packet(Client& c, Packet& p, int payload_len) {
   for (int i = 0; i < nfds; ++i) fds[i].reset(p.fds[i]);
   p.nfds = 0;
 
-  size_t received = std::min<size_t>(static_cast<size_t>(std::max(payload_len, 0)),
-                                     sizeof(p.payload));
-  Decoded d = decode_request(p.header, std::span<const uint8_t>(p.payload, received), nfds,
-                             p.truncated);
+  size_t received =
+      std::min<size_t>(static_cast<size_t>(std::max(payload_len, 0)), sizeof(p.payload));
+  Decoded d =
+      decode_request(p.header, std::span<const uint8_t>(p.payload, received), nfds, p.truncated);
   if (d.verdict == Verdict::kDrop) {
     LOG_WARN("client %u: malformed packet (%s)", c.id, d.reason);
     fail(c, std::string("dropped: malformed packet (") + d.reason + ")");
@@ -100,16 +137,28 @@ void Daemon::handle_packet(Client& c, Packet& p, int payload_len) {
     return;
   }
 
-  if (auto* r = std::get_if<proto::HelloReq>(&d.body)) op_hello(c, d, *r);
-  else if (auto* r = std::get_if<proto::PutFdReq>(&d.body)) op_put_fd(c, d, *r, std::move(fds[0]));
-  else if (auto* r = std::get_if<proto::GetFdReq>(&d.body)) op_get_fd(c, d, *r);
-  else if (auto* r = std::get_if<proto::AllocQpnReq>(&d.body)) op_alloc_qpn(c, d, *r);
-  else if (auto* r = std::get_if<proto::FreeQpnReq>(&d.body)) op_free_qpn(c, d, *r);
-  else if (auto* r = std::get_if<proto::ConnectQpReq>(&d.body)) op_connect_qp(c, d, *r);
-  else if (auto* r = std::get_if<proto::AllocKeyReq>(&d.body)) op_alloc_key(c, d, *r);
-  else if (auto* r = std::get_if<proto::FreeKeyReq>(&d.body)) op_free_key(c, d, *r);
-  else if (auto* r = std::get_if<proto::DropFdReq>(&d.body)) op_drop_fd(c, d, *r);
-  else if (std::holds_alternative<StatusReq>(d.body)) op_status(c, d);
+  if (auto* r = std::get_if<proto::HelloReq>(&d.body))
+    op_hello(c, d, *r);
+  else if (auto* r = std::get_if<proto::PutFdReq>(&d.body))
+    op_put_fd(c, d, *r, std::move(fds[0]));
+  else if (auto* r = std::get_if<proto::GetFdReq>(&d.body))
+    op_get_fd(c, d, *r);
+  else if (auto* r = std::get_if<proto::AllocQpnReq>(&d.body))
+    op_alloc_qpn(c, d, *r);
+  else if (auto* r = std::get_if<proto::FreeQpnReq>(&d.body))
+    op_free_qpn(c, d, *r);
+  else if (auto* r = std::get_if<proto::ConnectQpReq>(&d.body))
+    op_connect_qp(c, d, *r);
+  else if (auto* r = std::get_if<proto::AllocKeyReq>(&d.body))
+    op_alloc_key(c, d, *r);
+  else if (auto* r = std::get_if<proto::FreeKeyReq>(&d.body))
+    op_free_key(c, d, *r);
+  else if (auto* r = std::get_if<proto::DropFdReq>(&d.body))
+    op_drop_fd(c, d, *r);
+  else if (std::holds_alternative<StatusReq>(d.body))
+    op_status(c, d);
+  else
+    handle_cm(c, d);  // cm.cc
 }
 
 void Daemon::op_hello(Client& c, const Decoded& d, const proto::HelloReq& r) {
@@ -125,6 +174,7 @@ void Daemon::op_hello(Client& c, const Decoded& d, const proto::HelloReq& r) {
   }
   c.hello = true;
   c.kind = r.kind;
+  if (r.kind == static_cast<uint32_t>(proto::ClientKind::kVerbs)) seen_ipv4_.insert(c.ident.ipv4);
   proto::HelloRep rep{};
   rep.version = proto::kVersion;
   rep.client_id = c.id;
@@ -183,8 +233,8 @@ void Daemon::op_drop_fd(Client& c, const Decoded& d, const proto::DropFdReq& r) 
 void Daemon::op_get_fd(Client& c, const Decoded& d, const proto::GetFdReq& r) {
   Client* owner = find_live(r.owner_client);
   if (!owner) return void(reply_error(c, d, ENOENT));
-  bool allowed = owner == &c || (owner->tenant == c.tenant &&
-                                 registry_.has_link_to(c.id, owner->id));
+  bool allowed =
+      owner == &c || (owner->tenant == c.tenant && registry_.has_link_to(c.id, owner->id));
   if (!allowed) {
     LOG_DEBUG("client %u: GetFd of client %u fd %u denied", c.id, owner->id, r.fd_id);
     return void(reply_error(c, d, EACCES));
@@ -198,12 +248,12 @@ void Daemon::op_get_fd(Client& c, const Decoded& d, const proto::GetFdReq& r) {
 void Daemon::op_alloc_qpn(Client& c, const Decoded& d, const proto::AllocQpnReq& r) {
   if (!c.arena.qp_offset_ok(r.arena_offset)) return void(reply_error(c, d, EINVAL));
   proto::AllocQpnRep rep{};
-  if (int err = registry_.alloc_qpn(c.id, r.qp_type, r.arena_offset, cfg_.max_qps_per_client,
-                                    &rep.qpn);
+  if (int err =
+          registry_.alloc_qpn(c.id, r.qp_type, r.arena_offset, cfg_.max_qps_per_client, &rep.qpn);
       err != 0)
     return void(reply_error(c, d, err));
-  LOG_DEBUG("client %u: QP 0x%x (%s) at arena offset %u", c.id, rep.qpn,
-            qp_type_name(r.qp_type), r.arena_offset);
+  LOG_DEBUG("client %u: QP 0x%x (%s) at arena offset %u", c.id, rep.qpn, qp_type_name(r.qp_type),
+            r.arena_offset);
   send(c, Op::kAllocQpn, d.seq, 0, &rep, sizeof(rep));
 }
 
@@ -256,8 +306,8 @@ void Daemon::op_connect_qp(Client& c, const Decoded& d, const proto::ConnectQpRe
 
 void Daemon::op_alloc_key(Client& c, const Decoded& d, const proto::AllocKeyReq& r) {
   proto::AllocKeyRep rep{};
-  if (int err = registry_.alloc_key(c.id, r.index, r.access, r.length,
-                                    cfg_.max_keys_per_client, &rep.key);
+  if (int err = registry_.alloc_key(c.id, r.index, r.access, r.length, cfg_.max_keys_per_client,
+                                    &rep.key);
       err != 0)
     return void(reply_error(c, d, err));
   send(c, Op::kAllocKey, d.seq, 0, &rep, sizeof(rep));
@@ -301,9 +351,9 @@ std::string Daemon::status_text(const Client& viewer) {
     sc.container = c.ident.container;
     sc.ipv4 = c.ident.ipv4;
     sc.tenant = c.tenant;
-    sc.kind = !c.hello ? "none"
+    sc.kind = !c.hello                                                   ? "none"
               : c.kind == static_cast<uint32_t>(proto::ClientKind::kCli) ? "cli"
-                                                                          : "verbs";
+                                                                         : "verbs";
     sc.fds = c.fds.size();
     for (uint32_t qpn : registry_.qpns_of(c.id)) {
       const QpRecord* rec = registry_.find_qp(qpn);

@@ -53,8 +53,7 @@ class Registry {
   explicit Registry(std::function<uint32_t()> random32 = {});
 
   // QPs. Errors are positive errno values; 0 on success.
-  int alloc_qpn(uint32_t owner, uint32_t type, uint32_t arena_offset, size_t quota,
-                uint32_t* qpn);
+  int alloc_qpn(uint32_t owner, uint32_t type, uint32_t arena_offset, size_t quota, uint32_t* qpn);
   int free_qpn(uint32_t requester, uint32_t qpn);  // ENOENT, EPERM
   const QpRecord* find_qp(uint32_t qpn) const;
   // Records local -> dest. RC and UC QPs have one peer at a time, so connecting one again
@@ -76,7 +75,9 @@ class Registry {
   const std::set<uint32_t>& keys_of(uint32_t client) const;
   size_t qp_count() const { return qps_.size(); }
   // Where the next QPN search starts (tests use it to reach the wrap-around quickly).
-  void seek_qpn(uint32_t next) { next_qpn_ = next < kFirstQpn || next > kLastQpn ? kFirstQpn : next; }
+  void seek_qpn(uint32_t next) {
+    next_qpn_ = next < kFirstQpn || next > kLastQpn ? kFirstQpn : next;
+  }
   size_t key_count() const { return keys_.size(); }
 
   // For a client that died: every (other client, its QP) linked to one of its QPs, once per QP.

@@ -14,9 +14,12 @@ using nlohmann::json;
 
 const char* qp_type_name(uint32_t type) {
   switch (static_cast<proto::QpType>(type)) {
-    case proto::QpType::kRc: return "RC";
-    case proto::QpType::kUc: return "UC";
-    case proto::QpType::kUd: return "UD";
+    case proto::QpType::kRc:
+      return "RC";
+    case proto::QpType::kUc:
+      return "UC";
+    case proto::QpType::kUd:
+      return "UD";
   }
   return "UNKNOWN";
 }
@@ -114,7 +117,10 @@ std::string render_status(const StatusInput& in, size_t limit) {
     size_t lo = 0, hi = longest;  // fits(lo), !fits(hi)
     while (hi - lo > 1) {
       size_t mid = lo + (hi - lo) / 2;
-      if (fits(mid, in.clients.size())) lo = mid; else hi = mid;
+      if (fits(mid, in.clients.size()))
+        lo = mid;
+      else
+        hi = mid;
     }
     fits(lo, in.clients.size());
     return text;
@@ -122,7 +128,10 @@ std::string render_status(const StatusInput& in, size_t limit) {
   size_t lo = 0, hi = in.clients.size();
   while (hi - lo > 1) {
     size_t mid = lo + (hi - lo) / 2;
-    if (fits(0, mid)) lo = mid; else hi = mid;
+    if (fits(0, mid))
+      lo = mid;
+    else
+      hi = mid;
   }
   if (!fits(0, lo)) text = "{\"truncated\":true}";
   return text;

@@ -10,7 +10,7 @@ namespace vrdma::daemon {
 
 struct StatusQp {
   uint32_t qpn = 0;
-  uint32_t type = 0;  // proto::QpType
+  uint32_t type = 0;        // proto::QpType
   bool have_state = false;  // false when the arena could not be read
   uint32_t state = 0;
   uint64_t tx_ops = 0, tx_bytes = 0, rx_ops = 0, rx_bytes = 0, errors = 0;

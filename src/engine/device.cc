@@ -16,7 +16,14 @@ namespace vrdma {
 namespace {
 std::mutex g_mu;
 std::shared_ptr<Device> g_device;
+std::mutex g_cm_mu;
+Device::CmHandler g_cm_handler;
 }  // namespace
+
+void Device::set_cm_handler(CmHandler h) {
+  std::lock_guard lock(g_cm_mu);
+  g_cm_handler = std::move(h);
+}
 
 std::shared_ptr<Device> Device::get() {
   std::lock_guard lock(g_mu);
@@ -126,6 +133,11 @@ int64_t Device::retry_blocked(bool from_thread) {
 void Device::progress_blocked() { retry_blocked(false); }
 
 void Device::handle_event(const Packet& pkt) {
+  if (proto::is_cm_event(pkt.header.op)) {
+    std::lock_guard lock(g_cm_mu);
+    if (g_cm_handler) g_cm_handler(pkt);
+    return;
+  }
   if (pkt.header.op != static_cast<uint16_t>(proto::Op::kQpFatal)) return;
   auto* ev = pkt.as<proto::QpFatalEvent>();
   if (!ev) return;

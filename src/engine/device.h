@@ -7,6 +7,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -54,6 +55,12 @@ class Device {
   bool has_blocked() const { return blocked_count_.load(std::memory_order_relaxed) != 0; }
 
   uint32_t new_fd_id() { return allocate_fd_id(); }
+
+  // rdma_cm events from vrdmad (proto::is_cm_event) go to one process-wide handler, kept
+  // across reconnections. It runs on whichever thread reads the control socket, with the
+  // control lock held: it must queue the event and return, never make a control call.
+  using CmHandler = std::function<void(const Packet&)>;
+  static void set_cm_handler(CmHandler h);
 
   // Contexts receive device-wide async events.
   void add_context(Context* c);

@@ -25,6 +25,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     vrdma::proto::Header h;
     std::memcpy(&h, packet.data(), sizeof(h));
     if (h.len != packet.size() - sizeof(h) || h.magic != vrdma::proto::kMagic) __builtin_trap();
+    // Connection manager requests: private data within bounds, a known side, a real port.
+    namespace proto = vrdma::proto;
+    if (auto* c = std::get_if<proto::CmConnectReq>(&d.body))
+      if (c->private_len > proto::kCmPrivateData || c->dst_port == 0) __builtin_trap();
+    if (auto* a = std::get_if<proto::CmAcceptReq>(&d.body))
+      if (a->private_len > proto::kCmPrivateData) __builtin_trap();
+    if (auto* r = std::get_if<proto::CmRejectReq>(&d.body))
+      if (r->private_len > proto::kCmPrivateData) __builtin_trap();
+    if (auto* r = std::get_if<proto::CmConnReq>(&d.body))
+      if (r->passive > 1 || (d.op == proto::Op::kCmRtu && r->passive)) __builtin_trap();
+    if (auto* l = std::get_if<proto::CmListenReq>(&d.body))
+      if (l->port == 0) __builtin_trap();
   }
   if ((d.verdict == Verdict::kInvalid || d.verdict == Verdict::kMalformed) && d.error <= 0)
     __builtin_trap();

@@ -17,7 +17,9 @@ namespace {
 
 using nlohmann::json;
 
-bool run(const std::string& cmd) { return std::system((cmd + " >/dev/null 2>&1").c_str()) == 0; }
+bool run(const std::string& cmd) {
+  return std::system((cmd + " >/dev/null 2>&1").c_str()) == 0;
+}
 
 // A process living in a network namespace that connects to the daemon on request and hands
 // the connected socket to the test. The daemon identifies the connection by that process.
@@ -83,11 +85,12 @@ class DaemonNetnsTest : public ::testing::Test {
     if (!run("ip -V")) GTEST_SKIP() << "needs iproute2";
     // Unique per run and per repetition: a deleted namespace's devices go away asynchronously.
     static int round = 0;
-    std::string tag = "dt" + std::to_string(::getpid() % 100000) + "r" + std::to_string(round++ % 100);
+    std::string tag =
+        "dt" + std::to_string(::getpid() % 100000) + "r" + std::to_string(round++ % 100);
     for (char which : {'a', 'b', 'c'}) {
       std::string ns = "vrdma-" + tag + which;
       std::string host_if = "v" + tag + which;
-      std::string addr = which == 'a' ? "198.51.100.2/24"
+      std::string addr = which == 'a'   ? "198.51.100.2/24"
                          : which == 'b' ? "198.51.100.130/24"
                                         : "198.51.100.3/24";
       names_.push_back(ns);

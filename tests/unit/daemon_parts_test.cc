@@ -60,8 +60,7 @@ TEST(DaemonDecode, FramingErrorsDrop) {
   EXPECT_EQ(decode_wire(ok, 0, true).verdict, Verdict::kDrop) << "truncated";
   auto bad_magic = wire(Op::kStatus, nullptr, 0, 0x12345678);
   EXPECT_EQ(decode_wire(bad_magic, 0, false).verdict, Verdict::kDrop);
-  EXPECT_EQ(decode_wire(std::span<const uint8_t>(ok.data(), 10), 0, false).verdict,
-            Verdict::kDrop);
+  EXPECT_EQ(decode_wire(std::span<const uint8_t>(ok.data(), 10), 0, false).verdict, Verdict::kDrop);
   auto lying = ok;
   lying[16] = 8;  // len = 8 with no payload
   EXPECT_EQ(decode_wire(lying, 0, false).verdict, Verdict::kDrop);
@@ -98,8 +97,7 @@ TEST(DaemonDecode, FieldValidation) {
   EXPECT_EQ(dec(Op::kPutFd, proto::PutFdReq{3, 9, 8}, 1).verdict, Verdict::kInvalid);
   EXPECT_EQ(dec(Op::kAllocQpn, proto::AllocQpnReq{1, 128}).verdict, Verdict::kInvalid);
   EXPECT_EQ(dec(Op::kAllocQpn, proto::AllocQpnReq{2, 100}).verdict, Verdict::kInvalid);
-  EXPECT_EQ(dec(Op::kAllocKey, proto::AllocKeyReq{shm::kMrSlots, 0, 1}).verdict,
-            Verdict::kInvalid);
+  EXPECT_EQ(dec(Op::kAllocKey, proto::AllocKeyReq{shm::kMrSlots, 0, 1}).verdict, Verdict::kInvalid);
 }
 
 TEST(DaemonRegistry, QpnsAreSequentialUniqueAndWrap) {

@@ -253,7 +253,8 @@ TEST(DaemonTest, ConnectQpLinksAndGrantsGetFd) {
   EXPECT_EQ(rep.peer_qp_type, kRc);
 
   ASSERT_EQ(get_fd(b.conn, a.id(), 0, &fd), 0);
-  struct stat got {}, want {};
+  struct stat got {
+  }, want{};
   ASSERT_EQ(::fstat(fd, &got), 0);
   ASSERT_EQ(::fstat(a.arena.fd(), &want), 0);
   EXPECT_EQ(got.st_ino, want.st_ino) << "the owner's arena memfd";
@@ -520,15 +521,16 @@ TEST(DaemonTest, BrokenFramingDropsOnlyThatClient) {
   };
   proto::Header h{proto::kMagic, static_cast<uint16_t>(Op::kStatus), 0, 1, 0, 0};
   std::vector<Case> cases;
-  cases.push_back({"garbage", {0xde, 0xad, 0xbe, 0xef, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12,
-                               13, 14, 15, 16, 17, 18, 19, 20, 21, 22}});
+  cases.push_back({"garbage", {0xde, 0xad, 0xbe, 0xef, 1,  2,  3,  4,  5,  6,  7,  8,  9,
+                               10,   11,   12,   13,   14, 15, 16, 17, 18, 19, 20, 21, 22}});
   cases.push_back({"truncated header", std::vector<uint8_t>(reinterpret_cast<uint8_t*>(&h),
                                                             reinterpret_cast<uint8_t*>(&h) + 10)});
   {
     proto::Header bad = h;
     bad.len = 100;  // claims a payload that is not there
-    cases.push_back({"length mismatch", std::vector<uint8_t>(reinterpret_cast<uint8_t*>(&bad),
-                                                             reinterpret_cast<uint8_t*>(&bad) + sizeof(bad))});
+    cases.push_back(
+        {"length mismatch", std::vector<uint8_t>(reinterpret_cast<uint8_t*>(&bad),
+                                                 reinterpret_cast<uint8_t*>(&bad) + sizeof(bad))});
   }
   {
     std::vector<uint8_t> big(proto::kMaxMessage + 4096, 0);

@@ -160,8 +160,10 @@ proto::HelloRep Conn::hello(proto::ClientKind kind) {
   EXPECT_TRUE(ok) << "no Hello reply";
   if (!ok) return rep;
   EXPECT_EQ(p->header.status, 0);
-  if (const auto* r = p->as<proto::HelloRep>()) rep = *r;
-  else ADD_FAILURE() << "Hello reply has " << p->header.len << " bytes";
+  if (const auto* r = p->as<proto::HelloRep>())
+    rep = *r;
+  else
+    ADD_FAILURE() << "Hello reply has " << p->header.len << " bytes";
   return rep;
 }
 
@@ -173,8 +175,7 @@ std::string Conn::status() {
 
 TestArena::TestArena(uint64_t size, uint32_t magic) : size_(size) {
   fd_ = ::memfd_create("vrdma-test-arena", MFD_CLOEXEC);
-  if (fd_ < 0 || ::ftruncate(fd_, static_cast<off_t>(size)) < 0)
-    throw std::runtime_error("memfd");
+  if (fd_ < 0 || ::ftruncate(fd_, static_cast<off_t>(size)) < 0) throw std::runtime_error("memfd");
   base_ = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0);
   if (base_ == MAP_FAILED) throw std::runtime_error("mmap");
   auto* h = header();

@@ -47,7 +47,8 @@ class Conn {
   Conn() = default;
   explicit Conn(int fd) : fd_(fd) {}
   static Conn open(const std::string& path);
-  Conn(Conn&& o) noexcept : fd_(std::exchange(o.fd_, -1)), seq_(o.seq_), async_(std::move(o.async_)) {}
+  Conn(Conn&& o) noexcept
+      : fd_(std::exchange(o.fd_, -1)), seq_(o.seq_), async_(std::move(o.async_)) {}
   Conn& operator=(Conn&& o) noexcept;
   ~Conn() { close(); }
   int fd() const { return fd_; }
@@ -91,7 +92,9 @@ class TestArena {
     return reinterpret_cast<shm::QpShared*>(static_cast<char*>(base_) + offset);
   }
   // The i-th QP slot used by the tests.
-  static uint32_t qp_offset(int i) { return 4096 + static_cast<uint32_t>(i) * sizeof(shm::QpShared); }
+  static uint32_t qp_offset(int i) {
+    return 4096 + static_cast<uint32_t>(i) * sizeof(shm::QpShared);
+  }
 
  private:
   int fd_ = -1;

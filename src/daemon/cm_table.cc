@@ -1,0 +1,89 @@
+#include <errno.h>
+
+#include <algorithm>
+
+#include "daemon/cm.h"
+
+namespace vrdma::daemon {
+
+int CmTable::listen(uint32_t client, uint32_t ipv4, uint16_t port, uint64_t cookie) {
+  auto key = std::make_pair(ipv4, port);
+  if (listeners_.count(key)) return EADDRINUSE;
+  size_t mine = std::count_if(listeners_.begin(), listeners_.end(),
+                              [&](const auto& kv) { return kv.second.client == client; });
+  if (mine >= kMaxListenersPerClient) return EMFILE;
+  listeners_[key] = CmListener{client, cookie};
+  return 0;
+}
+
+int CmTable::unlisten(uint32_t client, uint32_t ipv4, uint16_t port) {
+  auto it = listeners_.find(std::make_pair(ipv4, port));
+  if (it == listeners_.end() || it->second.client != client) return ENOENT;
+  listeners_.erase(it);
+  return 0;
+}
+
+const CmListener* CmTable::listener(uint32_t ipv4, uint16_t port) const {
+  auto it = listeners_.find(std::make_pair(ipv4, port));
+  return it == listeners_.end() ? nullptr : &it->second;
+}
+
+CmConnection* CmTable::add(uint32_t active_client, uint64_t active_cookie, uint32_t active_qpn,
+                           uint32_t passive_client, uint32_t qp_type) {
+  size_t& n = conns_per_client_[active_client];
+  if (n >= kMaxConnectionsPerClient) return nullptr;
+  uint32_t id = next_id_++;
+  while (id == 0 || conns_.count(id)) id = next_id_++;
+  ++n;
+  CmConnection& c = conns_[id];
+  c.id = id;
+  c.qp_type = qp_type;
+  c.active_client = active_client;
+  c.active_cookie = active_cookie;
+  c.active_qpn = active_qpn;
+  c.passive_client = passive_client;
+  return &c;
+}
+
+CmConnection* CmTable::find(uint32_t conn_id) {
+  auto it = conns_.find(conn_id);
+  return it == conns_.end() ? nullptr : &it->second;
+}
+
+void CmTable::erase(uint32_t conn_id) {
+  auto it = conns_.find(conn_id);
+  if (it == conns_.end()) return;
+  auto n = conns_per_client_.find(it->second.active_client);
+  if (n != conns_per_client_.end() && --n->second == 0) conns_per_client_.erase(n);
+  conns_.erase(it);
+}
+
+std::vector<CmNotice> CmTable::remove_client(uint32_t client) {
+  std::vector<CmNotice> out;
+  for (auto it = listeners_.begin(); it != listeners_.end();) {
+    if (it->second.client == client)
+      it = listeners_.erase(it);
+    else
+      ++it;
+  }
+  std::vector<uint32_t> gone;
+  for (const auto& [id, c] : conns_) {
+    bool active = c.active_client == client, passive = c.passive_client == client;
+    if (!active && !passive) continue;
+    gone.push_back(id);
+    if (active && passive) continue;  // both ends in the dead client
+    if (passive) {
+      if (c.state == CmState::kRequested)
+        out.push_back({c.active_client, proto::Op::kCmRejected, id, c.active_cookie, ECONNREFUSED});
+      else
+        out.push_back({c.active_client, proto::Op::kCmDisconnected, id, c.active_cookie, 0});
+    } else {
+      out.push_back({c.passive_client, proto::Op::kCmDisconnected, id, 0, 0});
+    }
+  }
+  for (uint32_t id : gone) erase(id);
+  conns_per_client_.erase(client);
+  return out;
+}
+
+}  // namespace vrdma::daemon
