@@ -13,7 +13,7 @@ fi
 
 echo "== sanitizer build (ASan + UBSan): unit tests"
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DVRDMA_SANITIZE=ON >/dev/null
-cmake --build build-asan -j"$jobs" --target verbs_test daemon_test device_fatal_test engine_test rdmacm_test
+cmake --build build-asan -j"$jobs" --target unit_tests
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --output-on-failure -j"$jobs" -LE e2e)
 

@@ -12,18 +12,10 @@ import unittest
 import conftest_path  # noqa: F401
 from vrdma_py.sandbox import VRDMAD, Sandbox, container_ip, vrdma
 
-SB = None
+SB = Sandbox(hosts=1, containers=2)
+setUpModule = SB.up
+tearDownModule = SB.down
 SOCKET = "/run/vrdma/h0/vrdmad.sock"
-
-
-def setUpModule():
-    global SB
-    SB = Sandbox(hosts=1, containers=2)
-    SB.up()
-
-
-def tearDownModule():
-    SB.down()
 
 
 def verbs_clients(status):

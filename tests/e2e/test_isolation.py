@@ -6,19 +6,11 @@ import unittest
 import conftest_path  # noqa: F401
 from vrdma_py.sandbox import Sandbox, container_ip
 
-SB = None
-
-
-def setUpModule():
-    global SB
-    # h0c0 and h0c1 are tenant "red", h0c2 is tenant "blue".
-    SB = Sandbox(hosts=1, containers=3,
-                 extra_args=["--tenant", "red=10.77.0.10/31", "--tenant", "blue=10.77.0.12/32"])
-    SB.up()
-
-
-def tearDownModule():
-    SB.down()
+# h0c0 and h0c1 are tenant "red", h0c2 is tenant "blue".
+SB = Sandbox(hosts=1, containers=3,
+             extra_args=["--tenant", "red=10.77.0.10/31", "--tenant", "blue=10.77.0.12/32"])
+setUpModule = SB.up
+tearDownModule = SB.down
 
 
 def pingpong(client):

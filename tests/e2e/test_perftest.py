@@ -7,17 +7,9 @@ import conftest_path  # noqa: F401
 from vrdma_py.perftest_output import bw_rows, lat_rows
 from vrdma_py.sandbox import Sandbox, container_ip
 
-SB = None
-
-
-def setUpModule():
-    global SB
-    SB = Sandbox(hosts=1, containers=2)
-    SB.up()
-
-
-def tearDownModule():
-    SB.down()
+SB = Sandbox(hosts=1, containers=2)
+setUpModule = SB.up
+tearDownModule = SB.down
 
 
 def run_pair(test, prog, *args, timeout=240):

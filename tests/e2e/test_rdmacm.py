@@ -10,19 +10,11 @@ import conftest_path  # noqa: F401
 from vrdma_py.perftest_output import bw_rows, lat_rows
 from vrdma_py.sandbox import Sandbox, container_ip
 
-SB = None
+SB = Sandbox(hosts=1, containers=2)
+setUpModule = SB.up
+tearDownModule = SB.down
 SERVER = "h0c0"
 CLIENT = "h0c1"
-
-
-def setUpModule():
-    global SB
-    SB = Sandbox(hosts=1, containers=2)
-    SB.up()
-
-
-def tearDownModule():
-    SB.down()
 
 
 def run_pair(test, server_cmd, client_cmd, timeout=120, attempts=50):

@@ -9,17 +9,9 @@ import unittest
 import conftest_path  # noqa: F401
 from vrdma_py.sandbox import Sandbox, container_ip
 
-SB = None
-
-
-def setUpModule():
-    global SB
-    SB = Sandbox(hosts=1, containers=2)
-    SB.up()
-
-
-def tearDownModule():
-    SB.down()
+SB = Sandbox(hosts=1, containers=2)
+setUpModule = SB.up
+tearDownModule = SB.down
 
 
 def cpu_ticks(pid):
