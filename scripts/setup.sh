@@ -32,7 +32,7 @@ packages=(
   # the unmodified programs vrdma runs, and the baselines it is measured against
   ibverbs-utils rdmacm-utils perftest ucx-utils iperf3 sockperf
   # test bed and tests
-  iproute2 iputils-ping procps strace python3 python3-matplotlib
+  iproute2 iputils-ping procps strace python3
 )
 missing=()
 for p in "${packages[@]}"; do
