@@ -19,10 +19,7 @@ def _pair(sb, server, client, srv_cmd, cli_cmd, port, lib=True, timeout=300, pro
         s.kill()
         s.wait(5)
         raise RuntimeError(f"{srv_cmd[0]} server did not start:\n{s.out}\n{s.err}")
-    try:
-        rc, out, err = sb.run(client, *cli_cmd, lib=lib, timeout=timeout)
-    finally:
-        pass
+    rc, out, err = sb.run(client, *cli_cmd, lib=lib, timeout=timeout)
     try:
         s.wait(30)
     except AssertionError:
@@ -32,25 +29,25 @@ def _pair(sb, server, client, srv_cmd, cli_cmd, port, lib=True, timeout=300, pro
     return out
 
 
-def perftest_bw(sb, prog, size, iters, server="h0c0", client="h0c1", extra=()):
-    """(bw_avg MB/s, msg_rate Mmsg/s) from perftest's client."""
+def _perftest_row(sb, prog, size, iters, parse, server, client, extra):
+    """Runs a perftest program between two containers; returns the client's last result row."""
     args = [prog, "-s", str(size), "-n", str(iters), *extra]
     out = _pair(sb, server, client, args, args + [container_ip(server)], PERFTEST_PORT)
-    rows = bw_rows(out)
+    rows = parse(out)
     if not rows:
         raise RuntimeError(f"no result from {prog}:\n{out}")
-    _, _, _, avg, rate = rows[-1]
+    return rows[-1]
+
+
+def perftest_bw(sb, prog, size, iters, server="h0c0", client="h0c1", extra=()):
+    """(bw_avg MB/s, msg_rate Mmsg/s) from perftest's client."""
+    _, _, _, avg, rate = _perftest_row(sb, prog, size, iters, bw_rows, server, client, extra)
     return avg, rate
 
 
 def perftest_lat(sb, prog, size, iters, server="h0c0", client="h0c1", extra=()):
-    """Latency percentiles in usec: dict(typical, avg, p99, p999)."""
-    args = [prog, "-s", str(size), "-n", str(iters), *extra]
-    out = _pair(sb, server, client, args, args + [container_ip(server)], PERFTEST_PORT)
-    rows = lat_rows(out)
-    if not rows:
-        raise RuntimeError(f"no result from {prog}:\n{out}")
-    r = rows[-1]
+    """Latency percentiles in usec: dict(min, typical, avg, p99, p999)."""
+    r = _perftest_row(sb, prog, size, iters, lat_rows, server, client, extra)
     return {"min": r[2], "typical": r[4], "avg": r[5], "p99": r[7], "p999": r[8]}
 
 
