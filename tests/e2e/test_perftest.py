@@ -53,6 +53,16 @@ class Bandwidth(unittest.TestCase):
                 sout, cout = run_pair(self, "ib_atomic_bw", "-A", kind)
                 self.check_bw(cout, [8])
 
+    def test_unreliable_transports_and_several_qps(self):
+        cases = [("ib_send_bw", ["-c", "UD"], [4096]),  # UD: one MTU
+                 ("ib_send_bw", ["-c", "UC"], [65536]),
+                 ("ib_write_bw", ["-c", "UC"], [65536]),
+                 ("ib_write_bw", ["-q", "4"], [65536])]
+        for prog, args, sizes in cases:
+            with self.subTest(prog=prog, args=args):
+                sout, cout = run_pair(self, prog, *args)
+                self.check_bw(cout, sizes)
+
 
 class Latency(unittest.TestCase):
     def check_lat(self, out, expect_sizes=None):
@@ -85,6 +95,10 @@ class Latency(unittest.TestCase):
             with self.subTest(kind=kind):
                 sout, cout = run_pair(self, "ib_atomic_lat", "-A", kind)
                 self.check_lat(cout, [8])
+
+    def test_ud(self):
+        sout, cout = run_pair(self, "ib_send_lat", "-c", "UD")
+        self.check_lat(cout, [2])
 
 
 if __name__ == "__main__":

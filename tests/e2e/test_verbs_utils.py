@@ -55,6 +55,15 @@ class RcPingpong(unittest.TestCase):
             with self.subTest(size=size):
                 self.pingpong(size, "-e")
 
+    def test_other_pingpongs(self):
+        for prog in ("ibv_uc_pingpong", "ibv_ud_pingpong", "ibv_srq_pingpong"):
+            with self.subTest(prog=prog):
+                args = [prog, "-n", "200"]
+                (src, sout, serr), (crc, cout, cerr) = SB.pair(
+                    args, args + [container_ip("h0c0")], timeout=60)
+                self.assertEqual((src, crc), (0, 0), f"{prog}:\n{sout}{serr}\n{cout}{cerr}")
+                self.assertRegex(cout, r"200 iters in [\d.]+ seconds")
+
     def test_gid_index_zero(self):
         self.pingpong(4096, "-g", "0")
         self.pingpong(4096, "-g", "0", "-e")
