@@ -138,20 +138,15 @@ int Cq::init(int cqe) {
 int Cq::poll(int n, ibv_wc* wc) {
   if (n <= 0) return 0;
   // Spinning on an empty queue reads one cache line and takes no lock.
-  if (ring::cq_ready(view_)) {
-    poll_lock_.lock();
-    int got = ring::cq_poll(view_, n, wc);
-    poll_lock_.unlock();
-    if (got) return got;
-  }
+  auto take = [&] {
+    if (!ring::cq_ready(view_)) return 0;
+    std::lock_guard lock(poll_lock_);
+    return ring::cq_poll(view_, n, wc);
+  };
+  if (int got = take()) return got;
   if (ctx_.device().has_blocked()) {
     ctx_.device().progress_blocked();
-    if (ring::cq_ready(view_)) {
-      poll_lock_.lock();
-      int got = ring::cq_poll(view_, n, wc);
-      poll_lock_.unlock();
-      if (got) return got;
-    }
+    if (int got = take()) return got;
   }
   if (view_.cq->overflow.load(std::memory_order_relaxed) && !overflow_reported_.exchange(true))
     ctx_.push_event(IBV_EVENT_CQ_ERR, user);

@@ -235,11 +235,7 @@ TEST_F(VerbsTest, InlineSendNeedsNoRegisteredBuffer) {
   char msg[200];
   fill_random(reinterpret_cast<uint8_t*>(msg), sizeof(msg), 5);
   ibv_sge sg{reinterpret_cast<uint64_t>(msg), sizeof(msg), 0};
-  ibv_send_wr wr{};
-  wr.opcode = IBV_WR_SEND;
-  wr.sg_list = &sg;
-  wr.num_sge = 1;
-  wr.send_flags = IBV_SEND_INLINE | IBV_SEND_SIGNALED;
+  ibv_send_wr wr = send_wr(IBV_WR_SEND, sg, IBV_SEND_INLINE | IBV_SEND_SIGNALED);
   ibv_send_wr* bad;
   ASSERT_EQ(ibv_post_send(a, &wr, &bad), 0);
   ASSERT_EQ(poll(c1, 1).size(), 1u);
@@ -286,10 +282,7 @@ TEST_F(VerbsTest, PostingInWrongStateFails) {
   ibv_qp* a = qp(c, c);
   Buffer& src = buffer(64);
   ibv_sge sg{src.addr(), 8, src.mr->lkey};
-  ibv_send_wr wr{};
-  wr.opcode = IBV_WR_SEND;
-  wr.sg_list = &sg;
-  wr.num_sge = 1;
+  ibv_send_wr wr = send_wr(IBV_WR_SEND, sg, 0);
   ibv_send_wr* bad = nullptr;
   EXPECT_EQ(ibv_post_send(a, &wr, &bad), EINVAL);  // RESET
   EXPECT_EQ(bad, &wr);
@@ -507,27 +500,19 @@ TEST_F(VerbsTest, CompletionChannelSignalsOnlyWhenArmed) {
   connect(a, b);
   Buffer& src = buffer(4096);
   Buffer& dst = buffer(4096);
-  ibv_sge rs{dst.addr(), 4096, dst.mr->lkey};
-  ibv_recv_wr rwr{};
-  rwr.sg_list = &rs;
-  rwr.num_sge = 1;
-  ibv_recv_wr* rbad;
   ibv_sge sg{src.addr(), 32, src.mr->lkey};
-  ibv_send_wr wr{};
-  wr.opcode = IBV_WR_SEND;
-  wr.sg_list = &sg;
-  wr.num_sge = 1;
+  ibv_send_wr wr = send_wr(IBV_WR_SEND, sg, 0);
   ibv_send_wr* bad;
   // Not armed: a completion arrives but the channel stays quiet.
-  ASSERT_EQ(ibv_post_recv(b, &rwr, &rbad), 0);
+  ASSERT_EQ(post_recv(b, dst, 4096), 0);
   ASSERT_EQ(ibv_post_send(a, &wr, &bad), 0);
   pollfd pfd{ch->fd, POLLIN, 0};
   EXPECT_EQ(::poll(&pfd, 1, 100), 0);
   EXPECT_EQ(poll(rcq, 1).size(), 1u);
   // Armed: exactly one event.
   ASSERT_EQ(ibv_req_notify_cq(rcq, 0), 0);
-  ASSERT_EQ(ibv_post_recv(b, &rwr, &rbad), 0);
-  ASSERT_EQ(ibv_post_recv(b, &rwr, &rbad), 0);
+  ASSERT_EQ(post_recv(b, dst, 4096), 0);
+  ASSERT_EQ(post_recv(b, dst, 4096), 0);
   ASSERT_EQ(ibv_post_send(a, &wr, &bad), 0);
   ASSERT_EQ(ibv_post_send(a, &wr, &bad), 0);
   ASSERT_EQ(::poll(&pfd, 1, 2000), 1);
@@ -559,13 +544,7 @@ TEST_F(VerbsTest, UdDeliversWithGrhAndQkeyCheck) {
   Buffer& src = buffer(4096);
   Buffer& dst = buffer(4096);
   fill_random(src.data(), 500, 11);
-  ibv_sge rs{dst.addr(), 4096, dst.mr->lkey};
-  ibv_recv_wr rwr{};
-  rwr.wr_id = 5;
-  rwr.sg_list = &rs;
-  rwr.num_sge = 1;
-  ibv_recv_wr* rbad;
-  ASSERT_EQ(ibv_post_recv(b, &rwr, &rbad), 0);
+  ASSERT_EQ(post_recv(b, dst, 4096, 5), 0);
   ibv_ah_attr ah_attr{};
   ah_attr.is_global = 1;
   ibv_query_gid(ctx, 1, 0, &ah_attr.grh.dgid);
@@ -573,12 +552,8 @@ TEST_F(VerbsTest, UdDeliversWithGrhAndQkeyCheck) {
   ibv_ah* ah = ibv_create_ah(pd, &ah_attr);
   ASSERT_NE(ah, nullptr);
   ibv_sge sg{src.addr(), 500, src.mr->lkey};
-  ibv_send_wr wr{};
-  wr.opcode = IBV_WR_SEND_WITH_IMM;
+  ibv_send_wr wr = send_wr(IBV_WR_SEND_WITH_IMM, sg);
   wr.imm_data = htonl(a->qp_num);
-  wr.sg_list = &sg;
-  wr.num_sge = 1;
-  wr.send_flags = IBV_SEND_SIGNALED;
   wr.wr.ud.ah = ah;
   wr.wr.ud.remote_qpn = b->qp_num;
   wr.wr.ud.remote_qkey = 0x22222222;  // wrong: dropped
@@ -627,10 +602,7 @@ TEST_F(VerbsTest, SrqFeedsSeveralQps) {
     ASSERT_EQ(ibv_post_srq_recv(srq, &rwr, &rbad), 0);
   }
   ibv_sge sg{src.addr(), 10, src.mr->lkey};
-  ibv_send_wr wr{};
-  wr.opcode = IBV_WR_SEND;
-  wr.sg_list = &sg;
-  wr.num_sge = 1;
+  ibv_send_wr wr = send_wr(IBV_WR_SEND, sg, 0);
   ibv_send_wr* bad;
   ASSERT_EQ(ibv_post_send(s1, &wr, &bad), 0);
   ASSERT_EQ(ibv_post_send(s2, &wr, &bad), 0);
