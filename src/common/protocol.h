@@ -131,11 +131,14 @@ struct ConnectQpReq {
   uint32_t dest_qpn;
   uint8_t dest_gid[16];
 };
+// A destination on another host is `routed`: the local QP hands its work to this host's router
+// (the QP's SendQueue) and the reply carries the router's doorbell eventfd; peer_client and
+// peer_arena_offset are 0.
 struct ConnectQpRep {
   uint32_t peer_client;
   uint32_t peer_arena_offset;  // of the destination QP's shared state
   uint32_t peer_qp_type;
-  uint32_t reserved;
+  uint32_t routed;
 };
 
 struct AllocKeyReq {

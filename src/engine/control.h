@@ -11,6 +11,7 @@
 
 #include "common/protocol.h"
 #include "common/unix_socket.h"
+#include "engine/peer.h"
 
 namespace vrdma {
 
@@ -54,6 +55,16 @@ class Control {
   std::mutex mu_;  // one reader and one writer at a time
   EventHandler on_event_;
   LostHandler on_lost_;
+};
+
+// Peers' descriptors through GetFd (vrdmad checks that the caller may have them).
+class ControlFdSource : public FdSource {
+ public:
+  explicit ControlFdSource(Control& control) : control_(control) {}
+  int fetch_fd(uint32_t owner, uint32_t fd_id, int& fd) override;
+
+ private:
+  Control& control_;
 };
 
 }  // namespace vrdma

@@ -43,6 +43,12 @@ Device::~Device() {
   wake();
   if (thread_.joinable()) thread_.join();
   if (wake_fd_ >= 0) ::close(wake_fd_);
+  if (router_doorbell_ >= 0) ::close(router_doorbell_);
+}
+
+void Device::set_router_doorbell(int fd) {
+  int expected = -1;
+  if (!router_doorbell_.compare_exchange_strong(expected, fd)) ::close(fd);
 }
 
 int Device::init() {
@@ -74,7 +80,7 @@ std::shared_ptr<Peer> Device::peer(uint32_t client_id, int& err) {
   std::lock_guard lock(peers_mu_);
   auto it = peers_.find(client_id);
   if (it != peers_.end() && !it->second->dead()) return it->second;
-  auto p = std::make_shared<Peer>(control_, client_id);
+  auto p = std::make_shared<Peer>(fd_source_, client_id);
   if ((err = p->attach())) return nullptr;
   peers_[client_id] = p;
   return p;

@@ -56,6 +56,10 @@ class Device {
 
   uint32_t new_fd_id() { return allocate_fd_id(); }
 
+  // The eventfd that wakes this host's router (given with the first routed connection).
+  int router_doorbell() const { return router_doorbell_.load(std::memory_order_relaxed); }
+  void set_router_doorbell(int fd);
+
   // rdma_cm events from vrdmad (proto::is_cm_event) go to one process-wide handler, kept
   // across reconnections. It runs on whichever thread reads the control socket, with the
   // control lock held: it must queue the event and return, never make a control call.
@@ -78,6 +82,7 @@ class Device {
 
   proto::HelloRep info_{};
   Control control_;
+  ControlFdSource fd_source_{control_};
   Arena arena_;
   std::unique_ptr<MemoryRegistry> memory_;
   std::mutex peers_mu_;
@@ -95,6 +100,7 @@ class Device {
   std::atomic<bool> stop_{false};
   std::atomic<bool> sleeping_forever_{false};
   int wake_fd_ = -1;
+  std::atomic<int> router_doorbell_{-1};
   std::thread thread_;
 };
 

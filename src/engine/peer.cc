@@ -14,10 +14,10 @@ Peer::~Peer() {
   for (auto& [id, fd] : fds_) ::close(fd);
 }
 
-static int get_fd(Control& control, uint32_t owner, uint32_t fd_id, int& fd) {
+int ControlFdSource::fetch_fd(uint32_t owner, uint32_t fd_id, int& fd) {
   proto::GetFdReq req{owner, fd_id};
   auto reply = std::make_unique<Packet>();
-  int e = control.call(proto::Op::kGetFd, req, reply.get());
+  int e = control_.call(proto::Op::kGetFd, req, reply.get());
   if (e) {
     reply->close_fds();
     return e;
@@ -32,7 +32,7 @@ static int get_fd(Control& control, uint32_t owner, uint32_t fd_id, int& fd) {
 
 int Peer::attach() {
   int fd;
-  if (int e = get_fd(control_, client_id_, 0, fd)) return e;
+  if (int e = source_.fetch_fd(client_id_, 0, fd)) return e;
   void* p = ::mmap(nullptr, shm::kArenaSize, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   ::close(fd);
   if (p == MAP_FAILED) return errno;
@@ -104,7 +104,7 @@ uint8_t* Peer::map_mr(uint32_t slot, uint64_t kg) {
     if (it != fds_.end()) {
       fd = it->second;
     } else {
-      if (get_fd(control_, client_id_, e.seg[i].fd_id, fd)) {
+      if (source_.fetch_fd(client_id_, e.seg[i].fd_id, fd)) {
         ::munmap(area, e.map_length);
         return nullptr;
       }
@@ -136,7 +136,7 @@ int Peer::event_fd(uint32_t fd_id) {
   auto it = fds_.find(fd_id);
   if (it != fds_.end()) return it->second;
   int fd;
-  if (get_fd(control_, client_id_, fd_id, fd)) return -1;
+  if (source_.fetch_fd(client_id_, fd_id, fd)) return -1;
   fds_[fd_id] = fd;
   return fd;
 }

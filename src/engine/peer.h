@@ -15,11 +15,18 @@
 
 namespace vrdma {
 
-class Control;
+// Where a peer's file descriptors come from: vrdmad (GetFd) for the library, the daemon's own
+// table for its router.
+class FdSource {
+ public:
+  virtual ~FdSource() = default;
+  // A new descriptor (the caller owns it) for the owner's fd `fd_id`, or a positive errno.
+  virtual int fetch_fd(uint32_t owner, uint32_t fd_id, int& fd) = 0;
+};
 
 class Peer {
  public:
-  Peer(Control& control, uint32_t client_id) : control_(control), client_id_(client_id) {}
+  Peer(FdSource& source, uint32_t client_id) : source_(source), client_id_(client_id) {}
   ~Peer();
 
   // Maps the peer's arena. Returns 0 or an errno.
@@ -46,7 +53,7 @@ class Peer {
   };
   uint8_t* map_mr(uint32_t slot, uint64_t key_gen);  // slow path
 
-  Control& control_;
+  FdSource& source_;
   uint32_t client_id_;
   uint8_t* base_ = nullptr;
   uint64_t size_ = 0;
@@ -67,6 +74,7 @@ struct PeerQp {
   ring::RqView rq;
   ring::CqView recv_cq;
   int recv_cq_efd = -1;
+  bool routed = false;  // on another host: the router carries the work
   bool valid() const { return qp != nullptr; }
 };
 

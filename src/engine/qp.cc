@@ -42,6 +42,7 @@ Qp::~Qp() {
   }
   if (shared_) shared_->state.store(IBV_QPS_RESET);
   if (rq_.rq) dev.arena().free(shared_->rq_offset);
+  if (sq_) dev.arena().free(shared_->sq_offset);
   if (offset_) dev.arena().free(offset_);
 }
 
@@ -75,6 +76,9 @@ int Qp::init(ibv_qp_cap& cap) {
     rq_ = ring::RqView{rq, cap_.max_recv_wr - 1, cap_.max_recv_sge, rq->entry_size};
     shared_->rq_offset = rq_off;
   }
+
+  shared_->sq_sig_all = sq_sig_all_;
+  if (int e = init_route_queue()) return e;
 
   proto::AllocQpnReq req{static_cast<uint32_t>(type_), offset_};
   auto reply = std::make_unique<Packet>();
@@ -179,6 +183,7 @@ int Qp::modify(const ibv_qp_attr& attr, int mask) {
     if (connect_peer(attr.dest_qp_num, dest_gid_, p) == 0) {
       std::lock_guard lock(lock_);
       peer_ = std::move(p);
+      routed_ = peer_.routed;
     }
   }
 
@@ -186,6 +191,9 @@ int Qp::modify(const ibv_qp_attr& attr, int mask) {
   if (mask & IBV_QP_ACCESS_FLAGS) shared_->access.store(attr.qp_access_flags);
   if (mask & IBV_QP_QKEY) shared_->qkey.store(attr.qkey);
   if (mask & IBV_QP_MIN_RNR_TIMER) shared_->min_rnr_timer.store(attr.min_rnr_timer & 31);
+  if (mask & IBV_QP_TIMEOUT) shared_->timeout.store(attr.timeout & 31);
+  if (mask & IBV_QP_RETRY_CNT) shared_->retry_cnt.store(attr.retry_cnt & 7);
+  if (mask & IBV_QP_RNR_RETRY) shared_->rnr_retry.store(attr.rnr_retry & 7);
   int keep = mask & ~(IBV_QP_STATE | IBV_QP_CUR_STATE);
   if (keep & IBV_QP_PKEY_INDEX) attr_.pkey_index = attr.pkey_index;
   if (keep & IBV_QP_PORT) attr_.port_num = attr.port_num;
@@ -210,6 +218,7 @@ int Qp::modify(const ibv_qp_attr& attr, int mask) {
     block_ = Block::kNone;
     peer_ = PeerQp{};
     peer_wanted_ = false;
+    routed_ = false;
     ud_peers_.clear();
     // Drop posted receives silently, as a reset does.
     if (rq_.rq) {
@@ -250,7 +259,24 @@ int Qp::connect_peer(uint32_t dest_qpn, const uint8_t* gid, PeerQp& out) {
   auto reply = std::make_unique<Packet>();
   if (int e = dev.control().call(proto::Op::kConnectQp, req, reply.get())) return e;
   auto* rep = reply->as<proto::ConnectQpRep>();
-  if (!rep) return EPROTO;
+  if (!rep) {
+    reply->close_fds();
+    return EPROTO;
+  }
+  if (rep->routed) {
+    if (reply->nfds == 1) {
+      dev.set_router_doorbell(reply->fds[0]);
+      reply->nfds = 0;
+    }
+    reply->close_fds();
+    if (dev.router_doorbell() < 0) return EPROTO;
+    out = PeerQp{};
+    out.routed = true;
+    out.qpn = dest_qpn;
+    out.type = rep->peer_qp_type;
+    return 0;
+  }
+  reply->close_fds();
   int err = 0;
   auto peer = dev.peer(rep->peer_client, err);
   if (!peer) return err;
@@ -401,7 +427,7 @@ int Qp::post_send(ibv_send_wr* wr, ibv_send_wr** bad) {
       *bad = wr;
       return e;
     }
-    if (state() == IBV_QPS_ERR) {
+    if (state() == IBV_QPS_ERR && !routed_) {
       complete(*wr, Result{IBV_WC_WR_FLUSH_ERR, 0, Block::kNone});
       continue;
     }
@@ -414,6 +440,11 @@ int Qp::post_send(ibv_send_wr* wr, ibv_send_wr** bad) {
       continue;
     }
     Result r = execute(*wr);
+    if (r.block == Block::kRouted) continue;
+    if (r.block == Block::kFull) {
+      *bad = wr;
+      return ENOMEM;
+    }
     if (r.block != Block::kNone) {
       enqueue(*wr);
       block_ = r.block;
@@ -460,6 +491,13 @@ int64_t Qp::retry_locked(int64_t now) {
     }
     Pending& p = pending_[pend_head_];
     Result r = execute(p.wr);
+    if (r.block == Block::kFull) return now + 1000000;
+    if (r.block == Block::kRouted) {
+      pend_head_ = (pend_head_ + 1) % cap_.max_send_wr;
+      --pend_count_;
+      block_ = Block::kNone;
+      continue;
+    }
     if (r.block != Block::kNone) {
       if (r.block != block_) {
         block_ = r.block;

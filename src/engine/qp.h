@@ -12,6 +12,7 @@
 
 #include "engine/objects.h"
 #include "engine/peer.h"
+#include "engine/respond.h"
 
 namespace vrdma {
 
@@ -55,7 +56,8 @@ class Qp {
   void* user = nullptr;
 
  private:
-  enum class Block : uint8_t { kNone, kRnr, kTransport };
+  // kRouted: handed to the router, which completes it; kFull: the router's queue is full.
+  enum class Block : uint8_t { kNone, kRnr, kTransport, kRouted, kFull };
   struct Result {
     ibv_wc_status status = IBV_WC_SUCCESS;
     uint32_t byte_len = 0;
@@ -67,7 +69,10 @@ class Qp {
   };
 
   Result execute(const ibv_send_wr& wr);
-  Result execute_ud(const ibv_send_wr& wr);
+  ibv_wc_status gather(const ibv_send_wr& wr, Seg* local, int& nl, uint64_t& total) const;
+  Incoming incoming(const ibv_send_wr& wr, uint64_t total) const;
+  Result route(const ibv_send_wr& wr, const PeerQp& peer);  // route.cc
+  int init_route_queue();                                    // route.cc
   const PeerQp* connected_peer();
   const PeerQp* ud_peer(const ibv_send_wr& wr);
   int connect_peer(uint32_t dest_qpn, const uint8_t* gid, PeerQp& out);
@@ -90,6 +95,9 @@ class Qp {
   uint32_t offset_ = 0;
   shm::QpShared* shared_ = nullptr;
   ring::RqView rq_;
+  shm::SendQueue* sq_ = nullptr;  // work for the router; geometry below is our own copy
+  uint32_t sq_mask_ = 0, sq_entry_size_ = 0;
+  bool routed_ = false;  // the connected destination is on another host
   ibv_qp_cap cap_{};
   ibv_qp_attr attr_{};  // what modify has set, for query
   SpinLock lock_;

@@ -17,7 +17,7 @@
 namespace vrdma::shm {
 
 inline constexpr uint32_t kArenaMagic = 0x414d4456;  // "VDMA"
-inline constexpr uint32_t kArenaVersion = 1;
+inline constexpr uint32_t kArenaVersion = 2;
 inline constexpr uint64_t kArenaSize = 256ull << 20;  // sparse: pages exist only once touched
 inline constexpr uint32_t kMrSlots = 4096;            // key = random << 12 | slot
 inline constexpr uint32_t kMrSlotBits = 12;
@@ -131,8 +131,54 @@ struct alignas(kCacheLine) QpShared {
   uint32_t recv_cq_offset;  // CqShared
   uint32_t send_cq_offset;  // CqShared
   std::atomic<uint32_t> min_rnr_timer;
+  uint32_t sq_offset;  // SendQueue for work the router carries (another host)
+  // What the router needs to carry the QP's work as the QP's attributes say.
+  std::atomic<uint32_t> timeout;    // local ACK timeout exponent (4.096 us << timeout)
+  std::atomic<uint32_t> retry_cnt;
+  std::atomic<uint32_t> rnr_retry;
+  uint32_t sq_sig_all;
   QpCounters counters;
 };
+
+// A work request a QP hands to the router because its destination is on another host. The
+// owner writes it; the router copies it out and validates it before use.
+struct RouteWqe {
+  uint64_t wr_id;
+  uint32_t opcode;      // ibv_wr_opcode
+  uint32_t send_flags;  // ibv_send_flags
+  uint32_t imm_data;    // as the application gave it (network order)
+  uint32_t num_sge;     // gather entries; 0 with inline data
+  uint32_t rkey;
+  uint32_t status;      // nonzero: the owner found it bad; complete with this ibv_wc_status
+  uint64_t remote_addr;
+  uint64_t compare_add;
+  uint64_t swap;
+  uint32_t ud_qpn;      // UD destination
+  uint32_t ud_qkey;
+  uint8_t dgid[16];     // UD destination (::ffff:a.b.c.d)
+  uint32_t inline_len;  // inline bytes, stored after the gather list
+  uint32_t reserved;
+  ibv_sge sge[];        // [max_sge] then [max_inline] bytes
+};
+
+// The queue of RouteWqe of one QP: one producer (the owner), one consumer (the router),
+// which completes entries in order into the QP's send CQ and then advances `done`.
+struct alignas(kCacheLine) SendQueue {
+  uint32_t capacity;  // power of two
+  uint32_t entry_size;
+  uint32_t max_sge;
+  uint32_t max_inline;
+  alignas(kCacheLine) std::atomic<uint64_t> tail;  // owner
+  // Set by a router about to sleep: the owner rings the router's doorbell after posting.
+  std::atomic<uint32_t> doorbell;
+  alignas(kCacheLine) std::atomic<uint64_t> done;  // router
+  alignas(kCacheLine) unsigned char entries[];
+};
+
+inline constexpr uint32_t route_wqe_size(uint32_t max_sge, uint32_t max_inline) {
+  uint32_t n = static_cast<uint32_t>(sizeof(RouteWqe) + max_sge * sizeof(ibv_sge) + max_inline);
+  return (n + kCacheLine - 1) & ~(kCacheLine - 1);
+}
 
 // Offsets read from a peer's arena must point inside it with room for `bytes`.
 inline bool offset_ok(uint64_t arena_size, uint64_t offset, uint64_t bytes) {

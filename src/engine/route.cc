@@ -1,0 +1,93 @@
+// Work for a destination on another host: the QP writes it into its SendQueue in the arena,
+// where this host's router (in vrdmad) picks it up, carries it to the destination host and
+// completes it into the QP's send CQ. The router sleeps when idle; then the QP rings its
+// doorbell (an eventfd) after posting, and only then.
+#include <string.h>
+#include <unistd.h>
+
+#include "engine/qp.h"
+
+namespace vrdma {
+
+int Qp::init_route_queue() {
+  Device& dev = context().device();
+  uint32_t cap = ring::pow2_at_least(cap_.max_send_wr);
+  uint32_t esz = shm::route_wqe_size(cap_.max_send_sge, cap_.max_inline_data);
+  uint32_t off = dev.arena().alloc(sizeof(shm::SendQueue) + size_t(cap) * esz);
+  if (!off) return ENOMEM;
+  sq_ = dev.arena().at<shm::SendQueue>(off);
+  sq_->capacity = cap;
+  sq_->entry_size = esz;
+  sq_->max_sge = cap_.max_send_sge;
+  sq_->max_inline = cap_.max_inline_data;
+  sq_->tail.store(0, std::memory_order_relaxed);
+  sq_->done.store(0, std::memory_order_relaxed);
+  sq_->doorbell.store(0, std::memory_order_relaxed);
+  sq_mask_ = cap - 1;
+  sq_entry_size_ = esz;
+  shared_->sq_offset = off;
+  return 0;
+}
+
+Qp::Result Qp::route(const ibv_send_wr& wr, const PeerQp& peer) {
+  Result res;
+  uint64_t tail = sq_->tail.load(std::memory_order_relaxed);
+  // The router completes in order; a full queue means the application posted more than
+  // max_send_wr without reaping completions.
+  if (tail - sq_->done.load(std::memory_order_acquire) >= cap_.max_send_wr) {
+    res.block = Block::kFull;
+    return res;
+  }
+  auto* e = reinterpret_cast<shm::RouteWqe*>(sq_->entries + (tail & sq_mask_) * sq_entry_size_);
+  e->wr_id = wr.wr_id;
+  e->opcode = wr.opcode;
+  e->send_flags = wr.send_flags;
+  e->imm_data = wr.imm_data;
+  e->status = IBV_WC_SUCCESS;
+  e->inline_len = 0;
+  e->num_sge = 0;
+  Incoming in = incoming(wr, 0);
+  e->rkey = in.rkey;
+  e->remote_addr = in.remote_addr;
+  e->compare_add = in.compare_add;
+  e->swap = in.swap;
+  if (type_ == IBV_QPT_UD) {
+    const Ah* ah = reinterpret_cast<const Ah*>(wr.wr.ud.ah);
+    e->ud_qpn = wr.wr.ud.remote_qpn;
+    e->ud_qkey = in.qkey;
+    memcpy(e->dgid, ah->attr.grh.dgid.raw, 16);
+  } else {
+    e->ud_qpn = peer.qpn;
+  }
+  // The gather list is checked here, against this process's MRs and PD; the router then
+  // finds the same memory through the keys.
+  Seg local[shm::kMaxSendSge];
+  int nl;
+  uint64_t total;
+  ibv_wc_status st = gather(wr, local, nl, total);
+  if (st != IBV_WC_SUCCESS) {
+    e->status = st;
+  } else if (wr.send_flags & IBV_SEND_INLINE) {
+    auto* data = reinterpret_cast<uint8_t*>(e->sge + sq_->max_sge);
+    uint32_t len = 0;
+    for (int i = 0; i < nl; ++i) {
+      memcpy(data + len, local[i].p, local[i].len);
+      len += static_cast<uint32_t>(local[i].len);
+    }
+    e->inline_len = len;
+  } else {
+    e->num_sge = static_cast<uint32_t>(wr.num_sge);
+    memcpy(e->sge, wr.sg_list, sizeof(ibv_sge) * wr.num_sge);
+  }
+  sq_->tail.store(tail + 1, std::memory_order_release);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (sq_->doorbell.load(std::memory_order_relaxed) &&
+      sq_->doorbell.exchange(0, std::memory_order_relaxed)) {
+    uint64_t one = 1;
+    [[maybe_unused]] ssize_t n = ::write(context().device().router_doorbell(), &one, sizeof(one));
+  }
+  res.block = Block::kRouted;
+  return res;
+}
+
+}  // namespace vrdma
