@@ -33,6 +33,8 @@ packages=(
   ibverbs-utils rdmacm-utils perftest ucx-utils iperf3 sockperf
   # test bed and tests
   iproute2 iputils-ping procps strace python3
+  # the cluster directory of a multi-host sandbox; plots of the evaluation suite
+  etcd-server python3-matplotlib
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -8,6 +8,7 @@ and the installed location.
 """
 
 import atexit
+import json
 import os
 import re
 import shutil
@@ -75,10 +76,12 @@ class Proc:
 
 
 class Sandbox:
-    def __init__(self, hosts=1, containers=2, extra_args=()):
+    def __init__(self, hosts=1, containers=2, extra_args=(), directory=None):
         self.hosts = hosts
         self.containers = containers
         self.extra_args = list(extra_args)  # more `vrdma sandbox up` options, e.g. --tenant
+        if directory:  # "etcd" (the default with several hosts) or "embedded"
+            self.extra_args += ["--directory", directory]
         self.procs = []
 
     def __enter__(self):
@@ -154,5 +157,47 @@ class Sandbox:
         return (src, s.out, s.err), (crc, c.out, c.err)
 
     def status(self, host="h0"):
-        import json
         return json.loads(vrdma("status", "--host", host, "--json").stdout)
+
+    def state(self):
+        """The sandbox's state file (`vrdma sandbox list --json`)."""
+        return json.loads(vrdma("sandbox", "list", "--json").stdout)
+
+    # The etcd of a multi-host sandbox (the daemons' cluster directory), in namespace vrdma-net.
+    def etcd_stop(self):
+        """Stops etcd (SIGTERM) and returns once it has exited; its data is kept."""
+        vrdma("sandbox", "etcd", "stop")
+
+    def etcd_start(self):
+        """Starts etcd again on the same data and returns once it answers."""
+        vrdma("sandbox", "etcd", "start")
+
+    def etcd_running(self):
+        for line in vrdma("sandbox", "list").stdout.splitlines():
+            if line.startswith("directory: etcd"):
+                return ", running (pid" in line
+        return False
+
+    def etcd_get(self, prefix="/vrdma/", timeout=5):
+        """The directory's keys under `prefix` and their values (JSON decoded where possible),
+        read from etcd's JSON gateway inside vrdma-net."""
+        url = self.state()["etcd"]["client_url"]
+        script = (
+            "import base64,json,sys,urllib.request\n"
+            "p=sys.argv[2].encode(); end=p[:-1]+bytes([p[-1]+1])\n"
+            "b=lambda x: base64.b64encode(x).decode()\n"
+            "req=json.dumps({'key': b(p), 'range_end': b(end)}).encode()\n"
+            "r=json.load(urllib.request.urlopen(sys.argv[1]+'/v3/kv/range', req, timeout=2))\n"
+            "print(json.dumps({base64.b64decode(kv['key']).decode():"
+            " base64.b64decode(kv.get('value', '')).decode() for kv in r.get('kvs', [])}))\n")
+        p = subprocess.run(["ip", "netns", "exec", "vrdma-net", "python3", "-c", script, url,
+                            prefix], capture_output=True, text=True, timeout=timeout)
+        if p.returncode != 0:
+            raise RuntimeError(f"reading etcd at {url} failed:\n{p.stderr}")
+        out = {}
+        for key, value in json.loads(p.stdout).items():
+            try:
+                out[key] = json.loads(value)
+            except ValueError:
+                out[key] = value
+        return out

@@ -153,7 +153,10 @@ struct FreeKeyReq {
   uint32_t key;
 };
 
-enum class FatalReason : uint32_t { kPeerGone = 1 };
+// kPeerGone: the peer went away (an async IBV_EVENT_QP_FATAL follows); kRouted: the router
+// completed the QP's work with an error and moved it to the error state (flush receives, no
+// event, as a completion error on a fabric).
+enum class FatalReason : uint32_t { kPeerGone = 1, kRouted = 2 };
 struct QpFatalEvent {
   uint32_t qpn;  // the receiving client's QP whose peer is gone
   uint32_t reason;

@@ -66,8 +66,10 @@ int main(int argc, char** argv) {
   sandbox->require_subcommand(1);
   sandbox->footer(
       "Hosts are namespaces vrdma-h<i> with bridge vbr0 at 10.77.<i>.1/24; containers are\n"
-      "vrdma-h<i>c<j> with eth0 at 10.77.<i>.<10+j>. State lives in $VRDMA_RUN_DIR (default\n"
-      "/run/vrdma). up, down and exec must run as root.");
+      "vrdma-h<i>c<j> with eth0 at 10.77.<i>.<10+j>. With several hosts, each host's u0 at\n"
+      "10.76.0.<i+1>/24 joins bridge ubr0 (10.76.0.254) of namespace vrdma-net, where the\n"
+      "cluster directory (etcd, http://10.76.0.254:2379) runs. State lives in $VRDMA_RUN_DIR\n"
+      "(default /run/vrdma). up, down, exec and etcd must run as root.");
 
   SandboxUpOptions up_opts;
   CLI::App* up =
@@ -81,16 +83,25 @@ int main(int argc, char** argv) {
   up->add_option("--log-level", up_opts.log_level, "Passed to every vrdmad as --log-level");
   up->add_option("--tenant", up_opts.tenants,
                  "NAME=CIDR, passed to every vrdmad as --tenant (repeatable)");
+  up->add_option("--directory", up_opts.directory,
+                 "How the hosts find each other: etcd (default with --hosts > 1) or embedded "
+                 "(every vrdmad gets the other hosts as --peer)")
+      ->check(CLI::IsMember({kDirectoryEtcd, kDirectoryEmbedded}));
   up->footer(
       "vrdmad is $VRDMA_DAEMON, else next to this vrdma, else ../sbin/vrdmad or\n"
       "../daemon/vrdmad from it, else on PATH. Each logs to <run dir>/h<i>/vrdmad.log and\n"
-      "listens on <run dir>/h<i>/vrdmad.sock (run dir: $VRDMA_RUN_DIR, default /run/vrdma).");
+      "listens on <run dir>/h<i>/vrdmad.sock (run dir: $VRDMA_RUN_DIR, default /run/vrdma).\n"
+      "With --hosts > 1 each vrdmad also gets --host-id i, --router-listen 10.76.0.<i+1>:7471,\n"
+      "--pod-cidr 10.77.<i>.0/24 and --directory etcd://10.76.0.254:2379; that etcd\n"
+      "($VRDMA_ETCD, else etcd on PATH) runs in vrdma-net with its data and etcd.log in\n"
+      "<run dir>/etcd. A single host runs without a directory, as always.");
 
   CLI::App* down = sandbox->add_subcommand(
       "down", "Stop the daemons and every process in the sandbox, delete its namespaces");
   down->footer(
       "Deletes every namespace named like a sandbox's (vrdma-h<i>, vrdma-h<i>c<j>, vrdma-net),\n"
-      "so it works after a crash (no state file), and says so when nothing is up.");
+      "so it works after a crash (no state file), and says so when nothing is up. Stops the\n"
+      "sandbox's etcd (if it still runs) and removes its data.");
 
   bool list_json = false;
   CLI::App* list = sandbox->add_subcommand("list", "Show hosts and containers, and what is alive");
@@ -111,6 +122,18 @@ int main(int argc, char** argv) {
       "$VRDMA_LIBDIR (default " VRDMA_LIBDIR
       ") first in LD_LIBRARY_PATH. The exit status is\n"
       "the command's (127 if it is not found).");
+
+  CLI::App* etcd = sandbox->add_subcommand(
+      "etcd", "Stop or start the etcd of a multi-host sandbox (to test a directory outage)");
+  etcd->require_subcommand(1);
+  CLI::App* etcd_stop = etcd->add_subcommand(
+      "stop", "Stop etcd (SIGTERM) and wait until it has exited; its data is kept");
+  CLI::App* etcd_start = etcd->add_subcommand(
+      "start", "Start etcd again on the same data directory and wait until it answers");
+  etcd->footer(
+      "The daemons keep running: while etcd is down they cannot resolve other hosts' addresses,\n"
+      "and once it is back they publish their entries again. Both are no-ops (exit 0) when\n"
+      "etcd is already stopped or running; a sandbox without etcd is an error.");
 
   // vrdma status
   StatusOptions status_opts;
@@ -139,7 +162,8 @@ int main(int argc, char** argv) {
     return app.exit(e) == 0 ? kExitOk : kExitUsage;
   }
 
-  if ((up->parsed() || down->parsed() || exec->parsed()) && ::geteuid() != 0) {
+  if ((up->parsed() || down->parsed() || exec->parsed() || etcd->parsed()) &&
+      ::geteuid() != 0) {
     std::cerr << "vrdma sandbox: must run as root\n";
     return kExitError;
   }
@@ -148,6 +172,8 @@ int main(int argc, char** argv) {
     if (down->parsed()) return sandbox_down();
     if (list->parsed()) return sandbox_list(list_json);
     if (exec->parsed()) return sandbox_exec(exec_name, exec_command, exec_no_lib);
+    if (etcd_stop->parsed()) return sandbox_etcd_stop();
+    if (etcd_start->parsed()) return sandbox_etcd_start();
     if (status->parsed()) return status_command(status_opts);
     if (demo->parsed()) return run_script("bench/demo.py", demo->remaining());
   } catch (const UsageError& e) {

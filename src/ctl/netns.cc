@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sched.h>
+#include <signal.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
@@ -11,6 +12,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <cstdlib>
 #include <regex>
 #include <set>
@@ -43,6 +45,26 @@ int open_netns(const std::string& netns) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) throw Error(errno_text("cannot open network namespace " + path, errno));
   return fd;
+}
+
+// Child side of spawn_in_netns: never returns. Only async-signal-safe calls.
+[[noreturn]] void exec_in_netns(int netns_fd, int log_fd, char* const argv[]) {
+  int null_fd = ::open("/dev/null", O_RDONLY);
+  if (null_fd >= 0) ::dup2(null_fd, STDIN_FILENO);
+  ::dup2(log_fd, STDOUT_FILENO);
+  ::dup2(log_fd, STDERR_FILENO);
+  if (::setns(netns_fd, CLONE_NEWNET) < 0) {
+    dprintf(STDERR_FILENO, "vrdma: cannot enter the network namespace: %s\n", strerror(errno));
+    _exit(126);
+  }
+  ::setsid();
+  sigset_t none;
+  sigemptyset(&none);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGPIPE}) ::signal(sig, SIG_DFL);
+  ::execv(argv[0], argv);
+  dprintf(STDERR_FILENO, "vrdma: cannot execute %s: %s\n", argv[0], strerror(errno));
+  _exit(127);
 }
 
 }  // namespace
@@ -115,6 +137,21 @@ bool remount_sys_for_current_netns() {
   if (::mount("", "/", nullptr, MS_SLAVE | MS_REC, nullptr) < 0) return false;
   if (::umount2("/sys", MNT_DETACH) < 0 && errno != EINVAL) return false;
   return ::mount("sysfs", "/sys", "sysfs", 0, nullptr) == 0;
+}
+
+pid_t spawn_in_netns(const std::string& netns, const std::vector<std::string>& argv,
+                     const std::string& log) {
+  Fd log_fd(::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
+  if (log_fd.get() < 0) throw Error(errno_text("cannot open " + log, errno));
+  Fd netns_fd(open_netns(netns));
+  std::vector<std::string> args = argv;
+  std::vector<char*> ptrs;
+  for (auto& a : args) ptrs.push_back(a.data());
+  ptrs.push_back(nullptr);
+  pid_t pid = ::fork();
+  if (pid == 0) exec_in_netns(netns_fd.get(), log_fd.get(), ptrs.data());
+  if (pid < 0) throw Error(errno_text("fork", errno));
+  return pid;
 }
 
 std::vector<pid_t> pids_in_netns(const std::vector<std::string>& netns_names) {

@@ -50,6 +50,12 @@ void write_sysctl_in(const std::string& netns, const std::string& proc_path,
 // any step failed.
 bool remount_sys_for_current_netns();
 
+// Starts argv (argv[0] a path) inside the named namespace, detached: its own session, default
+// signal handling, stdin from /dev/null, stdout and stderr appended to `log`. Returns its pid;
+// the caller reaps it or leaves it to init when exiting. Throws Error.
+pid_t spawn_in_netns(const std::string& netns, const std::vector<std::string>& argv,
+                     const std::string& log);
+
 // Processes whose network namespace is one of the named ones (what `ip netns
 // pids` reports), excluding the caller.
 std::vector<pid_t> pids_in_netns(const std::vector<std::string>& netns_names);

@@ -14,10 +14,16 @@ struct SandboxUpOptions {
   int containers = 2;                // per host
   std::string log_level;             // passed to vrdmad as --log-level if not empty
   std::vector<std::string> tenants;  // NAME=CIDR, each passed to vrdmad as --tenant
+  // With several hosts: kDirectoryEtcd (default: an etcd in the underlay namespace) or
+  // kDirectoryEmbedded (each vrdmad gets the other hosts as --peer).
+  std::string directory;
 };
 
 int sandbox_up(const SandboxUpOptions& options);
 int sandbox_down();
+// `vrdma sandbox etcd start|stop`: the multi-host sandbox's etcd, on the same data directory.
+int sandbox_etcd_start();
+int sandbox_etcd_stop();
 int sandbox_list(bool json);
 // Replaces the process with `command` inside the namespace of `name`; returns
 // only on failure (127: command not found, 126: cannot execute it).
@@ -26,16 +32,19 @@ int sandbox_exec(const std::string& name, const std::vector<std::string>& comman
 // What teardown found and removed; errors are reported, not thrown.
 struct TeardownResult {
   int daemons = 0;     // vrdmad processes stopped
+  bool etcd = false;   // the sandbox's etcd was running and was stopped
   int processes = 0;   // other processes killed inside the namespaces
   int namespaces = 0;  // namespaces deleted
   bool state = false;  // a state file or host directory was removed
   std::vector<std::string> errors;
-  bool nothing_found() const { return !daemons && !processes && !namespaces && !state; }
+  bool nothing_found() const {
+    return !daemons && !etcd && !processes && !namespaces && !state;
+  }
 };
 
-// Stops every daemon with a pidfile under run_dir, kills what is left in the
-// sandbox namespaces (is_sandbox_netns), deletes them and removes the state. Works without a state
-// file (after a crash). The caller holds the RunDirLock.
+// Stops every daemon with a pidfile under run_dir, then the sandbox's etcd, kills what is left
+// in the sandbox namespaces (is_sandbox_netns), deletes them and removes the state (etcd's data
+// included). Works without a state file (after a crash). The caller holds the RunDirLock.
 TeardownResult teardown_sandbox(const std::string& run_dir);
 
 // The `vrdma sandbox list` table.

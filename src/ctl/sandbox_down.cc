@@ -12,6 +12,7 @@
 #include "ctl/netns.h"
 #include "ctl/proc.h"
 #include "ctl/sandbox.h"
+#include "ctl/sandbox_etcd.h"
 
 namespace vrdma::ctl {
 
@@ -26,7 +27,7 @@ int teardown_rank(const std::string& netns) {
   return netns.find('c') != std::string::npos ? 0 : 1;
 }
 
-// Removes sandbox.json and the h<N> directories; true if there was any.
+// Removes sandbox.json, the h<N> directories and etcd's; true if there was any.
 bool remove_state(const std::string& run_dir, std::vector<std::string>& errors) {
   namespace fs = std::filesystem;
   static const std::regex host_dir_name("h[0-9]+");
@@ -34,7 +35,7 @@ bool remove_state(const std::string& run_dir, std::vector<std::string>& errors) 
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(run_dir, ec)) {
     std::string name = entry.path().filename();
-    if (name == "sandbox.json" || name == "sandbox.json.tmp" ||
+    if (name == "sandbox.json" || name == "sandbox.json.tmp" || name == "etcd" ||
         (std::regex_match(name, host_dir_name) && entry.is_directory()))
       doomed.push_back(entry.path());
   }
@@ -55,6 +56,13 @@ TeardownResult teardown_sandbox(const std::string& run_dir) {
   for (pid_t pid : terminate_processes(daemons, kDaemonStopGraceMs, true))
     std::cerr << "vrdma sandbox: vrdmad pid " << pid << " ignored SIGTERM for "
               << kDaemonStopGraceMs / 1000 << " s; killed it\n";
+  // After the daemons, which revoke their leases when they stop.
+  if (pid_t etcd = running_etcd(run_dir)) {
+    result.etcd = true;
+    if (!stop_etcd(etcd))
+      std::cerr << "vrdma sandbox: etcd pid " << etcd << " ignored SIGTERM for "
+                << kEtcdStopGraceMs / 1000 << " s; killed it\n";
+  }
 
   std::vector<std::string> namespaces = list_sandbox_netns();
   std::vector<pid_t> leftovers = pids_in_netns(namespaces);
@@ -88,7 +96,8 @@ int sandbox_down() {
   if (t.nothing_found()) {
     std::cout << "no sandbox is up; nothing to do\n";
   } else {
-    std::cout << "sandbox down: stopped " << t.daemons << " vrdmad, killed "
+    std::cout << "sandbox down: stopped " << t.daemons << " vrdmad" << (t.etcd ? " and etcd" : "")
+              << ", killed "
               << plural(t.processes, "other process", "other processes") << ", deleted "
               << plural(t.namespaces, "namespace") << "\n";
   }

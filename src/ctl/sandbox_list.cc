@@ -7,6 +7,7 @@
 #include "ctl/format.h"
 #include "ctl/netns.h"
 #include "ctl/sandbox.h"
+#include "ctl/sandbox_etcd.h"
 
 namespace vrdma::ctl {
 
@@ -27,6 +28,14 @@ void print_sandbox_table(const Sandbox& sandbox) {
     std::cout << "\nunderlay: namespace " << sandbox.underlay << " ("
               << netns_state(sandbox.underlay) << "), bridge " << kUnderlayBridge
               << ", hosts at 10.76.0.<id+1>/24\n";
+  if (sandbox.directory == kDirectoryEtcd) {
+    pid_t pid = running_etcd(sandbox.run_dir);
+    std::cout << "directory: etcd " << sandbox.etcd.client_url << " in " << sandbox.etcd.netns
+              << ", " << (pid ? "running (pid " + std::to_string(pid) + ")" : "not running")
+              << "; data " << sandbox.etcd.data_dir << ", log " << sandbox.etcd.log << "\n";
+  } else if (sandbox.directory == kDirectoryEmbedded) {
+    std::cout << "directory: embedded (each vrdmad knows the others from --peer)\n";
+  }
 }
 
 int sandbox_list(bool json) {

@@ -68,6 +68,8 @@ void build_network(const Sandbox& sandbox, const std::function<void()>& step) {
   step();
   add_netns(sandbox.underlay);
   ip_in(sandbox.underlay, {"link", "add", kUnderlayBridge, "type", "bridge"});
+  ip_in(sandbox.underlay,
+        {"addr", "add", std::string(kUnderlayEtcdIp) + "/24", "dev", kUnderlayBridge});
   ip_in(sandbox.underlay, {"link", "set", kUnderlayBridge, "up"});
   for (const auto& h : sandbox.hosts) {
     step();

@@ -48,19 +48,41 @@ std::string host_dir(const std::string& run_dir, int host_id) {
   return run_dir + "/h" + std::to_string(host_id);
 }
 
-Sandbox plan_sandbox(int hosts, int containers_per_host, const std::string& run_dir) {
+std::string etcd_dir(const std::string& run_dir) {
+  return run_dir + "/etcd";
+}
+
+Sandbox plan_sandbox(int hosts, int containers_per_host, const std::string& run_dir,
+                     const std::string& directory) {
   Sandbox s;
   s.run_dir = run_dir;
   s.created = static_cast<int64_t>(::time(nullptr));
   s.containers_per_host = containers_per_host;
-  if (hosts > 1) s.underlay = kUnderlayNetns;
+  if (hosts > 1) {
+    s.underlay = kUnderlayNetns;
+    s.directory = directory;
+  }
+  if (s.directory == kDirectoryEtcd) {
+    std::string dir = etcd_dir(run_dir);
+    s.etcd.netns = kUnderlayNetns;
+    s.etcd.client_url = "http://" + std::string(kUnderlayEtcdIp) + ":" +
+                        std::to_string(kEtcdClientPort);
+    s.etcd.peer_url = "http://127.0.0.1:" + std::to_string(kEtcdPeerPort);
+    s.etcd.data_dir = dir + "/data";
+    s.etcd.log = dir + "/etcd.log";
+    s.etcd.pidfile = dir + "/etcd.pid";
+  }
   for (int i = 0; i < hosts; ++i) {
     SandboxHost h;
     h.id = i;
     h.name = "h" + std::to_string(i);
     h.netns = kNetnsPrefix + h.name;
     h.ip = "10.77." + std::to_string(i) + ".1";
-    if (hosts > 1) h.underlay_ip = "10.76.0." + std::to_string(i + 1);
+    h.pod_cidr = "10.77." + std::to_string(i) + ".0/24";
+    if (hosts > 1) {
+      h.underlay_ip = "10.76.0." + std::to_string(i + 1);
+      h.router = h.underlay_ip + ":" + std::to_string(kRouterPort);
+    }
     std::string dir = host_dir(run_dir, i);
     h.socket = dir + "/vrdmad.sock";
     h.pidfile = dir + "/vrdmad.pid";

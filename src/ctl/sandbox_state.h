@@ -20,6 +20,14 @@ inline constexpr const char* kHostBridge = "vbr0";      // in each host namespac
 inline constexpr const char* kUnderlayBridge = "ubr0";  // in kUnderlayNetns
 inline constexpr const char* kUnderlayNetns = "vrdma-net";
 inline constexpr const char* kUnderlayDev = "u0";  // each host's link to the underlay
+inline constexpr const char* kUnderlayEtcdIp = "10.76.0.254";  // ubr0's address: etcd's
+inline constexpr int kEtcdClientPort = 2379;
+inline constexpr int kEtcdPeerPort = 2380;  // on 127.0.0.1 inside kUnderlayNetns
+inline constexpr int kRouterPort = 7471;    // each host's vrdmad router, on its underlay_ip
+
+// How the daemons of a multi-host sandbox find each other (`sandbox up --directory`).
+inline constexpr const char* kDirectoryEtcd = "etcd";
+inline constexpr const char* kDirectoryEmbedded = "embedded";
 
 struct SandboxHost {
   int id = 0;
@@ -27,6 +35,8 @@ struct SandboxHost {
   std::string netns;        // "vrdma-h0"
   std::string ip;           // bridge address, 10.77.<id>.1
   std::string underlay_ip;  // 10.76.0.<id+1>, empty with a single host
+  std::string router;       // underlay_ip:kRouterPort, empty with a single host
+  std::string pod_cidr;     // 10.77.<id>.0/24
   std::string socket;       // <run dir>/h0/vrdmad.sock
   std::string pidfile;
   std::string log;
@@ -42,6 +52,18 @@ struct SandboxContainer {
   std::string socket;  // the host's vrdmad socket
 };
 
+// The etcd of a multi-host sandbox: in kUnderlayNetns, files under <run dir>/etcd.
+struct SandboxEtcd {
+  std::string binary;  // the etcd executable
+  std::string netns;
+  std::string client_url;  // http://10.76.0.254:2379
+  std::string peer_url;    // http://127.0.0.1:2380
+  std::string data_dir;    // <run dir>/etcd/data
+  std::string log;         // <run dir>/etcd/etcd.log
+  std::string pidfile;     // <run dir>/etcd/etcd.pid
+  pid_t pid = 0;           // when started; running_etcd() tells whether it still runs
+};
+
 struct Sandbox {
   int version = 1;
   std::string run_dir;
@@ -49,6 +71,10 @@ struct Sandbox {
   int64_t created = 0;  // unix time
   int containers_per_host = 0;
   std::string underlay;  // kUnderlayNetns, or empty with a single host
+  // With several hosts kDirectoryEtcd or kDirectoryEmbedded; empty with a single host (its
+  // vrdmad runs as it always has, without directory options).
+  std::string directory;
+  SandboxEtcd etcd;  // with kDirectoryEtcd only
   std::vector<SandboxHost> hosts;
   std::vector<SandboxContainer> containers;
 
@@ -59,19 +85,25 @@ struct Sandbox {
 
 // JSON field names are those of the structs; missing fields keep their defaults.
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(SandboxHost, id, name, netns, ip, underlay_ip,
-                                                socket, pidfile, log, pid)
+                                                router, pod_cidr, socket, pidfile, log, pid)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(SandboxEtcd, binary, netns, client_url, peer_url,
+                                                data_dir, log, pidfile, pid)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(SandboxContainer, name, netns, ip, host, host_id,
                                                 socket)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Sandbox, version, run_dir, daemon, created,
-                                                containers_per_host, underlay, hosts, containers)
+                                                containers_per_host, underlay, directory, etcd,
+                                                hosts, containers)
 
 // $VRDMA_RUN_DIR, else /run/vrdma.
 std::string run_dir();
 std::string state_path(const std::string& run_dir);
 std::string host_dir(const std::string& run_dir, int host_id);
+std::string etcd_dir(const std::string& run_dir);  // <run dir>/etcd
 
-// Names, addresses and paths of a sandbox with this shape (no side effects).
-Sandbox plan_sandbox(int hosts, int containers_per_host, const std::string& run_dir);
+// Names, addresses and paths of a sandbox with this shape (no side effects). `directory`
+// (kDirectoryEtcd or kDirectoryEmbedded) matters with several hosts only.
+Sandbox plan_sandbox(int hosts, int containers_per_host, const std::string& run_dir,
+                     const std::string& directory = kDirectoryEtcd);
 
 // The state file, or nullopt if none. A corrupt file throws Error.
 std::optional<Sandbox> load_sandbox(const std::string& run_dir);

@@ -12,6 +12,7 @@
 #include "ctl/netns.h"
 #include "ctl/proc.h"
 #include "ctl/sandbox.h"
+#include "ctl/sandbox_etcd.h"
 #include "ctl/sandbox_net.h"
 
 namespace vrdma::ctl {
@@ -42,16 +43,38 @@ class InterruptGuard {
   struct sigaction old_[3];
 };
 
+// What a host's vrdmad needs to know of the other hosts; nothing with a single host.
+std::vector<std::string> cluster_args(const Sandbox& sandbox, const SandboxHost& host) {
+  if (sandbox.directory.empty()) return {};
+  std::vector<std::string> args = {"--router-listen", host.router, "--pod-cidr", host.pod_cidr};
+  if (sandbox.directory == kDirectoryEtcd) {
+    args.insert(args.end(), {"--directory", "etcd://" + std::string(kUnderlayEtcdIp) + ":" +
+                                                std::to_string(kEtcdClientPort)});
+    return args;
+  }
+  args.insert(args.end(), {"--directory", "embedded"});
+  for (const auto& other : sandbox.hosts) {
+    if (other.id == host.id) continue;
+    args.insert(args.end(),
+                {"--peer", std::to_string(other.id) + "=" + other.router + "=" + other.pod_cidr});
+  }
+  return args;
+}
+
 }  // namespace
 
 int sandbox_up(const SandboxUpOptions& options) {
   const std::string dir = run_dir();
-  Sandbox sandbox = plan_sandbox(options.hosts, options.containers, dir);
+  if (options.directory == kDirectoryEtcd && options.hosts < 2)
+    throw UsageError("--directory etcd needs --hosts 2 or more (one host needs no directory)");
+  Sandbox sandbox = plan_sandbox(options.hosts, options.containers, dir,
+                                 options.directory.empty() ? kDirectoryEtcd : options.directory);
   if (sandbox.hosts.back().socket.size() >= sizeof(sockaddr_un::sun_path))
     throw Error("run directory " + dir + " is too long for a Unix socket path (set " + kRunDirEnv +
                 " to a shorter one)");
   if (!find_tool("ip")) throw Error("cannot find the iproute2 `ip` command");
   sandbox.daemon = find_daemon();
+  if (sandbox.directory == kDirectoryEtcd) sandbox.etcd.binary = find_etcd();
 
   RunDirLock lock(dir);
   if (std::filesystem::exists(state_path(dir)) || !list_sandbox_netns().empty())
@@ -63,9 +86,15 @@ int sandbox_up(const SandboxUpOptions& options) {
   InterruptGuard guard;
   try {
     build_network(sandbox, InterruptGuard::check);
+    if (sandbox.directory == kDirectoryEtcd) {
+      std::filesystem::remove_all(etcd_dir(dir));  // a crashed sandbox's data
+      sandbox.etcd.pid = start_etcd(sandbox, InterruptGuard::check);
+    }
     for (auto& h : sandbox.hosts) {
       make_dirs(host_dir(dir, h.id));
-      h.pid = start_daemon(h, sandbox.daemon, daemon_args);
+      std::vector<std::string> args = daemon_args;
+      for (auto& a : cluster_args(sandbox, h)) args.push_back(std::move(a));
+      h.pid = start_daemon(h, sandbox.daemon, args);
     }
     wait_for_daemons(sandbox, InterruptGuard::check);
     save_sandbox(sandbox);
@@ -80,8 +109,12 @@ int sandbox_up(const SandboxUpOptions& options) {
     return kExitError;
   }
   std::cout << "sandbox up: " << plural(sandbox.hosts.size(), "host") << ", "
-            << plural(sandbox.containers.size(), "container") << ", vrdmad " << sandbox.daemon
-            << "\n\n";
+            << plural(sandbox.containers.size(), "container") << ", vrdmad " << sandbox.daemon;
+  if (sandbox.directory == kDirectoryEtcd)
+    std::cout << ", etcd " << sandbox.etcd.client_url << " (pid " << sandbox.etcd.pid << ")";
+  else if (sandbox.directory == kDirectoryEmbedded)
+    std::cout << ", embedded directory";
+  std::cout << "\n\n";
   print_sandbox_table(sandbox);
   return kExitOk;
 }

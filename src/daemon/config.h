@@ -43,6 +43,16 @@ struct DaemonConfig {
   size_t max_keys_per_client = 4096;  // AllocKey beyond this: EDQUOT
   size_t max_qps_per_client = 16384;  // AllocQpn beyond this: EDQUOT
   int max_protocol_errors = 16;       // malformed requests before the client is dropped
+
+  // Across hosts. A daemon without router_listen serves its own host only.
+  std::string router_listen;            // "a.b.c.d:port" this host's router accepts links on
+  std::vector<TenantRule> pod_cidrs;    // container networks this host owns (name unused)
+  std::string directory = "embedded";   // "embedded" or "etcd://host:port[,host:port...]"
+  std::vector<std::string> static_peers;  // embedded directory: "ID=a.b.c.d:port=CIDR[,CIDR]"
+  int directory_lease_s = 5;            // entries of a dead host expire after this
+  // Scheduling priority (nice) of a daemon with a router: it must get a core promptly when
+  // routed traffic wakes it, also when the applications it serves spin on every core.
+  int router_nice = -10;
 };
 
 }  // namespace vrdma::daemon

@@ -7,6 +7,7 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -23,6 +24,16 @@ constexpr uint64_t kListenTag = 1ull << 32;
 constexpr uint64_t kWakeTag = 2ull << 32;
 constexpr int kPacketsPerWakeup = 64;  // then let other clients have a turn
 constexpr int kAcceptsPerWakeup = 64;
+// How long the loop keeps polling after routed work before it sleeps. Hosts whose cores are
+// all busy (the sandbox runs every host on one machine) do better sleeping at once: a woken
+// router preempts spinning applications, a spinning one competes with them.
+int64_t linger_ns() {
+  static const int64_t v = [] {
+    const char* e = getenv("VRDMA_ROUTER_LINGER_US");
+    return e && *e ? int64_t(atoll(e)) * 1000 : int64_t(0);
+  }();
+  return v;
+}
 
 uint64_t random64() {
   uint64_t v = 0;
@@ -93,6 +104,27 @@ int Daemon::start() {
   ev.data.u64 = kWakeTag;
   if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, wake_.get(), &ev) < 0) return -errno;
   spare_.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+
+  std::string dir_error;
+  directory_ = make_directory(cfg_, &dir_error);
+  if (!directory_) {
+    LOG_ERROR("directory: %s", dir_error.c_str());
+    return -EINVAL;
+  }
+  HostEntry self;
+  self.host_id = cfg_.host_id;
+  self.router = cfg_.router_listen;
+  self.cidrs = cfg_.pod_cidrs;
+  if (int rc = directory_->start(self); rc < 0) {
+    LOG_ERROR("directory: cannot start: %s", strerror(-rc));
+    return rc;
+  }
+  if (!cfg_.router_listen.empty()) {
+    router_ = std::make_unique<Router>(cfg_, *directory_, router_hooks(), boot_);
+    if (cfg_.router_nice && ::setpriority(PRIO_PROCESS, 0, cfg_.router_nice) < 0)
+      LOG_WARN("router: cannot set priority %d: %s", cfg_.router_nice, strerror(errno));
+    if (int rc = router_->start(epoll_.get()); rc < 0) return rc;
+  }
   started_at_ = std::chrono::steady_clock::now();
   started_ = true;
 
@@ -120,8 +152,23 @@ int Daemon::run() {
   epoll_event events[64];
   int result = 0;
   bool stopping = false;
+  // While routed traffic flows the loop polls without sleeping; after kLingerNs without work
+  // it sleeps in epoll (QPs then ring the router's doorbell).
+  int64_t last_work = 0;
   while (!stopping) {
-    int n = ::epoll_wait(epoll_.get(), events, 64, -1);
+    int timeout = -1;
+    if (router_) {
+      int64_t now = now_ns();
+      if (now - last_work < linger_ns()) {
+        timeout = 0;
+      } else if (!router_->prepare_sleep()) {
+        timeout = 0;
+        last_work = now;
+      } else if (int64_t dl = router_->next_deadline(now); dl >= 0) {
+        timeout = static_cast<int>(std::max<int64_t>(1, (dl - now + 999999) / 1000000));
+      }
+    }
+    int n = ::epoll_wait(epoll_.get(), events, 64, timeout);
     if (n < 0) {
       if (errno == EINTR) continue;
       result = -errno;
@@ -137,14 +184,23 @@ int Daemon::run() {
         stopping = true;
       } else if (tag == kListenTag) {
         accept_clients();
+      } else if (Router::is_tag(tag)) {
+        if (router_) router_->on_event(tag, now_ns());
       } else {
         on_client_event(static_cast<uint32_t>(tag), events[i].events);
       }
       reap();
     }
+    if (router_) {
+      int64_t now = now_ns();
+      if (router_->poll(now)) last_work = now;
+      reap();
+    }
   }
   LOG_INFO("stopping: %zu client(s) connected", clients_.size());
   shutdown_all();
+  router_.reset();
+  if (directory_) directory_->stop();
   return result;
 }
 
@@ -301,6 +357,7 @@ void Daemon::drop(Client& c, const std::string& why, bool notify_peers) {
     }
   }
   // 3. Forget everything it had (its rdma_cm peers are told, unless the daemon is stopping).
+  if (router_) router_->client_gone(id);
   cm_client_gone(id, notify_peers);
   registry_.remove_client(id);
   const size_t nfds = c.fds.size();
@@ -317,6 +374,46 @@ void Daemon::drop(Client& c, const std::string& why, bool notify_peers) {
     LOG_INFO("client %u %s (unidentified)", id, why.c_str());
   }
   clients_.erase(id);  // closes the socket; `c` is gone
+}
+
+}  // namespace vrdma::daemon
+
+namespace vrdma::daemon {
+
+void Daemon::notify_qp_fatal(uint32_t client, uint32_t qpn, proto::FatalReason why) {
+  Client* c = find_live(client);
+  if (!c) return;
+  proto::QpFatalEvent ev{qpn, static_cast<uint32_t>(why)};
+  send(*c, proto::Op::kQpFatal, 0, 0, &ev, sizeof(ev));
+}
+
+Router::Hooks Daemon::router_hooks() {
+  Router::Hooks h;
+  h.fetch_fd = [this](uint32_t client, uint32_t fd_id, int& fd) {
+    Client* c = find_live(client);
+    if (!c) return ENOENT;
+    auto it = c->fds.find(fd_id);
+    if (it == c->fds.end()) return ENOENT;
+    fd = ::fcntl(it->second.fd.get(), F_DUPFD_CLOEXEC, 0);
+    return fd < 0 ? errno : 0;
+  };
+  h.qp_fatal = [this](uint32_t client, uint32_t qpn, proto::FatalReason why) {
+    notify_qp_fatal(client, qpn, why);
+  };
+  h.find_qp = [this](uint32_t qpn, LocalQp* out) {
+    const QpRecord* rec = registry_.find_qp(qpn);
+    Client* owner = rec ? find_live(rec->owner) : nullptr;
+    if (!owner) return false;
+    out->owner = owner->id;
+    out->arena_offset = rec->arena_offset;
+    out->type = rec->type;
+    out->ipv4 = owner->ident.ipv4;
+    out->tenant = owner->tenant;
+    return true;
+  };
+  h.tenant_of = [this](uint32_t ipv4) { return tenant_for(cfg_.tenants, ipv4); };
+  h.on_cm = [this](uint32_t host, const wire::Cm& m) { on_remote_cm(host, m); };
+  return h;
 }
 
 }  // namespace vrdma::daemon

@@ -25,7 +25,9 @@
 #include "daemon/cm.h"
 #include "daemon/config.h"
 #include "daemon/decode.h"
+#include "daemon/directory.h"
 #include "daemon/registry.h"
+#include "daemon/router.h"
 #include "daemon/unique_fd.h"
 
 namespace vrdma::daemon {
@@ -97,8 +99,13 @@ class Daemon {
   void op_alloc_key(Client& c, const Decoded& d, const proto::AllocKeyReq& r);
   void op_free_key(Client& c, const Decoded& d, const proto::FreeKeyReq& r);
   void op_status(Client& c, const Decoded& d);
-  // Seam for the cross-host router: a destination that is not one of this host's clients.
-  int route_remote(Client& c, const proto::ConnectQpReq& r, uint32_t dest_ipv4);
+  // A destination that is not one of this host's clients: through the router (async reply).
+  void route_remote(Client& c, const Decoded& d, const proto::ConnectQpReq& r,
+                    uint32_t dest_ipv4);
+  Router::Hooks router_hooks();
+  // An rdma_cm message another host's daemon forwarded (cm_remote.cc).
+  void on_remote_cm(uint32_t host, const wire::Cm& m);
+  void notify_qp_fatal(uint32_t client, uint32_t qpn, proto::FatalReason why);
 
   // Connection manager (cm.cc).
   void handle_cm(Client& c, const Decoded& d);
@@ -126,6 +133,8 @@ class Daemon {
   IdentityResolver identity_;
   Registry registry_;
   CmTable cm_;
+  std::unique_ptr<Directory> directory_;
+  std::unique_ptr<Router> router_;  // only with cfg_.router_listen
   // Addresses of the containers whose programs have said Hello since the daemon started: the
   // addresses this host answers for in rdma_cm (a connect there without a listener is refused
   // rather than unreachable).

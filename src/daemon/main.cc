@@ -13,6 +13,7 @@
 #include "common/unix_socket.h"
 #include "daemon/config.h"
 #include "daemon/daemon.h"
+#include "daemon/directory.h"
 #include "daemon/log.h"
 
 namespace {
@@ -44,6 +45,35 @@ void raise_fd_limit() {
   }
 }
 
+// Validates and stores the options about other hosts; 0, or the exit code after a message.
+int check_cluster_options(const std::vector<std::string>& pod_cidr_args,
+                          vrdma::daemon::DaemonConfig* cfg) {
+  using namespace vrdma::daemon;
+  uint32_t addr;
+  uint16_t port;
+  if (!cfg->router_listen.empty() && !parse_ipv4_port(cfg->router_listen, &addr, &port)) {
+    std::fprintf(stderr, "vrdmad: --router-listen: expected IPV4:PORT, not '%s'\n",
+                 cfg->router_listen.c_str());
+    return 2;
+  }
+  for (const auto& c : pod_cidr_args) {
+    std::string error;
+    auto rule = parse_tenant_rule("host=" + c, &error);
+    if (!rule || c.empty()) {
+      std::fprintf(stderr, "vrdmad: --pod-cidr: expected A.B.C.D/LEN, not '%s'\n", c.c_str());
+      return 2;
+    }
+    rule->name.clear();
+    cfg->pod_cidrs.push_back(*rule);
+  }
+  std::string error;
+  if (!make_directory(*cfg, &error)) {
+    std::fprintf(stderr, "vrdmad: bad directory configuration: %s\n", error.c_str());
+    return 2;
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -52,6 +82,7 @@ int main(int argc, char** argv) {
   DaemonConfig cfg;
   cfg.socket_path = vrdma::socket_path_from_env();
   std::vector<std::string> tenant_args;
+  std::vector<std::string> pod_cidr_args;
   std::string level = "info";
   app.add_option("--socket", cfg.socket_path,
                  "Unix socket to serve (default: $VRDMA_SOCKET or /run/vrdma/vrdmad.sock)");
@@ -73,6 +104,24 @@ int main(int argc, char** argv) {
                "host's nor pinned in --netns-dir select its tenant (such namespaces can be "
                "made by unprivileged users, with any address; by default they get tenant "
                "\"default\")");
+  app.add_option("--router-listen", cfg.router_listen,
+                 "ADDR:PORT (IPv4) where this host's router accepts links from other hosts; "
+                 "without it the daemon serves its own host only");
+  app.add_option("--pod-cidr", pod_cidr_args,
+                 "CIDR: a container network this host owns, published in the directory "
+                 "(repeatable)")
+      ->allow_extra_args(false);
+  app.add_option("--directory", cfg.directory,
+                 "Cluster directory: \"embedded\" (this host and its --peer hosts) or "
+                 "\"etcd://HOST:PORT[,HOST:PORT...]\" (etcd v3, IPv4 endpoints)")
+      ->default_val("embedded");
+  app.add_option("--peer", cfg.static_peers,
+                 "ID=ADDR:PORT=CIDR[,CIDR...]: another host of an embedded directory, its "
+                 "router address and container networks (repeatable)")
+      ->allow_extra_args(false);
+  app.add_option("--directory-lease", cfg.directory_lease_s,
+                 "Seconds after which a dead host's etcd entries expire")
+      ->default_val(cfg.directory_lease_s);
   CLI11_PARSE(app, argc, argv);
 
   set_log_level(*parse_log_level(level));
@@ -85,6 +134,7 @@ int main(int argc, char** argv) {
     }
     cfg.tenants.push_back(*rule);
   }
+  if (int rc = check_cluster_options(pod_cidr_args, &cfg); rc != 0) return rc;
 
   ::signal(SIGPIPE, SIG_IGN);
   raise_fd_limit();

@@ -174,7 +174,9 @@ void Daemon::op_hello(Client& c, const Decoded& d, const proto::HelloReq& r) {
   }
   c.hello = true;
   c.kind = r.kind;
-  if (r.kind == static_cast<uint32_t>(proto::ClientKind::kVerbs)) seen_ipv4_.insert(c.ident.ipv4);
+  if (r.kind == static_cast<uint32_t>(proto::ClientKind::kVerbs) &&
+      seen_ipv4_.insert(c.ident.ipv4).second && c.ident.ipv4 && !c.ident.host)
+    directory_->publish_container(c.ident.ipv4, c.ident.container);
   proto::HelloRep rep{};
   rep.version = proto::kVersion;
   rep.client_id = c.id;
@@ -259,14 +261,36 @@ void Daemon::op_alloc_qpn(Client& c, const Decoded& d, const proto::AllocQpnReq&
 
 void Daemon::op_free_qpn(Client& c, const Decoded& d, const proto::FreeQpnReq& r) {
   int err = registry_.free_qpn(c.id, r.qpn);
+  if (err == 0 && router_) router_->qp_freed(r.qpn);
   send(c, Op::kFreeQpn, d.seq, err, nullptr, 0);
 }
 
-int Daemon::route_remote(Client&, const proto::ConnectQpReq&, uint32_t) {
-  // Cross-host seam: once routers link hosts, a GID that is not one of this host's clients
-  // is looked up in the directory and the connection is set up through the peer's router.
-  // Until then such a destination is unreachable.
-  return EHOSTUNREACH;
+void Daemon::route_remote(Client& c, const Decoded& d, const proto::ConnectQpReq& r,
+                          uint32_t dest_ipv4) {
+  if (!router_) return void(reply_error(c, d, EHOSTUNREACH));
+  const QpRecord* local = registry_.find_qp(r.local_qpn);
+  LocalQp q;
+  q.owner = c.id;
+  q.arena_offset = local->arena_offset;
+  q.type = local->type;
+  q.ipv4 = c.ident.ipv4;
+  q.tenant = c.tenant;
+  router_->connect_qp(
+      r.local_qpn, q, dest_ipv4, r.dest_qpn,
+      [this, id = c.id, seq = d.seq, op = d.op, qpn = r.local_qpn](int status, uint32_t type) {
+        Client* cl = find_live(id);
+        if (!cl) return;
+        if (status) {
+          LOG_DEBUG("client %u: routed connect of QP 0x%x failed: %s", id, qpn, strerror(status));
+          send(*cl, op, seq, status, nullptr, 0);
+          return;
+        }
+        proto::ConnectQpRep rep{};
+        rep.peer_qp_type = type;
+        rep.routed = 1;
+        int fd = router_->doorbell_fd();
+        send(*cl, op, seq, 0, &rep, sizeof(rep), std::span<const int>(&fd, 1));
+      });
 }
 
 void Daemon::op_connect_qp(Client& c, const Decoded& d, const proto::ConnectQpReq& r) {
@@ -280,7 +304,7 @@ void Daemon::op_connect_qp(Client& c, const Decoded& d, const proto::ConnectQpRe
     bool ours = std::any_of(clients_.begin(), clients_.end(), [&](const auto& kv) {
       return !kv.second->doomed && kv.second->identified && kv.second->ident.ipv4 == gid_ip;
     });
-    if (!ours) return void(reply_error(c, d, route_remote(c, r, gid_ip)));
+    if (!ours) return route_remote(c, d, r, gid_ip);
   }
   // QPNs are unique per host: without a GID the QPN alone names a local QP. (A cross-host
   // router may later also resolve QPNs it knows from elsewhere; unknown ones are ENOENT.)

@@ -151,21 +151,24 @@ void Device::handle_event(const Packet& pkt) {
   // work to the progress thread.
   {
     std::lock_guard lock(fatal_mu_);
-    fatal_qpns_.push_back(ev->qpn);
+    fatal_qpns_.push_back({ev->qpn, ev->reason});
   }
   wake();
 }
 
 void Device::handle_fatal_qps() {
-  std::vector<uint32_t> qpns;
+  std::vector<std::pair<uint32_t, uint32_t>> qpns;
   {
     std::lock_guard lock(fatal_mu_);
     qpns.swap(fatal_qpns_);
   }
-  for (uint32_t qpn : qpns) {
+  for (auto [qpn, reason] : qpns) {
     std::lock_guard lock(qps_mu_);
     auto it = qps_.find(qpn);
-    if (it != qps_.end()) it->second->fatal(IBV_EVENT_QP_FATAL);
+    if (it == qps_.end()) continue;
+    // The router already completed the QP's work with an error: only the receives are left.
+    bool routed = reason == static_cast<uint32_t>(proto::FatalReason::kRouted);
+    it->second->fatal(routed ? IBV_EVENT_QP_LAST_WQE_REACHED : IBV_EVENT_QP_FATAL, !routed);
   }
 }
 

@@ -93,7 +93,7 @@ class Device {
   std::set<Qp*> blocked_;
   std::atomic<uint32_t> blocked_count_{0};
   std::mutex fatal_mu_;
-  std::vector<uint32_t> fatal_qpns_;
+  std::vector<std::pair<uint32_t, uint32_t>> fatal_qpns_;  // qpn, proto::FatalReason
   std::mutex contexts_mu_;
   std::set<Context*> contexts_;
   std::atomic<bool> lost_{false};

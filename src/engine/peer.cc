@@ -162,17 +162,24 @@ int attach_peer_qp(const std::shared_ptr<Peer>& peer, uint32_t offset, PeerQp& o
       return EPROTO;
     p.rq = ring::RqView{rq, cap - 1, max_sge, esz};
   }
-  if (!shm::offset_ok(size, cq_off, sizeof(shm::CqShared))) return EPROTO;
-  auto* cq = reinterpret_cast<shm::CqShared*>(base + cq_off);
-  uint32_t cap = cq->capacity;
-  if (cap == 0 || (cap & (cap - 1)) || !shm::offset_ok(size, cq_off, ring::cq_bytes(cap)))
-    return EPROTO;
-  p.recv_cq = ring::CqView{cq, cap - 1};
-  if (uint32_t ch = cq->channel_fd_id) {
-    p.recv_cq_efd = peer->event_fd(ch);
-    if (p.recv_cq_efd < 0) return EPROTO;
-  }
+  if (int e = attach_cq(peer, cq_off, p.recv_cq, p.recv_cq_efd)) return e;
   out = std::move(p);
+  return 0;
+}
+
+int attach_cq(const std::shared_ptr<Peer>& peer, uint32_t offset, ring::CqView& out, int& efd) {
+  uint64_t size = peer->size();
+  if (!shm::offset_ok(size, offset, sizeof(shm::CqShared))) return EPROTO;
+  auto* cq = reinterpret_cast<shm::CqShared*>(peer->base() + offset);
+  uint32_t cap = cq->capacity;
+  if (cap == 0 || (cap & (cap - 1)) || !shm::offset_ok(size, offset, ring::cq_bytes(cap)))
+    return EPROTO;
+  out = ring::CqView{cq, cap - 1};
+  efd = -1;
+  if (uint32_t ch = cq->channel_fd_id) {
+    efd = peer->event_fd(ch);
+    if (efd < 0) return EPROTO;
+  }
   return 0;
 }
 

@@ -78,6 +78,9 @@ struct PeerQp {
   bool valid() const { return qp != nullptr; }
 };
 
+// A CQ in the peer's arena (validated geometry) and its channel's eventfd (-1: none).
+int attach_cq(const std::shared_ptr<Peer>& peer, uint32_t offset, ring::CqView& out, int& efd);
+
 // Builds a PeerQp from the peer's arena, validating every offset and geometry.
 int attach_peer_qp(const std::shared_ptr<Peer>& peer, uint32_t offset, PeerQp& out);
 

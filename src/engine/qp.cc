@@ -17,12 +17,6 @@ int64_t now_ns() {
 namespace {
 constexpr uint32_t kMaxWr = 16384;
 constexpr uint32_t kMaxInline = 4096;
-
-// IB spec table of RNR NAK timer values, in microseconds ×100.
-constexpr uint32_t kRnrTimer10us[32] = {
-    65536, 1,   2,   3,   4,   6,    8,    12,   16,   24,   32,
-    48,    64,  96,  128, 192, 256,  384,  512,  768,  1024, 1536,
-    2048,  3072, 4096, 6144, 8192, 12288, 16384, 24576, 32768, 49152};
 }  // namespace
 
 Qp::Qp(const QpConfig& cfg)
@@ -464,12 +458,10 @@ int64_t Qp::block_interval_ns(Block b) const {
   if (b == Block::kRnr) {
     uint32_t t = peer_.qp ? peer_.qp->min_rnr_timer.load(std::memory_order_relaxed) & 31
                           : attr_.min_rnr_timer & 31;
-    return int64_t(kRnrTimer10us[t]) * 10000;
+    return rnr_timer_ns(t);
   }
   // Local ACK timeout: 4.096 us * 2^timeout; 0 means infinite (retry each second).
-  uint32_t t = attr_.timeout & 31;
-  if (t == 0) return 1000000000;
-  return int64_t(4096) << t;
+  return ack_timeout_ns(attr_.timeout);
 }
 
 int64_t Qp::retry(int64_t now, bool wait_for_lock) {
@@ -545,13 +537,14 @@ void Qp::flush_locked() {
   block_ = Block::kNone;
 }
 
-void Qp::fatal(ibv_event_type event) {
+void Qp::fatal(ibv_event_type event, bool raise) {
   {
     std::lock_guard lock(lock_);
-    if (state() == IBV_QPS_RESET || state() == IBV_QPS_ERR) return;
+    if (state() == IBV_QPS_RESET) return;
+    if (state() == IBV_QPS_ERR && !routed_) return;
     set_error();
   }
-  context().push_event(event, user);
+  if (raise) context().push_event(event, user);
 }
 
 }  // namespace vrdma

@@ -50,8 +50,9 @@ class Qp {
   // Progress thread / poll path: retries waiting work. Returns the absolute
   // time (ns, CLOCK_MONOTONIC) of the next attempt, or -1 when nothing waits.
   int64_t retry(int64_t now_ns, bool wait_for_lock);
-  // The daemon says the peer is gone (or the daemon itself is).
-  void fatal(ibv_event_type event);
+  // The daemon says the peer is gone (or the daemon itself is): error state, flushed work,
+  // and the async event if `raise`.
+  void fatal(ibv_event_type event, bool raise = true);
 
   void* user = nullptr;
 

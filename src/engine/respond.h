@@ -65,6 +65,13 @@ void plan(const PeerQp& dst, const Incoming& in, Placement& out);
 // After the data is in place (only for kDone with SUCCESS).
 void finish(const PeerQp& dst, const Placement& p, uint64_t length);
 
+// The RNR NAK timer a min_rnr_timer code stands for, and the local ACK timeout of a QP's
+// `timeout` attribute (4.096 us << timeout; 0, infinite, is taken as one second per try).
+int64_t rnr_timer_ns(uint32_t code);
+int64_t ack_timeout_ns(uint32_t timeout);
+
+int64_t now_ns();  // CLOCK_MONOTONIC
+
 // Whether the destination QP can take requests.
 bool peer_qp_ready(const PeerQp& p);
 

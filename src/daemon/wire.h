@@ -1,0 +1,103 @@
+// Frames between the routers of two hosts, over TCP. Each host opens its own link to every
+// host it sends to; requests travel on the sender's link and their responses come back on it,
+// so per-QP order is the link's byte order. Hosts of one cluster run the same vrdmad build on
+// the same architecture: fields are in host byte order.
+//
+//   Frame header (8 bytes), then the type's body, then `payload` bytes of data.
+#pragma once
+
+#include <cstdint>
+
+#include "common/protocol.h"
+
+namespace vrdma::daemon::wire {
+
+inline constexpr uint32_t kMagic = 0x52445256;  // "VRDR"
+inline constexpr uint32_t kVersion = 1;
+inline constexpr uint16_t kDefaultPort = 7471;
+inline constexpr uint32_t kMaxPayload = 1u << 31;
+
+enum class Type : uint8_t {
+  kHello = 1,       // first frame on a link, from the connecting side
+  kPing = 2,        // answered with kPong; keeps a link with work in flight provably alive
+  kPong = 3,
+  kConnect = 4,     // a QP on the sender's host wants to reach a QP here
+  kConnectRep = 5,
+  kRequest = 6,     // a work request (RC, UC) or a datagram (UD); payload: SEND/WRITE data
+  kResponse = 7,    // the outcome of a request; payload: READ data
+  kCm = 8,          // an rdma_cm message, forwarded between the two hosts' daemons
+};
+
+struct Header {
+  uint8_t type;
+  uint8_t reserved[3];
+  uint32_t payload;  // data bytes after the body
+};
+
+struct Hello {
+  uint32_t magic;
+  uint32_t version;
+  uint32_t host_id;
+  uint32_t reserved;
+  uint64_t boot;
+};
+
+struct Ping {
+  uint64_t token;
+};
+
+struct Connect {
+  uint64_t req_id;
+  uint32_t src_ipv4;  // the requesting container (network order)
+  uint32_t dst_ipv4;
+  uint32_t src_qpn;
+  uint32_t dst_qpn;
+  uint32_t qp_type;
+  uint32_t reserved;
+};
+
+struct ConnectRep {
+  uint64_t req_id;
+  int32_t status;  // 0 or an errno (ENOENT: no such QP at that address, EACCES: tenants)
+  uint32_t qp_type;
+};
+
+struct Request {
+  uint32_t src_qpn;
+  uint32_t dst_qpn;
+  uint64_t seq;  // position in the source QP's queue; echoed in the response
+  uint32_t opcode;
+  uint32_t qp_type;
+  uint32_t imm_data;
+  uint32_t rkey;
+  uint64_t remote_addr;
+  uint64_t compare_add;
+  uint64_t swap;
+  uint64_t length;
+  uint32_t qkey;      // UD
+  uint32_t src_ipv4;  // UD: for the GRH
+  uint32_t dst_ipv4;  // UD: the destination's address, checked against its owner
+  uint8_t solicited;
+  uint8_t rnr_retry;  // how long the responder may hold a request that found no receive
+  uint8_t timeout;    // ... or a destination QP that is not ready yet
+  uint8_t retry_cnt;
+};
+
+struct Response {
+  uint32_t src_qpn;
+  uint32_t status;  // ibv_wc_status for the requester
+  uint64_t seq;
+  uint64_t byte_len;
+  uint64_t atomic_old;
+};
+
+// Body of kCm: one of the control protocol's connection-manager messages, re-sent by the
+// receiving daemon as if a local client had sent it. `op` is proto::Op.
+struct Cm {
+  uint16_t op;
+  uint16_t reserved;
+  uint32_t len;
+  uint8_t body[256];
+};
+
+}  // namespace vrdma::daemon::wire

@@ -1,0 +1,398 @@
+// The etcd directory against a real etcd (/usr/bin/etcd) that each test starts on free
+// loopback ports with a data directory of its own, and removes afterwards: two hosts seeing
+// each other, lease expiry of a host that died, etcd going away and coming back.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
+
+#include "daemon/directory.h"
+#include "daemon/etcd_client.h"
+#include "daemon/http_client.h"
+
+namespace vrdma::daemon {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+constexpr const char* kEtcdBinary = "/usr/bin/etcd";
+constexpr int kLeaseS = 2;  // the shortest etcd grants
+
+uint32_t ip(const char* text) {
+  in_addr in{};
+  EXPECT_EQ(::inet_pton(AF_INET, text, &in), 1) << text;
+  return in.s_addr;
+}
+
+// A loopback TCP port nobody uses right now.
+uint16_t free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(sa);
+  uint16_t port = 0;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len) == 0)
+    port = ntohs(sa.sin_port);
+  ::close(fd);
+  return port;
+}
+
+// Polls `done` every 20 ms until it holds or `timeout` passed.
+bool eventually(const std::function<bool()>& done, milliseconds timeout) {
+  auto deadline = Clock::now() + timeout;
+  for (;;) {
+    if (done()) return true;
+    if (Clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+}
+
+// One etcd member on loopback; killed and its directory removed on destruction.
+class EtcdServer {
+ public:
+  EtcdServer() {
+    char tmpl[] = "/tmp/vrdma-etcd-test-XXXXXX";
+    if (::mkdtemp(tmpl)) dir_ = tmpl;
+    client_port_ = free_port();
+    peer_port_ = free_port();
+  }
+  ~EtcdServer() {
+    kill();
+    if (!dir_.empty()) std::filesystem::remove_all(dir_);
+  }
+
+  // Starts etcd (again, on the same data directory and ports) and waits until it answers.
+  ::testing::AssertionResult start() {
+    if (dir_.empty() || !client_port_ || !peer_port_)
+      return ::testing::AssertionFailure() << "no temporary directory or free port";
+    std::string client = "http://127.0.0.1:" + std::to_string(client_port_);
+    std::string peer = "http://127.0.0.1:" + std::to_string(peer_port_);
+    std::vector<std::string> args = {kEtcdBinary,
+                                     "--name", "vrdma-test",
+                                     "--data-dir", dir_ + "/data",
+                                     "--listen-client-urls", client,
+                                     "--advertise-client-urls", client,
+                                     "--listen-peer-urls", peer,
+                                     "--initial-advertise-peer-urls", peer,
+                                     "--initial-cluster", "vrdma-test=" + peer};
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    std::string log = dir_ + "/etcd.log";
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive the test
+      int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+      if (fd >= 0) {
+        ::dup2(fd, STDOUT_FILENO);
+        ::dup2(fd, STDERR_FILENO);
+      }
+      ::execv(argv[0], argv.data());
+      _exit(127);
+    }
+    if (pid_ < 0) return ::testing::AssertionFailure() << "fork failed";
+    bool up = eventually(
+        [&] {
+          HttpResponse resp;
+          return http_post(endpoint(), "/v3/kv/range", R"({"key":"AA=="})", 500, &resp) == 0 &&
+                 resp.status == 200;
+        },
+        milliseconds(15000));
+    if (up) return ::testing::AssertionSuccess();
+    return ::testing::AssertionFailure() << "etcd did not answer within 15 s; its log:\n"
+                                         << log_text();
+  }
+
+  void kill() {
+    if (pid_ <= 0) return;
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+    pid_ = 0;
+  }
+
+  HttpEndpoint endpoint() const { return {"127.0.0.1", client_port_}; }
+  std::string spec() const { return "etcd://127.0.0.1:" + std::to_string(client_port_); }
+  std::string log_text() const {
+    std::ifstream in(dir_ + "/etcd.log");
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  }
+
+ private:
+  std::string dir_;
+  uint16_t client_port_ = 0;
+  uint16_t peer_port_ = 0;
+  pid_t pid_ = 0;
+};
+
+class DirectoryEtcd : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (::access(kEtcdBinary, X_OK) != 0)
+      GTEST_SKIP() << kEtcdBinary << " is missing (Debian package etcd-server)";
+    ASSERT_TRUE(etcd_.start());
+  }
+
+  // Host `id` owns 10.77.<id>.0/24 and routes at 10.76.0.<id+1>:7471.
+  std::unique_ptr<Directory> host(uint32_t id, int lease_s = kLeaseS, std::string spec = {}) {
+    DaemonConfig cfg;
+    cfg.host_id = id;
+    cfg.router_listen = "10.76.0." + std::to_string(id + 1) + ":7471";
+    std::string error;
+    auto rule = parse_tenant_rule("x=10.77." + std::to_string(id) + ".0/24", &error);
+    cfg.pod_cidrs = {*rule};
+    cfg.directory = spec.empty() ? etcd_.spec() : spec;
+    cfg.directory_lease_s = lease_s;
+    auto dir = make_directory(cfg, &error);
+    EXPECT_TRUE(dir) << error;
+    if (dir) {
+      EXPECT_EQ(dir->start(self_entry(cfg)), 0);
+    }
+    return dir;
+  }
+
+  static bool available(Directory& d, milliseconds timeout = milliseconds(5000)) {
+    return eventually([&] { return d.available(); }, timeout);
+  }
+
+  // Waits until `d` says `addr` belongs to host `want` (-1: to nobody).
+  static bool resolves(Directory& d, const char* addr, int want,
+                       milliseconds timeout = milliseconds(5000)) {
+    return eventually(
+        [&] {
+          HostEntry h;
+          Lookup r = d.host_of(ip(addr), &h);
+          return want < 0 ? r == Lookup::kNotFound
+                          : r == Lookup::kFound && h.host_id == static_cast<uint32_t>(want);
+        },
+        timeout);
+  }
+
+  static bool knows_host(Directory& d, uint32_t id, bool want,
+                         milliseconds timeout = milliseconds(5000)) {
+    return eventually(
+        [&] {
+          HostEntry h;
+          return (d.host_by_id(id, &h) == Lookup::kFound) == want;
+        },
+        timeout);
+  }
+
+  // The raw value of a key, "" if absent; *lease its lease.
+  std::string raw_get(const std::string& key, int64_t* lease = nullptr) {
+    EtcdClient c({etcd_.endpoint()}, 1000);
+    std::vector<EtcdKv> kvs;
+    int64_t rev = 0;
+    std::string error;
+    EXPECT_TRUE(c.range_prefix(key, &kvs, &rev, &error)) << error;
+    for (const auto& kv : kvs) {
+      if (kv.key != key) continue;
+      if (lease) *lease = kv.lease;
+      return kv.value;
+    }
+    return "";
+  }
+
+  EtcdServer etcd_;
+};
+
+TEST_F(DirectoryEtcd, TwoHostsSeeEachOther) {
+  auto a = host(0);
+  auto b = host(1);
+  ASSERT_TRUE(a && b);
+  ASSERT_TRUE(available(*a));
+  ASSERT_TRUE(available(*b));
+
+  ASSERT_TRUE(knows_host(*a, 1, true));
+  HostEntry h;
+  ASSERT_EQ(a->host_by_id(1, &h), Lookup::kFound);
+  EXPECT_EQ(h.router, "10.76.0.2:7471");
+  ASSERT_EQ(h.cidrs.size(), 1u);
+  EXPECT_EQ(cidr_text(h.cidrs[0]), "10.77.1.0/24");
+  EXPECT_TRUE(resolves(*a, "10.77.1.10", 1));
+  EXPECT_TRUE(resolves(*b, "10.77.0.10", 0));
+  EXPECT_TRUE(resolves(*a, "10.77.0.10", 0));  // itself
+  EXPECT_TRUE(resolves(*a, "10.77.5.10", -1));
+  EXPECT_NE(a->describe().find("available, lease "), std::string::npos) << a->describe();
+  EXPECT_NE(a->describe().find("2 hosts"), std::string::npos) << a->describe();
+
+  // A published container appears at the other host; an exact address beats a network.
+  b->publish_container(ip("10.99.0.5"), "h1c0");
+  b->publish_container(ip("10.77.0.77"), "h1c1");
+  EXPECT_TRUE(resolves(*a, "10.99.0.5", 1));
+  EXPECT_TRUE(resolves(*a, "10.77.0.77", 1));
+  auto value = nlohmann::json::parse(raw_get("/vrdma/containers/10.99.0.5"));
+  EXPECT_EQ(value["host"], 1);
+  EXPECT_EQ(value["name"], "h1c0");
+  b->withdraw_container(ip("10.99.0.5"));
+  b->withdraw_container(ip("10.77.0.77"));
+  EXPECT_TRUE(resolves(*a, "10.99.0.5", -1));
+  EXPECT_TRUE(resolves(*a, "10.77.0.77", 0));
+
+  b->publish_listener(ip("10.77.1.10"), 7174);
+  EXPECT_TRUE(eventually([&] { return raw_get("/vrdma/listeners/10.77.1.10:7174") != ""; },
+                         milliseconds(5000)));
+  EXPECT_EQ(nlohmann::json::parse(raw_get("/vrdma/listeners/10.77.1.10:7174"))["host"], 1);
+  b->withdraw_listener(ip("10.77.1.10"), 7174);
+  EXPECT_TRUE(eventually([&] { return raw_get("/vrdma/listeners/10.77.1.10:7174") == ""; },
+                         milliseconds(5000)));
+
+  auto self = nlohmann::json::parse(raw_get("/vrdma/hosts/0"));
+  EXPECT_EQ(self["router"], "10.76.0.1:7471");
+  EXPECT_EQ(self["cidrs"], nlohmann::json::array({"10.77.0.0/24"}));
+}
+
+TEST_F(DirectoryEtcd, CleanStopRemovesEntriesAtOnce) {
+  auto a = host(0);
+  auto b = host(1, 30);  // a lease far longer than the wait below
+  ASSERT_TRUE(a && b);
+  b->publish_container(ip("10.99.0.5"), "h1c0");
+  ASSERT_TRUE(resolves(*a, "10.99.0.5", 1));
+  auto t0 = Clock::now();
+  b->stop();
+  EXPECT_LT(Clock::now() - t0, milliseconds(2000)) << "stop() took too long";
+  EXPECT_TRUE(knows_host(*a, 1, false, milliseconds(2000)));
+  EXPECT_TRUE(resolves(*a, "10.99.0.5", -1, milliseconds(2000)));
+  EXPECT_EQ(raw_get("/vrdma/hosts/1"), "");
+}
+
+TEST_F(DirectoryEtcd, DeadHostExpiresWithItsLease) {
+  auto a = host(0);
+  auto b = host(1);
+  ASSERT_TRUE(a && b);
+  b->publish_container(ip("10.99.0.5"), "h1c0");
+  ASSERT_TRUE(resolves(*a, "10.99.0.5", 1));
+  b->abandon();  // as if host 1 died: no revoke
+  HostEntry h;
+  EXPECT_EQ(a->host_by_id(1, &h), Lookup::kFound) << "gone before its lease ran out";
+  // The lease runs out kLeaseS after the last keepalive; etcd checks expiry every 500 ms.
+  EXPECT_TRUE(knows_host(*a, 1, false, milliseconds(kLeaseS * 1000 + 3000)));
+  EXPECT_TRUE(resolves(*a, "10.99.0.5", -1, milliseconds(1000)));
+  EXPECT_TRUE(resolves(*a, "10.77.1.10", -1, milliseconds(1000)));
+  EXPECT_EQ(raw_get("/vrdma/containers/10.99.0.5"), "");
+}
+
+TEST_F(DirectoryEtcd, OutageMakesLookupsUnavailableAndRecovers) {
+  auto a = host(0);
+  auto b = host(1);
+  ASSERT_TRUE(a && b);
+  b->publish_container(ip("10.99.0.5"), "h1c0");
+  ASSERT_TRUE(resolves(*a, "10.99.0.5", 1));
+  a->publish_container(ip("10.99.0.7"), "h0c0");
+
+  etcd_.kill();
+  ASSERT_TRUE(eventually([&] { return !a->available() && !b->available(); }, milliseconds(3000)));
+  HostEntry h;
+  EXPECT_EQ(a->host_of(ip("10.99.0.5"), &h), Lookup::kUnavailable);
+  EXPECT_EQ(a->host_of(ip("10.77.1.10"), &h), Lookup::kUnavailable);
+  EXPECT_EQ(a->host_by_id(1, &h), Lookup::kUnavailable);
+  // What a host knows of itself needs no etcd.
+  ASSERT_EQ(a->host_of(ip("10.77.0.10"), &h), Lookup::kFound);
+  EXPECT_EQ(h.host_id, 0u);
+  ASSERT_EQ(a->host_of(ip("10.99.0.7"), &h), Lookup::kFound);
+  EXPECT_EQ(h.host_id, 0u);
+  EXPECT_EQ(a->host_by_id(0, &h), Lookup::kFound);
+  EXPECT_NE(a->describe().find("unavailable"), std::string::npos) << a->describe();
+
+  // Writes during the outage are applied once etcd is back.
+  b->withdraw_container(ip("10.99.0.5"));
+  b->publish_container(ip("10.99.0.6"), "h1c1");
+  std::this_thread::sleep_for(milliseconds(500));  // a few failed retries
+
+  ASSERT_TRUE(etcd_.start());
+  EXPECT_TRUE(available(*a, milliseconds(10000)));
+  EXPECT_TRUE(available(*b, milliseconds(10000)));
+  EXPECT_TRUE(resolves(*a, "10.99.0.6", 1));
+  EXPECT_TRUE(resolves(*a, "10.99.0.5", -1));
+  EXPECT_TRUE(resolves(*b, "10.99.0.7", 0));
+  EXPECT_NE(raw_get("/vrdma/hosts/0"), "");
+  EXPECT_NE(raw_get("/vrdma/hosts/1"), "");
+  EXPECT_EQ(raw_get("/vrdma/containers/10.99.0.5"), "");
+}
+
+TEST_F(DirectoryEtcd, LostLeaseIsReplacedAndEntriesPublishedAgain) {
+  auto a = host(0);
+  auto b = host(1);
+  ASSERT_TRUE(a && b);
+  b->publish_container(ip("10.99.0.5"), "h1c0");
+  ASSERT_TRUE(resolves(*a, "10.99.0.5", 1));
+  int64_t old_lease = 0;
+  ASSERT_NE(raw_get("/vrdma/hosts/1", &old_lease), "");
+  ASSERT_NE(old_lease, 0);
+
+  // Revoking the lease behind b's back is what an expiry during a long pause looks like.
+  EtcdClient raw({etcd_.endpoint()}, 1000);
+  std::string error;
+  ASSERT_TRUE(raw.revoke(old_lease, &error)) << error;
+  EXPECT_EQ(raw_get("/vrdma/hosts/1"), "");
+
+  // b notices at its next keepalive (a third of the lease) and publishes itself again.
+  int64_t new_lease = 0;
+  EXPECT_TRUE(eventually([&] { return raw_get("/vrdma/containers/10.99.0.5", &new_lease) != ""; },
+                         milliseconds(5000)));
+  EXPECT_NE(new_lease, old_lease);
+  EXPECT_NE(raw_get("/vrdma/hosts/1"), "");
+  EXPECT_TRUE(resolves(*a, "10.99.0.5", 1));
+  EXPECT_TRUE(knows_host(*a, 1, true));
+  EXPECT_TRUE(b->available());
+}
+
+TEST_F(DirectoryEtcd, StartsWhileEtcdIsDown) {
+  etcd_.kill();
+  auto a = host(0);
+  ASSERT_TRUE(a);
+  a->publish_container(ip("10.99.0.7"), "h0c0");
+  std::this_thread::sleep_for(milliseconds(300));
+  EXPECT_FALSE(a->available());
+  HostEntry h;
+  EXPECT_EQ(a->host_of(ip("10.77.1.10"), &h), Lookup::kUnavailable);
+  EXPECT_EQ(a->host_of(ip("10.99.0.7"), &h), Lookup::kFound);
+
+  ASSERT_TRUE(etcd_.start());
+  EXPECT_TRUE(available(*a, milliseconds(10000)));
+  EXPECT_TRUE(eventually([&] { return raw_get("/vrdma/containers/10.99.0.7") != ""; },
+                         milliseconds(5000)));
+  EXPECT_TRUE(resolves(*a, "10.77.1.10", -1));
+}
+
+TEST_F(DirectoryEtcd, StopIsBoundedWhenEtcdDoesNotAnswer) {
+  // A socket that accepts connections (the kernel does) but never replies.
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(sa);
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)), 0);
+  ASSERT_EQ(::listen(fd, 64), 0);
+  ASSERT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len), 0);
+  auto a = host(0, kLeaseS, "etcd://127.0.0.1:" + std::to_string(ntohs(sa.sin_port)));
+  ASSERT_TRUE(a);
+  std::this_thread::sleep_for(milliseconds(1500));
+  EXPECT_FALSE(a->available());
+  HostEntry h;
+  EXPECT_EQ(a->host_of(ip("10.77.1.10"), &h), Lookup::kUnavailable);
+  auto t0 = Clock::now();
+  a->stop();
+  EXPECT_LT(Clock::now() - t0, milliseconds(2500));
+  ::close(fd);
+}
+
+}  // namespace
+}  // namespace vrdma::daemon
