@@ -10,7 +10,6 @@
 
 #include <cerrno>
 #include <chrono>
-
 #include <iostream>
 
 #include "ctl/error.h"
@@ -121,6 +120,7 @@ std::string find_etcd() {
 pid_t start_etcd(const Sandbox& sandbox, const std::function<void()>& step) {
   const SandboxEtcd& e = sandbox.etcd;
   make_dirs(e.data_dir.substr(0, e.data_dir.rfind('/')));
+  // clang-format off
   std::vector<std::string> argv = {e.binary,
                                    "--name", kEtcdName,
                                    "--data-dir", e.data_dir,
@@ -129,6 +129,7 @@ pid_t start_etcd(const Sandbox& sandbox, const std::function<void()>& step) {
                                    "--listen-peer-urls", e.peer_url,
                                    "--initial-advertise-peer-urls", e.peer_url,
                                    "--initial-cluster", std::string(kEtcdName) + "=" + e.peer_url};
+  // clang-format on
   pid_t pid = spawn_in_netns(e.netns, argv, e.log);
   write_file_atomic(e.pidfile, std::to_string(pid) + "\n");
 
@@ -161,7 +162,6 @@ bool stop_etcd(pid_t pid) {
   return terminate_processes({pid}, kEtcdStopGraceMs, false).empty();
 }
 
-
 int sandbox_etcd_start() {
   const std::string dir = run_dir();
   RunDirLock lock(dir);
@@ -189,8 +189,8 @@ int sandbox_etcd_stop() {
   bool graceful = stop_etcd(pid);
   sandbox.etcd.pid = 0;
   save_sandbox(sandbox);
-  std::cout << "etcd (pid " << pid << ") "
-            << (graceful ? "stopped" : "ignored SIGTERM; killed it") << "\n";
+  std::cout << "etcd (pid " << pid << ") " << (graceful ? "stopped" : "ignored SIGTERM; killed it")
+            << "\n";
   return kExitOk;
 }
 

@@ -87,7 +87,9 @@ int sandbox_up(const SandboxUpOptions& options) {
   try {
     build_network(sandbox, InterruptGuard::check);
     if (sandbox.directory == kDirectoryEtcd) {
-      std::filesystem::remove_all(etcd_dir(dir));  // a crashed sandbox's data
+      std::error_code ec;
+      std::filesystem::remove_all(etcd_dir(dir), ec);  // a crashed sandbox's data
+      if (ec) throw Error("cannot remove " + etcd_dir(dir) + ": " + ec.message());
       sandbox.etcd.pid = start_etcd(sandbox, InterruptGuard::check);
     }
     for (auto& h : sandbox.hosts) {

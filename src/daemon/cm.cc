@@ -46,13 +46,6 @@ void Daemon::handle_cm(Client& c, const Decoded& d) {
 
 bool Daemon::owns_ipv4(uint32_t ipv4) const { return seen_ipv4_.count(ipv4) != 0; }
 
-int Daemon::cm_route_remote(Client&, uint32_t) {
-  // Cross-host seam: an address that is not one of this host's clients will be looked up in
-  // the directory and the request forwarded to the owning host's router, which then plays
-  // the listener's part here (CmRequest there, CmReply/CmRejected back). Until then it is
-  // unreachable.
-  return EHOSTUNREACH;
-}
 
 void Daemon::cm_send(uint32_t client, proto::Op op, const proto::CmEvent& ev) {
   Client* peer = find_live(client);
@@ -78,7 +71,10 @@ void Daemon::op_cm_unlisten(Client& c, const Decoded& d, const proto::CmUnlisten
 }
 
 void Daemon::op_cm_resolve(Client& c, const Decoded& d, const proto::CmResolveReq& r) {
-  if (!owns_ipv4(r.dst_ipv4)) return void(reply_error(c, d, cm_route_remote(c, r.dst_ipv4)));
+  if (!owns_ipv4(r.dst_ipv4)) {
+    uint32_t host;
+    if (int err = cm_remote_host(r.dst_ipv4, &host)) return void(reply_error(c, d, err));
+  }
   proto::CmResolveRep rep{c.ident.ipv4};
   send(c, d.op, d.seq, 0, &rep, sizeof(rep));
 }
@@ -86,7 +82,7 @@ void Daemon::op_cm_resolve(Client& c, const Decoded& d, const proto::CmResolveRe
 void Daemon::op_cm_connect(Client& c, const Decoded& d, const proto::CmConnectReq& r) {
   const QpRecord* qp = registry_.find_qp(r.local_qpn);
   if (!qp || qp->owner != c.id) return void(reply_error(c, d, EPERM));
-  if (!owns_ipv4(r.dst_ipv4)) return void(reply_error(c, d, cm_route_remote(c, r.dst_ipv4)));
+  if (!owns_ipv4(r.dst_ipv4)) return cm_connect_remote(c, d, r);
   const CmListener* l = cm_.listener(r.dst_ipv4, r.dst_port);
   Client* owner = l ? find_live(l->client) : nullptr;
   if (!owner) {
@@ -140,8 +136,10 @@ void Daemon::op_cm_accept(Client& c, const Decoded& d, const proto::CmAcceptReq&
   std::memcpy(ev.private_data, r.private_data, sizeof(ev.private_data));
   uint32_t active = conn->active_client;
   // UD has no RTU and no disconnect: the exchange ends with the reply (as SIDR does).
+  CmConnection peer_side = *conn;
   if (conn->qp_type == static_cast<uint32_t>(proto::QpType::kUd)) cm_.erase(conn->id);
   if (!send(c, d.op, d.seq, 0, nullptr, 0)) return;
+  if (peer_side.remote()) return cm_forward(peer_side, proto::Op::kCmReply, &ev, sizeof(ev));
   cm_send(active, proto::Op::kCmReply, ev);
 }
 
@@ -155,8 +153,10 @@ void Daemon::op_cm_reject(Client& c, const Decoded& d, const proto::CmRejectReq&
   ev.private_len = r.private_len;
   std::memcpy(ev.private_data, r.private_data, sizeof(ev.private_data));
   uint32_t active = conn->active_client;
+  CmConnection peer_side = *conn;
   cm_.erase(conn->id);
   if (!send(c, d.op, d.seq, 0, nullptr, 0)) return;
+  if (peer_side.remote()) return cm_forward(peer_side, proto::Op::kCmRejected, &ev, sizeof(ev));
   cm_send(active, proto::Op::kCmRejected, ev);
 }
 
@@ -170,6 +170,10 @@ void Daemon::op_cm_rtu(Client& c, const Decoded& d, const proto::CmConnReq& r) {
   ev.remote_qpn = conn->active_qpn;
   uint32_t passive = conn->passive_client;
   if (!send(c, d.op, d.seq, 0, nullptr, 0)) return;
+  if (conn->remote()) {
+    proto::CmConnReq fwd{0, 0};
+    return cm_forward(*conn, proto::Op::kCmRtu, &fwd, sizeof(fwd));
+  }
   cm_send(passive, proto::Op::kCmEstablished, ev);
 }
 
@@ -193,8 +197,13 @@ void Daemon::op_cm_disconnect(Client& c, const Decoded& d, const proto::CmConnRe
   } else {
     to = conn->passive_client;
   }
+  CmConnection peer_side = *conn;
   cm_.erase(conn->id);
   if (!send(c, d.op, d.seq, 0, nullptr, 0)) return;
+  if (peer_side.remote()) {
+    proto::CmConnReq fwd{0, as_passive ? 1u : 0u};
+    return cm_forward(peer_side, proto::Op::kCmDisconnect, &fwd, sizeof(fwd));
+  }
   cm_send(to, op, ev);
 }
 
@@ -202,6 +211,15 @@ void Daemon::cm_client_gone(uint32_t client, bool notify) {
   std::vector<CmNotice> notices = cm_.remove_client(client);
   if (!notify) return;
   for (const CmNotice& n : notices) {
+    if (n.remote_host != CmConnection::kLocal) {
+      CmConnection side;
+      side.id = n.conn_id;
+      side.remote_host = n.remote_host;
+      side.remote_conn = n.remote_conn;
+      proto::CmConnReq fwd{0, n.passive_gone ? 1u : 0u};
+      cm_forward(side, proto::Op::kCmDisconnect, &fwd, sizeof(fwd));
+      continue;
+    }
     proto::CmEvent ev{};
     ev.conn_id = n.conn_id;
     ev.cookie = n.cookie;

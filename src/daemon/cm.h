@@ -2,9 +2,8 @@
 // connections between a connector (active side) and an acceptor (passive side). Pure
 // bookkeeping, no I/O; the daemon (cm.cc) checks identities and sends the events.
 //
-// One host only for now: a destination address that is none of this host's clients goes to
-// Daemon::cm_route_remote, the seam where a per-host router will forward the request (and
-// later the reply, RTU, reject and disconnect) to the host that owns the address.
+// A connection whose other side is on another host keeps that side as (host, connection id
+// there); the daemon forwards its messages through the router (cm_remote.cc).
 #pragma once
 
 #include <cstddef>
@@ -37,6 +36,12 @@ struct CmConnection {
   uint32_t active_qpn = 0;
   uint32_t passive_client = 0;
   uint32_t passive_qpn = 0;
+  // The other side is on another host (its client id here is 0): which host, and the id of the
+  // connection there (learned from the first message that host sent about it).
+  static constexpr uint32_t kLocal = UINT32_MAX;
+  uint32_t remote_host = kLocal;
+  uint32_t remote_conn = 0;
+  bool remote() const { return remote_host != kLocal; }
 };
 
 // "Send `op` about connection `conn_id` to `client`."
@@ -46,6 +51,9 @@ struct CmNotice {
   uint32_t conn_id = 0;
   uint64_t cookie = 0;
   int32_t reason = 0;
+  uint32_t remote_host = CmConnection::kLocal;  // the side to tell is on this host
+  uint32_t remote_conn = 0;
+  bool passive_gone = false;  // the acceptor's side went away (else the connector's)
 };
 
 class CmTable {
@@ -63,6 +71,10 @@ class CmTable {
   CmConnection* add(uint32_t active_client, uint64_t active_cookie, uint32_t active_qpn,
                     uint32_t passive_client, uint32_t qp_type);
   CmConnection* find(uint32_t conn_id);
+  // The connection whose other side is connection `remote_conn` on host `host`.
+  CmConnection* find_remote(uint32_t host, uint32_t remote_conn);
+  // Every connection with a side on `host`.
+  std::vector<uint32_t> connections_with(uint32_t host) const;
   void erase(uint32_t conn_id);
 
   // The client is gone: forgets its listeners and connections, and returns what the other

@@ -58,6 +58,19 @@ void CmTable::erase(uint32_t conn_id) {
   conns_.erase(it);
 }
 
+CmConnection* CmTable::find_remote(uint32_t host, uint32_t remote_conn) {
+  for (auto& [id, c] : conns_)
+    if (c.remote_host == host && c.remote_conn == remote_conn) return &c;
+  return nullptr;
+}
+
+std::vector<uint32_t> CmTable::connections_with(uint32_t host) const {
+  std::vector<uint32_t> out;
+  for (const auto& [id, c] : conns_)
+    if (c.remote_host == host) out.push_back(id);
+  return out;
+}
+
 std::vector<CmNotice> CmTable::remove_client(uint32_t client) {
   std::vector<CmNotice> out;
   for (auto it = listeners_.begin(); it != listeners_.end();) {
@@ -72,14 +85,21 @@ std::vector<CmNotice> CmTable::remove_client(uint32_t client) {
     if (!active && !passive) continue;
     gone.push_back(id);
     if (active && passive) continue;  // both ends in the dead client
+    CmNotice n;
+    n.conn_id = id;
+    n.remote_host = c.remote_host;
+    n.remote_conn = c.remote_conn;
+    n.passive_gone = passive;
     if (passive) {
-      if (c.state == CmState::kRequested)
-        out.push_back({c.active_client, proto::Op::kCmRejected, id, c.active_cookie, ECONNREFUSED});
-      else
-        out.push_back({c.active_client, proto::Op::kCmDisconnected, id, c.active_cookie, 0});
+      n.client = c.active_client;
+      n.cookie = c.active_cookie;
+      n.op = c.state == CmState::kRequested ? proto::Op::kCmRejected : proto::Op::kCmDisconnected;
+      n.reason = c.state == CmState::kRequested ? ECONNREFUSED : 0;
     } else {
-      out.push_back({c.passive_client, proto::Op::kCmDisconnected, id, 0, 0});
+      n.client = c.passive_client;
+      n.op = proto::Op::kCmDisconnected;
     }
+    out.push_back(n);
   }
   for (uint32_t id : gone) erase(id);
   conns_per_client_.erase(client);

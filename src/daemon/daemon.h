@@ -121,9 +121,11 @@ class Daemon {
   // Forgets the client's listeners and connections and tells the other sides (if notify).
   void cm_client_gone(uint32_t client, bool notify);
   bool owns_ipv4(uint32_t ipv4) const;
-  // Seam for the cross-host router: an rdma_cm destination that is not one of this host's
-  // clients. Returns the error to reply with (EHOSTUNREACH until routers exist).
-  int cm_route_remote(Client& c, uint32_t dst_ipv4);
+  // rdma_cm with a side on another host (cm_remote.cc).
+  int cm_remote_host(uint32_t dst_ipv4, uint32_t* host);  // 0 or the error to reply with
+  void cm_connect_remote(Client& c, const Decoded& d, const proto::CmConnectReq& r);
+  // Sends a message about `conn` to the host of its other side.
+  void cm_forward(const CmConnection& conn, proto::Op op, const void* body, size_t len);
 
   std::string status_text(const Client& viewer);
   bool sees_everything(const Client& viewer) const;

@@ -20,8 +20,8 @@ namespace vrdma::daemon {
 
 struct HostEntry {
   uint32_t host_id = 0;
-  std::string router;               // "a.b.c.d:port"; empty: the host has no router
-  std::vector<TenantRule> cidrs;    // the container networks it owns (host byte order)
+  std::string router;             // "a.b.c.d:port"; empty: the host has no router
+  std::vector<TenantRule> cidrs;  // the container networks it owns (host byte order)
 };
 
 enum class Lookup {

@@ -42,11 +42,11 @@ constexpr const char* kPrefix = "/vrdma/";
 constexpr std::string_view kHostsPrefix = "/vrdma/hosts/";
 constexpr std::string_view kContainersPrefix = "/vrdma/containers/";
 constexpr std::string_view kListenersPrefix = "/vrdma/listeners/";
-constexpr int kIoTimeoutMs = 1000;      // each request, connect to last byte
-constexpr int kRevokeTimeoutMs = 500;   // at stop(), best effort
+constexpr int kIoTimeoutMs = 1000;     // each request, connect to last byte
+constexpr int kRevokeTimeoutMs = 500;  // at stop(), best effort
 constexpr int kMinBackoffMs = 200;
 constexpr int kMaxBackoffMs = 1000;
-constexpr size_t kOpsPerTxn = 100;      // etcd takes at most 128 by default
+constexpr size_t kOpsPerTxn = 100;  // etcd takes at most 128 by default
 
 std::string ipv4_text(uint32_t ipv4_net) {
   in_addr in{ipv4_net};
@@ -61,8 +61,12 @@ std::optional<uint32_t> parse_ipv4(std::string_view text) {
   return in.s_addr;
 }
 
-std::string host_key(uint32_t id) { return std::string(kHostsPrefix) + std::to_string(id); }
-std::string container_key(uint32_t ip) { return std::string(kContainersPrefix) + ipv4_text(ip); }
+std::string host_key(uint32_t id) {
+  return std::string(kHostsPrefix) + std::to_string(id);
+}
+std::string container_key(uint32_t ip) {
+  return std::string(kContainersPrefix) + ipv4_text(ip);
+}
 std::string listener_key(uint32_t ip, uint16_t port) {
   return std::string(kListenersPrefix) + ipv4_text(ip) + ":" + std::to_string(port);
 }
@@ -75,7 +79,9 @@ std::string host_value(const HostEntry& h) {
 std::string container_value(uint32_t host, const std::string& name) {
   return json{{"host", host}, {"name", name}}.dump();
 }
-std::string listener_value(uint32_t host) { return json{{"host", host}}.dump(); }
+std::string listener_value(uint32_t host) {
+  return json{{"host", host}}.dump();
+}
 
 std::optional<uint32_t> parse_id(std::string_view text) {
   uint32_t id = 0;
@@ -106,8 +112,7 @@ std::optional<HostEntry> parse_host_value(uint32_t id, const std::string& value)
 // The "host" field of a container's or listener's value.
 std::optional<uint32_t> owner_of(const std::string& value) {
   json j = json::parse(value, nullptr, false);
-  if (!j.is_object() || !j.contains("host") || !j["host"].is_number_unsigned())
-    return std::nullopt;
+  if (!j.is_object() || !j.contains("host") || !j["host"].is_number_unsigned()) return std::nullopt;
   return j["host"].get<uint32_t>();
 }
 
@@ -272,11 +277,11 @@ class EtcdDirectory final : public Directory {
   mutable std::mutex mu_;
   bool started_ = false;
   HostEntry self_;
-  std::map<uint32_t, std::string> own_containers_;        // what this host publishes
+  std::map<uint32_t, std::string> own_containers_;  // what this host publishes
   std::set<std::pair<uint32_t, uint16_t>> own_listeners_;
-  std::deque<Write> queue_;                              // not yet sent to etcd
-  std::map<uint32_t, HostEntry> hosts_;                  // cache, from etcd
-  std::map<uint32_t, Container> containers_;             // cache, by address (network order)
+  std::deque<Write> queue_;                   // not yet sent to etcd
+  std::map<uint32_t, HostEntry> hosts_;       // cache, from etcd
+  std::map<uint32_t, Container> containers_;  // cache, by address (network order)
   int64_t lease_shown_ = 0;
   std::string last_error_;
   std::atomic<bool> available_{false};
@@ -301,8 +306,8 @@ void EtcdDirectory::run() {
       if (serve(&why)) continue;
       if (stopping_) break;
       if (lease_lost_) {  // etcd answers; only this host's entries are gone
-        LOG_WARN("directory: etcd %s: lease %s expired; publishing this host again",
-                 where_.c_str(), hex(lease_shown_).c_str());
+        LOG_WARN("directory: etcd %s: lease %s expired; publishing this host again", where_.c_str(),
+                 hex(lease_shown_).c_str());
         if (resync(&why)) continue;
       }
       up = false;
@@ -383,8 +388,8 @@ bool EtcdDirectory::resync(std::string* why) {
     std::set<std::string> wanted;
     for (const auto& op : ops) wanted.insert(op.key);
     for (const auto& kv : kvs) {
-      bool owned_entry = kv.key.starts_with(kContainersPrefix) ||
-                         kv.key.starts_with(kListenersPrefix);
+      bool owned_entry =
+          kv.key.starts_with(kContainersPrefix) || kv.key.starts_with(kListenersPrefix);
       if (owned_entry && owner_of(kv.value) == self_.host_id && !wanted.count(kv.key))
         ops.push_back({true, kv.key, {}, 0});
     }

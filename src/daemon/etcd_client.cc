@@ -181,13 +181,12 @@ bool EtcdClient::range_prefix(const std::string& prefix, std::vector<EtcdKv>* kv
   return true;
 }
 
-bool EtcdClient::watch_open(const std::string& prefix, int64_t start_revision,
-                            std::string* error) {
+bool EtcdClient::watch_open(const std::string& prefix, int64_t start_revision, std::string* error) {
   json create = {{"key", base64_encode(prefix)},
                  {"range_end", base64_encode(etcd_prefix_end(prefix))},
                  {"start_revision", std::to_string(start_revision)}};
-  int rc = watch_.open(endpoint(), "/v3/watch", json{{"create_request", create}}.dump(),
-                       timeout_ms_);
+  int rc =
+      watch_.open(endpoint(), "/v3/watch", json{{"create_request", create}}.dump(), timeout_ms_);
   if (rc == 0) return true;
   *error = rc == -EPROTO && watch_.status() ? "watch: HTTP " + std::to_string(watch_.status())
                                             : "watch: " + io_error_text(rc, timeout_ms_);
@@ -231,8 +230,8 @@ bool EtcdClient::watch_read(std::vector<EtcdEvent>* events, std::string* error) 
     }
   }
   if (rc == 0) return true;
-  *error = rc == -ECONNRESET ? "watch: etcd closed the connection" : "watch: " +
-                                                                        io_error_text(rc, 0);
+  *error =
+      rc == -ECONNRESET ? "watch: etcd closed the connection" : "watch: " + io_error_text(rc, 0);
   watch_.close();
   return false;
 }

@@ -21,7 +21,7 @@ struct EtcdKv {
 struct EtcdEvent {
   bool deleted = false;  // else a put
   std::string key;
-  std::string value;     // empty for a delete
+  std::string value;  // empty for a delete
 };
 
 // One operation of an unconditional transaction.

@@ -147,8 +147,7 @@ int read_head(int fd, std::string* raw, Clock::time_point deadline, int* status,
   return 0;
 }
 
-std::string request_text(const HttpEndpoint& to, const std::string& path,
-                         const std::string& body) {
+std::string request_text(const HttpEndpoint& to, const std::string& path, const std::string& body) {
   return "POST " + path + " HTTP/1.1\r\nHost: " + to.text() +
          "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
          "\r\nConnection: close\r\n\r\n" + body;
@@ -169,9 +168,15 @@ void HttpBodyDecoder::reset(Framing framing, uint64_t length) {
   framing_ = framing;
   left_ = length;
   switch (framing) {
-    case Framing::kLength: state_ = length ? State::kData : State::kDone; break;
-    case Framing::kChunked: state_ = State::kSize; break;
-    case Framing::kUntilClose: state_ = State::kData; break;
+    case Framing::kLength:
+      state_ = length ? State::kData : State::kDone;
+      break;
+    case Framing::kChunked:
+      state_ = State::kSize;
+      break;
+    case Framing::kUntilClose:
+      state_ = State::kData;
+      break;
   }
 }
 
@@ -257,9 +262,12 @@ int HttpStream::receive() {
       raw_.append(buf, static_cast<size_t>(n));
       continue;
     }
-    if (n == 0) rc = -ECONNRESET;
-    else if (errno == EINTR) continue;
-    else if (errno != EAGAIN) rc = -errno;
+    if (n == 0)
+      rc = -ECONNRESET;
+    else if (errno == EINTR)
+      continue;
+    else if (errno != EAGAIN)
+      rc = -errno;
     break;
   }
   if (!decoder_.feed(raw_, &body_)) return -EPROTO;

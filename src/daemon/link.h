@@ -77,7 +77,7 @@ class Link {
 
  private:
   struct Out {
-    uint8_t hdr[sizeof(wire::Header) + 128];
+    uint8_t hdr[sizeof(wire::Header) + sizeof(wire::Cm)];  // the largest body
     uint32_t hdr_len;
     int niov;
     iovec iov[shm::kMaxSendSge + 1];

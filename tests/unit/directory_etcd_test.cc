@@ -83,6 +83,7 @@ class EtcdServer {
       return ::testing::AssertionFailure() << "no temporary directory or free port";
     std::string client = "http://127.0.0.1:" + std::to_string(client_port_);
     std::string peer = "http://127.0.0.1:" + std::to_string(peer_port_);
+    // clang-format off
     std::vector<std::string> args = {kEtcdBinary,
                                      "--name", "vrdma-test",
                                      "--data-dir", dir_ + "/data",
@@ -91,6 +92,7 @@ class EtcdServer {
                                      "--listen-peer-urls", peer,
                                      "--initial-advertise-peer-urls", peer,
                                      "--initial-cluster", "vrdma-test=" + peer};
+    // clang-format on
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -367,8 +369,8 @@ TEST_F(DirectoryEtcd, StartsWhileEtcdIsDown) {
 
   ASSERT_TRUE(etcd_.start());
   EXPECT_TRUE(available(*a, milliseconds(10000)));
-  EXPECT_TRUE(eventually([&] { return raw_get("/vrdma/containers/10.99.0.7") != ""; },
-                         milliseconds(5000)));
+  EXPECT_TRUE(
+      eventually([&] { return raw_get("/vrdma/containers/10.99.0.7") != ""; }, milliseconds(5000)));
   EXPECT_TRUE(resolves(*a, "10.77.1.10", -1));
 }
 

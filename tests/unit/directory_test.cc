@@ -1,12 +1,13 @@
 // Unit tests of the cluster directory's parts that need no etcd: configuration parsing,
 // the embedded directory, base64 and the HTTP body decoder.
+#include "daemon/directory.h"
+
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 
 #include <string>
 
 #include "daemon/base64.h"
-#include "daemon/directory.h"
 #include "daemon/http_client.h"
 
 namespace vrdma::daemon {
@@ -56,11 +57,11 @@ TEST(DirectoryConfig, ParsesPeers) {
 }
 
 TEST(DirectoryConfig, RejectsBadPeers) {
-  for (const char* bad : {"", "1", "1=10.76.0.2:7471", "x=10.76.0.2:7471=10.77.1.0/24",
-                          "1=10.76.0.2=10.77.1.0/24", "1=10.76.0.2:0=10.77.1.0/24",
-                          "1=10.76.0.2:70000=10.77.1.0/24", "1=host:7471=10.77.1.0/24",
-                          "1=10.76.0.2:7471=", "1=10.76.0.2:7471=10.77.1.0/24,",
-                          "1=10.76.0.2:7471=10.77.1.0/33", "1=10.76.0.2:7471=10.77.1/24"}) {
+  for (const char* bad :
+       {"", "1", "1=10.76.0.2:7471", "x=10.76.0.2:7471=10.77.1.0/24", "1=10.76.0.2=10.77.1.0/24",
+        "1=10.76.0.2:0=10.77.1.0/24", "1=10.76.0.2:70000=10.77.1.0/24", "1=host:7471=10.77.1.0/24",
+        "1=10.76.0.2:7471=", "1=10.76.0.2:7471=10.77.1.0/24,", "1=10.76.0.2:7471=10.77.1.0/33",
+        "1=10.76.0.2:7471=10.77.1/24"}) {
     std::string error;
     EXPECT_FALSE(parse_peer(bad, &error)) << bad;
     EXPECT_NE(error, "") << bad;
@@ -115,8 +116,8 @@ TEST(DirectoryConfig, ParsesAddressAndPort) {
 }
 
 TEST(DirectoryEmbedded, KnowsItselfAndItsPeers) {
-  auto dir = started(embedded_config({"1=10.76.0.2:7471=10.77.1.0/24",
-                                      "2=10.76.0.3:7471=10.77.2.0/24,10.99.0.0/16"}));
+  auto dir = started(embedded_config(
+      {"1=10.76.0.2:7471=10.77.1.0/24", "2=10.76.0.3:7471=10.77.2.0/24,10.99.0.0/16"}));
   ASSERT_TRUE(dir);
   EXPECT_TRUE(dir->available());
   EXPECT_EQ(dir->describe(), "embedded: 3 hosts");
