@@ -15,7 +15,10 @@
 #include <cstring>
 #include <regex>
 
+#include <nlohmann/json.hpp>
+
 #include "common/unix_socket.h"
+#include "ctl/daemon_client.h"
 #include "ctl/error.h"
 #include "ctl/files.h"
 #include "ctl/netns.h"
@@ -128,6 +131,35 @@ void wait_for_daemons(const Sandbox& sandbox, const std::function<void()>& step)
                   log_excerpt(*h));
     }
     sleep_ms(20);
+  }
+}
+
+void wait_for_directory(const Sandbox& sandbox, const std::function<void()>& step) {
+  if (sandbox.hosts.size() < 2) return;
+  using Clock = std::chrono::steady_clock;
+  constexpr int kTimeoutMs = 20000;
+  auto deadline = Clock::now() + std::chrono::milliseconds(kTimeoutMs);
+  std::string last;
+  for (const auto& h : sandbox.hosts) {
+    for (;;) {
+      step();
+      try {
+        ScopedNetns in(h.netns);
+        DaemonClient client(h.socket);
+        auto j = nlohmann::json::parse(client.status());
+        const auto& d = j.at("daemon").at("directory");
+        last = d.value("backend", std::string());
+        if (d.value("available", false) &&
+            d.value("hosts", size_t(0)) >= sandbox.hosts.size())
+          break;
+      } catch (const std::exception& e) {
+        last = e.what();
+      }
+      if (Clock::now() >= deadline)
+        throw Error("vrdmad for " + h.name + " does not see every host in its directory within " +
+                    std::to_string(kTimeoutMs / 1000) + " s (" + last + ")");
+      sleep_ms(50);
+    }
   }
 }
 

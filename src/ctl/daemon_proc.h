@@ -30,6 +30,9 @@ pid_t start_daemon(const SandboxHost& host, const std::string& binary,
 // kDaemonStartTimeoutMs in all), calling `step` between polls. Throws Error
 // with the log tail of the first daemon that died or did not come up.
 void wait_for_daemons(const Sandbox& sandbox, const std::function<void()>& step);
+// With several hosts: waits (bounded) until every vrdmad's directory knows every host, so that
+// a program started right after `sandbox up` finds the other hosts.
+void wait_for_directory(const Sandbox& sandbox, const std::function<void()>& step);
 
 // The pid of the vrdmad serving `socket`, read from `pidfile`, or 0 if the file
 // is missing or that process is gone or is not that vrdmad (pid reuse).

@@ -100,6 +100,7 @@ int sandbox_up(const SandboxUpOptions& options) {
     }
     wait_for_daemons(sandbox, InterruptGuard::check);
     save_sandbox(sandbox);
+    wait_for_directory(sandbox, InterruptGuard::check);
   } catch (const Error& e) {
     std::cerr << "vrdma sandbox up: " << (g_interrupted ? "interrupted" : e.what()) << "\n";
     TeardownResult t = teardown_sandbox(dir);

@@ -61,6 +61,8 @@ class Directory {
   // For status: backend, health, number of hosts known.
   virtual std::string describe() const = 0;
   virtual bool available() const = 0;
+  // Hosts known, this one included.
+  virtual size_t hosts_known() const = 0;
 };
 
 // From DaemonConfig::directory ("embedded" or "etcd://..."), static_peers and the lease.

@@ -67,6 +67,10 @@ class EmbeddedDirectory final : public Directory {
     return "embedded: " + std::to_string(hosts) + (hosts == 1 ? " host" : " hosts");
   }
   bool available() const override { return true; }
+  size_t hosts_known() const override {
+    std::lock_guard lock(mu_);
+    return peers_.size() + 1;
+  }
 
  private:
   mutable std::mutex mu_;

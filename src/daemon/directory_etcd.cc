@@ -222,6 +222,10 @@ class EtcdDirectory final : public Directory {
            (hosts == 1 ? " host" : " hosts");
   }
   bool available() const override { return available_; }
+  size_t hosts_known() const override {
+    std::lock_guard lock(mu_);
+    return hosts_.size() + (hosts_.count(self_.host_id) ? 0 : 1);
+  }
 
  private:
   struct Container {
@@ -409,6 +413,15 @@ bool EtcdDirectory::resync(std::string* why) {
     containers_.clear();
     for (const auto& kv : kvs) apply_locked({false, kv.key, kv.value});
   }
+  // Events that came with the watch's first response are already buffered: the socket will
+  // not signal them again.
+  std::vector<EtcdEvent> events;
+  bool ok = client_.watch_read(&events, why);
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& e : events) apply_locked(e);
+  }
+  if (!ok) return false;
   next_keepalive_ = Clock::now() + keepalive_interval();
   return true;
 }

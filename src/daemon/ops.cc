@@ -362,6 +362,16 @@ std::string Daemon::status_text(const Client& viewer) {
                                           std::chrono::steady_clock::now() - started_at_)
                                           .count());
   bool all = sees_everything(viewer);
+  in.directory = directory_->describe();
+  in.directory_available = directory_->available();
+  in.directory_hosts = directory_->hosts_known();
+  if (router_) {
+    in.router = true;
+    in.routed_qps = router_->routed_qps();
+    if (all)
+      for (const auto& l : router_->links())
+        in.links.push_back({l.host_id, l.outbound, l.connected, l.addr, l.bytes_in, l.bytes_out});
+  }
   in.scope = all ? "all" : "tenant:" + viewer.tenant;
   for (const auto& [id, cp] : clients_) {
     const Client& c = *cp;

@@ -81,12 +81,26 @@ json build(const StatusInput& in, size_t list_cap, size_t client_cap, bool trunc
                        {"mrs", std::move(mrs)},
                        {"fds", c.fds}});
   }
+  json links = json::array();
+  for (const auto& l : in.links)
+    links.push_back({{"host_id", l.host_id},
+                     {"direction", l.outbound ? "out" : "in"},
+                     {"connected", l.connected},
+                     {"addr", l.addr},
+                     {"bytes_in", l.bytes_in},
+                     {"bytes_out", l.bytes_out}});
   return json{{"daemon",
                {{"pid", in.pid},
                 {"socket", in.socket},
                 {"host_id", in.host_id},
                 {"uptime_s", in.uptime_s},
-                {"clients", in.clients_connected}}},
+                {"clients", in.clients_connected},
+                {"directory",
+                 {{"backend", in.directory},
+                  {"available", in.directory_available},
+                  {"hosts", in.directory_hosts}}},
+                {"router",
+                 {{"enabled", in.router}, {"routed_qps", in.routed_qps}, {"links", links}}}}},
               {"scope", in.scope},
               {"clients", std::move(clients)},
               {"totals", {{"qps", total_qps}, {"mrs", total_mrs}, {"clients", in.clients.size()}}},

@@ -43,6 +43,19 @@ struct StatusInput {
   size_t clients_connected = 0;  // all clients, whether listed or not
   std::string scope;             // "all" or "tenant:<name>"
   std::vector<StatusClient> clients;
+  // Across hosts.
+  std::string directory;  // its description
+  bool directory_available = true;
+  size_t directory_hosts = 1;
+  bool router = false;
+  size_t routed_qps = 0;
+  struct Link {
+    uint32_t host_id;
+    bool outbound, connected;
+    std::string addr;
+    uint64_t bytes_in, bytes_out;
+  };
+  std::vector<Link> links;
 };
 
 const char* qp_type_name(uint32_t type);

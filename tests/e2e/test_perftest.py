@@ -5,17 +5,17 @@ import unittest
 
 import conftest_path  # noqa: F401
 from vrdma_py.perftest_output import bw_rows, lat_rows
-from vrdma_py.sandbox import Sandbox, container_ip
+from vrdma_py.sandbox import container_ip
 
-SB = Sandbox(hosts=1, containers=2)
+from topology import CLIENT, SB, SERVER
 setUpModule = SB.up
 tearDownModule = SB.down
 
 
 def run_pair(test, prog, *args, timeout=240):
     server = [prog, *args]
-    client = [prog, *args, container_ip("h0c0")]
-    (src, sout, serr), (crc, cout, cerr) = SB.pair(server, client, timeout=timeout)
+    client = [prog, *args, container_ip(SERVER)]
+    (src, sout, serr), (crc, cout, cerr) = SB.pair(server, client, SERVER, CLIENT, timeout=timeout)
     test.assertEqual(src, 0, f"{prog} server failed:\n{sout}\n{serr}")
     test.assertEqual(crc, 0, f"{prog} client failed:\n{cout}\n{cerr}")
     return sout, cout

@@ -1,5 +1,5 @@
-"""Unmodified rdma_cm programs (rdmacm-utils, perftest -R) between two containers on one
-host, connecting by the containers' IP addresses, and rdma_cm's errors."""
+"""Unmodified rdma_cm programs (rdmacm-utils, perftest -R) between two containers (on one
+host, or on two: see topology.py), connecting by the containers' IP addresses, and rdma_cm's errors."""
 
 import re
 import threading
@@ -8,13 +8,12 @@ import unittest
 
 import conftest_path  # noqa: F401
 from vrdma_py.perftest_output import bw_rows, lat_rows
-from vrdma_py.sandbox import Sandbox, container_ip
+from vrdma_py.sandbox import container_ip
 
-SB = Sandbox(hosts=1, containers=2)
+from topology import CLIENT, SB, SERVER  # noqa: E402
+
 setUpModule = SB.up
 tearDownModule = SB.down
-SERVER = "h0c0"
-CLIENT = "h0c1"
 
 
 def run_pair(test, server_cmd, client_cmd, timeout=120, attempts=50):

@@ -4,30 +4,31 @@ import re
 import unittest
 
 import conftest_path  # noqa: F401
-from vrdma_py.sandbox import Sandbox, container_ip
+from vrdma_py.sandbox import container_ip
 
-SB = Sandbox(hosts=1, containers=2)
+from topology import CLIENT, GID, SB, SERVER
 setUpModule = SB.up
 tearDownModule = SB.down
 
 
 class DeviceTools(unittest.TestCase):
     def test_ibv_devices_lists_the_device(self):
-        rc, out, err = SB.run("h0c0", "ibv_devices", timeout=20)
+        rc, out, err = SB.run(SERVER, "ibv_devices", timeout=20)
         self.assertEqual(rc, 0, err)
         self.assertRegex(out, r"vrdma0\s+[0-9a-f]{16}")
 
     def test_ibv_devinfo_shows_active_port_and_container_gid(self):
-        rc, out, err = SB.run("h0c1", "ibv_devinfo", "-v", timeout=20)
+        rc, out, err = SB.run(CLIENT, "ibv_devinfo", "-v", timeout=20)
         self.assertEqual(rc, 0, err)
         self.assertIn("hca_id:\tvrdma0", out)
         self.assertRegex(out, r"state:\s+PORT_ACTIVE")
         self.assertRegex(out, r"active_mtu:\s+4096")
         self.assertRegex(out, r"link_layer:\s+Ethernet")
-        self.assertRegex(out, r"GID\[\s*0\]:\s+::ffff:10\.77\.0\.11, RoCE v2")
+        ip = container_ip(CLIENT).replace(".", r"\.")
+        self.assertRegex(out, rf"GID\[\s*0\]:\s+::ffff:{ip}, RoCE v2")
 
     def test_no_daemon_means_no_device(self):
-        rc, out, err = SB.run("h0c0", "env", "VRDMA_SOCKET=/nonexistent/vrdmad.sock",
+        rc, out, err = SB.run(SERVER, "env", "VRDMA_SOCKET=/nonexistent/vrdmad.sock",
                               "ibv_devices", timeout=20)
         self.assertEqual(rc, 0, err)
         self.assertNotIn("vrdma0", out)
@@ -36,9 +37,9 @@ class DeviceTools(unittest.TestCase):
 
 class RcPingpong(unittest.TestCase):
     def pingpong(self, size, *extra, iters=200):
-        server = ["ibv_rc_pingpong", "-s", str(size), "-n", str(iters), "-c", *extra]
-        client = server + [container_ip("h0c0")]
-        (src, sout, serr), (crc, cout, cerr) = SB.pair(server, client, timeout=60)
+        server = ["ibv_rc_pingpong", "-s", str(size), "-n", str(iters), "-c", *GID, *extra]
+        client = server + [container_ip(SERVER)]
+        (src, sout, serr), (crc, cout, cerr) = SB.pair(server, client, SERVER, CLIENT, timeout=60)
         self.assertEqual(src, 0, f"server failed:\n{sout}\n{serr}")
         self.assertEqual(crc, 0, f"client failed:\n{cout}\n{cerr}")
         for out in (sout, cout):
@@ -58,9 +59,9 @@ class RcPingpong(unittest.TestCase):
     def test_other_pingpongs(self):
         for prog in ("ibv_uc_pingpong", "ibv_ud_pingpong", "ibv_srq_pingpong"):
             with self.subTest(prog=prog):
-                args = [prog, "-n", "200"]
+                args = [prog, "-n", "200", *GID]
                 (src, sout, serr), (crc, cout, cerr) = SB.pair(
-                    args, args + [container_ip("h0c0")], timeout=60)
+                    args, args + [container_ip(SERVER)], SERVER, CLIENT, timeout=60)
                 self.assertEqual((src, crc), (0, 0), f"{prog}:\n{sout}{serr}\n{cout}{cerr}")
                 self.assertRegex(cout, r"200 iters in [\d.]+ seconds")
 
