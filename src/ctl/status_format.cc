@@ -115,6 +115,18 @@ void print_status(const json& status, std::ostream& out) {
   const json& d = status.is_object() && status.contains("daemon") ? status["daemon"] : none;
   out << "vrdmad pid " << text(d, "pid") << " on host " << text(d, "host_id") << ", up "
       << human_duration(number(d, "uptime_s")) << ", socket " << text(d, "socket") << "\n";
+  if (d.contains("directory") && d["directory"].is_object())
+    out << "directory: " << text(d["directory"], "backend") << "\n";
+  if (d.contains("router") && d["router"].is_object() && text(d["router"], "enabled") == "true") {
+    const json& r = d["router"];
+    out << "router: " << plural(static_cast<size_t>(number(r, "routed_qps")), "routed QP");
+    for (const auto& l : list(r, "links"))
+      out << "; link " << text(l, "direction") << " host " << text(l, "host_id") << " "
+          << (text(l, "connected") == "true" ? "" : "(connecting) ") << "in "
+          << human_bytes(static_cast<uint64_t>(number(l, "bytes_in"))) << " out "
+          << human_bytes(static_cast<uint64_t>(number(l, "bytes_out")));
+    out << "\n";
+  }
   std::string scope = text(status, "scope");
   if (scope != "-" && scope != "all")
     out << "showing only what this client may see (" << scope
