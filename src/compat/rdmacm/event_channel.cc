@@ -91,9 +91,12 @@ void on_request(const proto::CmRequestEvent& r) {
 Id* find_target(const proto::CmEvent& ev) {
   if (ev.cookie) {
     auto it = g_by_cookie.find(ev.cookie);
-    if (it == g_by_cookie.end() || it->second->passive || it->second->conn_id != ev.conn_id)
-      return nullptr;
-    return it->second;
+    if (it == g_by_cookie.end() || it->second->passive) return nullptr;
+    Id* id = it->second;
+    // The answer of another host can come before rdma_connect has recorded the connection
+    // id of its reply.
+    if (id->conn_id == 0 && id->state == State::kConnecting) id->conn_id = ev.conn_id;
+    return id->conn_id == ev.conn_id ? id : nullptr;
   }
   auto it = g_passive.find(ev.conn_id);
   return it == g_passive.end() ? nullptr : it->second;
