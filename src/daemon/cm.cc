@@ -61,13 +61,16 @@ void Daemon::op_cm_listen(Client& c, const Decoded& d, const proto::CmListenReq&
     return void(reply_error(c, d, err));
   }
   LOG_DEBUG("client %u: listening on %s", c.id, ip_port(ip, r.port).c_str());
+  directory_->publish_listener(ip, r.port);
   proto::CmListenRep rep{ip};
   send(c, d.op, d.seq, 0, &rep, sizeof(rep));
 }
 
 void Daemon::op_cm_unlisten(Client& c, const Decoded& d, const proto::CmUnlistenReq& r) {
   uint32_t ip = r.ipv4 ? r.ipv4 : c.ident.ipv4;
-  send(c, d.op, d.seq, cm_.unlisten(c.id, ip, r.port), nullptr, 0);
+  int err = cm_.unlisten(c.id, ip, r.port);
+  if (err == 0) directory_->withdraw_listener(ip, r.port);
+  send(c, d.op, d.seq, err, nullptr, 0);
 }
 
 void Daemon::op_cm_resolve(Client& c, const Decoded& d, const proto::CmResolveReq& r) {
@@ -208,6 +211,9 @@ void Daemon::op_cm_disconnect(Client& c, const Decoded& d, const proto::CmConnRe
 }
 
 void Daemon::cm_client_gone(uint32_t client, bool notify) {
+  if (directory_)
+    for (const auto& [ip, port] : cm_.listeners_of(client))
+      directory_->withdraw_listener(ip, port);
   std::vector<CmNotice> notices = cm_.remove_client(client);
   if (!notify) return;
   for (const CmNotice& n : notices) {

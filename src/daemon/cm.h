@@ -66,6 +66,7 @@ class CmTable {
   // 0 or ENOENT (no such listener of this client).
   int unlisten(uint32_t client, uint32_t ipv4, uint16_t port);
   const CmListener* listener(uint32_t ipv4, uint16_t port) const;
+  std::vector<std::pair<uint32_t, uint16_t>> listeners_of(uint32_t client) const;
 
   // A new connection in state kRequested; nullptr when the connector is over its quota.
   CmConnection* add(uint32_t active_client, uint64_t active_cookie, uint32_t active_qpn,

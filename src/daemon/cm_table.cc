@@ -58,6 +58,13 @@ void CmTable::erase(uint32_t conn_id) {
   conns_.erase(it);
 }
 
+std::vector<std::pair<uint32_t, uint16_t>> CmTable::listeners_of(uint32_t client) const {
+  std::vector<std::pair<uint32_t, uint16_t>> out;
+  for (const auto& [key, l] : listeners_)
+    if (l.client == client) out.push_back(key);
+  return out;
+}
+
 CmConnection* CmTable::find_remote(uint32_t host, uint32_t remote_conn) {
   for (auto& [id, c] : conns_)
     if (c.remote_host == host && c.remote_conn == remote_conn) return &c;
