@@ -47,6 +47,8 @@ Device::~Device() {
 }
 
 void Device::set_router_doorbell(int fd) {
+  const char* y = getenv("VRDMA_ROUTED_YIELD");
+  yield_.store(!(y && y[0] == '0'), std::memory_order_relaxed);
   int expected = -1;
   if (!router_doorbell_.compare_exchange_strong(expected, fd)) ::close(fd);
 }

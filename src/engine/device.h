@@ -58,6 +58,8 @@ class Device {
 
   // The eventfd that wakes this host's router (given with the first routed connection).
   int router_doorbell() const { return router_doorbell_.load(std::memory_order_relaxed); }
+  // Whether empty polls yield the CPU (this process has routed QPs; VRDMA_ROUTED_YIELD=0 off).
+  bool yields_to_router() const { return yield_.load(std::memory_order_relaxed); }
   void set_router_doorbell(int fd);
 
   // rdma_cm events from vrdmad (proto::is_cm_event) go to one process-wide handler, kept
@@ -101,6 +103,7 @@ class Device {
   std::atomic<bool> sleeping_forever_{false};
   int wake_fd_ = -1;
   std::atomic<int> router_doorbell_{-1};
+  std::atomic<bool> yield_{false};
   std::thread thread_;
 };
 

@@ -1,5 +1,7 @@
 #include "engine/objects.h"
 
+#include <sched.h>
+
 #include <errno.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -150,6 +152,9 @@ int Cq::poll(int n, ibv_wc* wc) {
   }
   if (view_.cq->overflow.load(std::memory_order_relaxed) && !overflow_reported_.exchange(true))
     ctx_.push_event(IBV_EVENT_CQ_ERR, user);
+  // Completions of routed work come from this host's router, which needs a core to make
+  // them: an application spinning on an empty CQ lends it its turn.
+  if (ctx_.device().yields_to_router()) sched_yield();
   return 0;
 }
 
