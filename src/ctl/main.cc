@@ -143,6 +143,13 @@ int main(int argc, char** argv) {
       "TCP (iperf3, sockperf) between the same containers (needs root)");
   demo->allow_extras();  // passed on to the demo program (vrdma demo --help-demo)
 
+  CLI::App* bench = app.add_subcommand(
+      "bench",
+      "Run the evaluation suite in a sandbox of its own: vrdma against memcpy, UCX and TCP;\n"
+      "writes results.json, report.md and plots (needs root; vrdma bench --help for options)");
+  bench->prefix_command();  // every argument goes to bench/suite.py,
+  bench->set_help_flag();   // --help included
+
   CLI::App* status = app.add_subcommand("status", "Show a vrdmad's clients, QPs, MRs and counters");
   auto* host_opt = status->add_option("--host", status_opts.host, "Sandbox host (h1 or 1)");
   auto* socket_opt = status->add_option("--socket", status_opts.socket, "vrdmad socket path");
@@ -176,6 +183,7 @@ int main(int argc, char** argv) {
     if (etcd_start->parsed()) return sandbox_etcd_start();
     if (status->parsed()) return status_command(status_opts);
     if (demo->parsed()) return run_script("bench/demo.py", demo->remaining());
+    if (bench->parsed()) return run_script("bench/suite.py", bench->remaining());
   } catch (const UsageError& e) {
     std::cerr << command_path(app) << ": " << e.what() << "\n";
     return kExitUsage;

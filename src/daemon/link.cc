@@ -31,6 +31,8 @@ uint32_t body_size(wire::Type t) {
       return sizeof(wire::Response);
     case wire::Type::kCm:
       return sizeof(wire::Cm);
+    case wire::Type::kPeerGone:
+      return sizeof(wire::PeerGone);
   }
   return 0;
 }

@@ -341,21 +341,35 @@ void Router::qp_freed(uint32_t qpn) {
 }
 
 void Router::client_gone(uint32_t client) {
+  // Its QPs that sent to other hosts: their peers there fail, as a same-host peer would.
   for (auto it = outbound_.begin(); it != outbound_.end();) {
     if (it->second->info.owner == client) {
-      if (Link* l = find_link(it->second->link_id); l && l->users) --l->users;
+      Link* l = find_link(it->second->link_id);
+      if (l && it->second->info.type != IBV_QPT_UD) {
+        wire::PeerGone g{it->second->qpn, 0};
+        l->send(wire::Type::kPeerGone, &g, sizeof(g));
+      }
+      if (l && l->users) --l->users;
       it = outbound_.erase(it);
     } else {
       ++it;
     }
   }
-  for (auto& [key, in] : inbound_)
-    if (in->target.peer && in->target.peer->client_id() == client) {
-      in->failed = true;
-      held_count_ -= in->held.size();
-      in->held.clear();
-      in->target = PeerQp{};
+  // Its QPs that other hosts sent to: the senders' QPs fail.
+  for (auto it = inbound_.begin(); it != inbound_.end();) {
+    Inbound& in = *it->second;
+    bool gone = in.owner == client;
+    if (!gone) {
+      ++it;
+      continue;
     }
+    if (Link* l = find_link(in.link_id)) {
+      wire::PeerGone g{in.src_qpn, 0};
+      l->send(wire::Type::kPeerGone, &g, sizeof(g));
+    }
+    held_count_ -= in.held.size();
+    it = inbound_.erase(it);
+  }
   for (auto it = ud_targets_.begin(); it != ud_targets_.end();)
     it = it->second.peer->client_id() == client ? ud_targets_.erase(it) : std::next(it);
   if (auto it = peers_.find(client); it != peers_.end()) {
@@ -483,6 +497,29 @@ void Router::on_frame(Link& link, wire::Type type, const uint8_t* body, uint32_t
       wire::Response r;
       memcpy(&r, body, sizeof(r));
       return on_response(link, r, payload, sink);
+    }
+    case wire::Type::kPeerGone: {
+      wire::PeerGone g;
+      memcpy(&g, body, sizeof(g));
+      if (link.outbound()) {
+        // The destination of our QP died.
+        auto it = outbound_.find(g.qpn);
+        if (it != outbound_.end() && it->second->link_id == link.id()) {
+          LOG_INFO("router: QP 0x%x: its peer on host %u is gone", g.qpn, link.host_id);
+          fail(*it->second, IBV_WC_WR_FLUSH_ERR, true);
+        }
+      } else {
+        // A QP of the other host that sent to ours died.
+        auto it = inbound_.find(inbound_key(link.id(), g.qpn));
+        if (it != inbound_.end()) {
+          LocalQp q;
+          if (hooks_.find_qp(it->second->dst_qpn, &q))
+            hooks_.qp_fatal(q.owner, it->second->dst_qpn, proto::FatalReason::kPeerGone);
+          held_count_ -= it->second->held.size();
+          inbound_.erase(it);
+        }
+      }
+      return;
     }
     case wire::Type::kCm: {
       wire::Cm m;

@@ -80,6 +80,7 @@ void Router::on_connect(Link& link, const wire::Connect& c) {
       in->link_id = link.id();
       in->src_qpn = c.src_qpn;
       in->dst_qpn = c.dst_qpn;
+      in->owner = q.owner;
       target(c.dst_qpn, in->target);  // may not be ready yet; retried per request
     }
     LOG_DEBUG("router: host %u QP 0x%x connected to QP 0x%x", link.host_id, c.src_qpn,

@@ -60,6 +60,7 @@ struct Router::Inbound {
   uint32_t link_id = 0;
   uint32_t src_qpn = 0;
   uint32_t dst_qpn = 0;
+  uint32_t owner = 0;  // the destination QP's client
   PeerQp target;
   bool failed = false;  // a request failed: later ones are dropped as the requester flushes
   std::deque<Held> held;

@@ -26,6 +26,7 @@ enum class Type : uint8_t {
   kRequest = 6,     // a work request (RC, UC) or a datagram (UD); payload: SEND/WRITE data
   kResponse = 7,    // the outcome of a request; payload: READ data
   kCm = 8,          // an rdma_cm message, forwarded between the two hosts' daemons
+  kPeerGone = 9,    // the program owning a connected QP died: its peer's QP fails
 };
 
 struct Header {
@@ -89,6 +90,14 @@ struct Response {
   uint64_t seq;
   uint64_t byte_len;
   uint64_t atomic_old;
+};
+
+// Body of kPeerGone. From the requester's host (on its link): source QP `qpn` is gone. From
+// the responder's host (on the link the requests came on): the destination of source QP `qpn`
+// is gone.
+struct PeerGone {
+  uint32_t qpn;
+  uint32_t reserved;
 };
 
 // Body of kCm: one of the control protocol's connection-manager messages, re-sent by the
