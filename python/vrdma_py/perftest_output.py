@@ -2,7 +2,8 @@
 
 import re
 
-_ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+([\d.]+(?:\s+[\d.]+)*)\s*$")
+_NUM = r"(?:[\d.]+|-?nan|-?inf)"  # perftest prints -nan for a deviation it cannot compute
+_ROW = re.compile(rf"^\s*(\d+)\s+(\d+)\s+({_NUM}(?:\s+{_NUM})*)\s*$")
 
 
 def rows(text):
