@@ -246,7 +246,10 @@ bool Link::receive(LinkHandler& h, size_t budget, const char** why) {
         continue;
       }
     } else {
-      n = ::recv(fd_.get(), rbuf_.get() + rlen_, kRecvBuffer - rlen_, MSG_DONTWAIT);
+      // At most what is left of the budget: the caller bounds how many frames one call
+      // dispatches.
+      size_t want = std::min(kRecvBuffer - rlen_, budget - got);
+      n = ::recv(fd_.get(), rbuf_.get() + rlen_, want, MSG_DONTWAIT);
       if (n > 0) {
         rlen_ += static_cast<size_t>(n);
         got += static_cast<size_t>(n);

@@ -20,7 +20,7 @@ namespace vrdma::daemon {
 namespace {
 
 constexpr int64_t kConnectTimeoutNs = 2'000'000'000;
-constexpr size_t kReceiveBudget = 256 * 1024;
+constexpr size_t kReceiveBudget = 128 * 1024;  // < kRoomToReceive of the smallest frames
 constexpr uint32_t kRoomToReceive = 2048;  // every frame received may need a reply slot
 constexpr uint64_t kTagListen = 0;
 constexpr uint64_t kTagDoorbell = 1;
@@ -254,7 +254,10 @@ bool Router::poll(int64_t now) {
       }
       work = true;
     }
-    if (!link.has_room(kRoomToReceive)) continue;
+    // Requests (on links other hosts opened) each need room for their response; what comes
+    // back on our own links needs none, and is always read: otherwise two full rings, ours of
+    // requests and theirs of responses, would wait for each other.
+    if (!link.outbound() && !link.has_room(kRoomToReceive)) continue;
     uint64_t before = link.bytes_in;
     const char* why = nullptr;
     if (!link.receive(*this, kReceiveBudget, &why)) {
