@@ -656,20 +656,27 @@ def main(argv=None):
     except OSError as e:
         sys.exit(f"vrdma bench: cannot create {args.out}: {e}")
 
+    received = []
+
     def on_term(signum, frame):
+        received.append(signal.Signals(signum).name)
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGHUP, on_term)
     suite = Suite(args, MODES["quick" if args.quick else "full"])
     status = 0
+    t0 = time.monotonic()
     try:
         suite.run()
     except KeyboardInterrupt:
         suite.teardown()
-        suite.results["interrupted"] = True
-        sys.stderr.write("\nvrdma bench: interrupted; the sandbox is down; writing what was "
-                         "measured\n")
+        suite.results["interrupted"] = received[0] if received else "SIGINT"
+        suite.results["finished_at"] = datetime.datetime.now().astimezone().isoformat(
+            timespec="seconds")
+        suite.results["wall_s"] = round(time.monotonic() - t0, 1)
+        sys.stderr.write(f"\nvrdma bench: interrupted ({suite.results['interrupted']}); the "
+                         "sandbox is down; writing what was measured\n")
         status = 130
     except Exception as e:  # noqa: BLE001 - e.g. the sandbox could not be built
         suite.teardown()

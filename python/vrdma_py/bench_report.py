@@ -268,7 +268,8 @@ def report_md(results, plots):
     L.append("**Ratio convention: > 1 means vrdma is better** (throughput: vrdma ÷ baseline; "
              "latency, CPU: baseline ÷ vrdma). MB/s and GB/s are 10^6 and 10^9 bytes/s.")
     if results.get("interrupted"):
-        L.append("\n**This run was interrupted; figures are missing.**")
+        L.append(f"\n**This run was interrupted ({results['interrupted']}); figures are "
+                 "missing.**")
     if results.get("fatal_error"):
         L.append(f"\n**The run failed: {results['fatal_error']}**")
     xh = results.get("cross_host_rdma", {})

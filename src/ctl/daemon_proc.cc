@@ -33,26 +33,6 @@ std::string real_path(const std::string& path) {
   return ::realpath(path.c_str(), buf) ? std::string(buf) : path;
 }
 
-// Child side of start_daemon: never returns. Only async-signal-safe calls.
-[[noreturn]] void exec_daemon(int netns_fd, int log_fd, char* const argv[]) {
-  int null_fd = ::open("/dev/null", O_RDONLY);
-  if (null_fd >= 0) ::dup2(null_fd, STDIN_FILENO);
-  ::dup2(log_fd, STDOUT_FILENO);
-  ::dup2(log_fd, STDERR_FILENO);
-  if (::setns(netns_fd, CLONE_NEWNET) < 0) {
-    dprintf(STDERR_FILENO, "vrdma: cannot enter the host network namespace: %s\n", strerror(errno));
-    _exit(126);
-  }
-  ::setsid();
-  sigset_t none;
-  sigemptyset(&none);
-  ::sigprocmask(SIG_SETMASK, &none, nullptr);
-  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGPIPE}) ::signal(sig, SIG_DFL);
-  ::execv(argv[0], argv);
-  dprintf(STDERR_FILENO, "vrdma: cannot execute %s: %s\n", argv[0], strerror(errno));
-  _exit(127);
-}
-
 std::string log_excerpt(const SandboxHost& h) {
   std::string tail = tail_lines(h.log, 20);
   if (tail.empty()) return "\n(" + h.log + " is empty)";
@@ -80,27 +60,13 @@ std::string find_daemon() {
 pid_t start_daemon(const SandboxHost& host, const std::string& binary,
                    const std::vector<std::string>& extra_args) {
   ::unlink(host.socket.c_str());  // so that only the new daemon's socket counts
-  int log_fd = ::open(host.log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
-  if (log_fd < 0) throw Error(errno_text("cannot create " + host.log, errno));
-  int netns_fd = ::open(netns_path(host.netns).c_str(), O_RDONLY | O_CLOEXEC);
-  if (netns_fd < 0) {
-    int err = errno;
-    ::close(log_fd);
-    throw Error(errno_text("cannot open network namespace " + host.netns, err));
-  }
+  // A new log for each start (spawn_in_netns appends).
+  if (::truncate(host.log.c_str(), 0) < 0 && errno != ENOENT)
+    throw Error(errno_text("cannot truncate " + host.log, errno));
   std::vector<std::string> args = {binary, "--socket", host.socket, "--host-id",
                                    std::to_string(host.id)};
   args.insert(args.end(), extra_args.begin(), extra_args.end());
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-
-  pid_t pid = ::fork();
-  if (pid == 0) exec_daemon(netns_fd, log_fd, argv.data());
-  int err = errno;
-  ::close(log_fd);
-  ::close(netns_fd);
-  if (pid < 0) throw Error(errno_text("fork", err));
+  pid_t pid = spawn_in_netns(host.netns, args, host.log);
   write_file_atomic(host.pidfile, std::to_string(pid) + "\n");
   return pid;
 }

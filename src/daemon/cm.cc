@@ -101,19 +101,7 @@ void Daemon::op_cm_connect(Client& c, const Decoded& d, const proto::CmConnectRe
   CmConnection* conn = cm_.add(c.id, r.cookie, r.local_qpn, owner->id, r.qp_type);
   if (!conn) return void(reply_error(c, d, EMFILE));
   proto::CmConnectRep rep{conn->id};
-  proto::CmRequestEvent ev{};
-  ev.conn_id = conn->id;
-  ev.remote_qpn = r.local_qpn;
-  ev.listen_cookie = l->cookie;
-  ev.src_ipv4 = c.ident.ipv4;
-  ev.dst_ipv4 = r.dst_ipv4;
-  ev.src_port = r.src_port;
-  ev.dst_port = r.dst_port;
-  ev.qp_type = r.qp_type;
-  ev.qkey = r.qkey;
-  ev.params = r.params;
-  ev.private_len = r.private_len;
-  std::memcpy(ev.private_data, r.private_data, sizeof(ev.private_data));
+  proto::CmRequestEvent ev = request_event(conn->id, l->cookie, c.ident.ipv4, r);
   LOG_DEBUG("client %u: connection %u to %s (client %u)", c.id, conn->id,
             ip_port(r.dst_ipv4, r.dst_port).c_str(), owner->id);
   if (!send(c, d.op, d.seq, 0, &rep, sizeof(rep))) return;

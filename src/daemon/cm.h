@@ -56,6 +56,11 @@ struct CmNotice {
   bool passive_gone = false;  // the acceptor's side went away (else the connector's)
 };
 
+// What the listener's client hears of a connection request: `req` as the connector sent it,
+// from `src_ipv4`, for connection `conn_id` of this host.
+proto::CmRequestEvent request_event(uint32_t conn_id, uint64_t listen_cookie, uint32_t src_ipv4,
+                                    const proto::CmConnectReq& req);
+
 class CmTable {
  public:
   static constexpr size_t kMaxConnectionsPerClient = 16384;

@@ -4,6 +4,8 @@
 
 #include "daemon/cm.h"
 
+#include <cstring>
+
 namespace vrdma::daemon {
 
 int CmTable::listen(uint32_t client, uint32_t ipv4, uint16_t port, uint64_t cookie) {
@@ -63,6 +65,24 @@ std::vector<std::pair<uint32_t, uint16_t>> CmTable::listeners_of(uint32_t client
   for (const auto& [key, l] : listeners_)
     if (l.client == client) out.push_back(key);
   return out;
+}
+
+proto::CmRequestEvent request_event(uint32_t conn_id, uint64_t listen_cookie, uint32_t src_ipv4,
+                                    const proto::CmConnectReq& req) {
+  proto::CmRequestEvent ev{};
+  ev.conn_id = conn_id;
+  ev.remote_qpn = req.local_qpn;
+  ev.listen_cookie = listen_cookie;
+  ev.src_ipv4 = src_ipv4;
+  ev.dst_ipv4 = req.dst_ipv4;
+  ev.src_port = req.src_port;
+  ev.dst_port = req.dst_port;
+  ev.qp_type = req.qp_type;
+  ev.qkey = req.qkey;
+  ev.params = req.params;
+  ev.private_len = req.private_len;
+  std::memcpy(ev.private_data, req.private_data, sizeof(ev.private_data));
+  return ev;
 }
 
 CmConnection* CmTable::find_remote(uint32_t host, uint32_t remote_conn) {
