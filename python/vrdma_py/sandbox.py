@@ -31,6 +31,17 @@ def _find_daemon():
 
 VRDMAD = _find_daemon()
 
+# Where the sandbox keeps its state and what its namespaces are called ($VRDMA_RUN_DIR,
+# $VRDMA_NETNS_PREFIX, as for the vrdma command): two test beds with different values run
+# side by side.
+RUN_DIR = (os.environ.get("VRDMA_RUN_DIR") or "/run/vrdma").rstrip("/") or "/"
+NETNS_PREFIX = os.environ.get("VRDMA_NETNS_PREFIX") or "vrdma-"
+
+
+def host_file(host, name):
+    """A file of a host's vrdmad in the run directory: host_file("h0", "vrdmad.pid")."""
+    return os.path.join(RUN_DIR, host, name)
+
 
 def vrdma(*args, timeout=60, check=True):
     """Runs the vrdma CLI and returns its CompletedProcess."""
@@ -163,7 +174,15 @@ class Sandbox:
         """The sandbox's state file (`vrdma sandbox list --json`)."""
         return json.loads(vrdma("sandbox", "list", "--json").stdout)
 
-    # The etcd of a multi-host sandbox (the daemons' cluster directory), in namespace vrdma-net.
+    def daemon_pid(self, host="h0"):
+        with open(host_file(host, "vrdmad.pid")) as f:
+            return int(f.read().strip())
+
+    def underlay(self):
+        """The namespace linking the hosts of a multi-host sandbox."""
+        return self.state()["underlay"]
+
+    # The etcd of a multi-host sandbox (the daemons' cluster directory), in the underlay.
     def etcd_stop(self):
         """Stops etcd (SIGTERM) and returns once it has exited; its data is kept."""
         vrdma("sandbox", "etcd", "stop")
@@ -180,8 +199,9 @@ class Sandbox:
 
     def etcd_get(self, prefix="/vrdma/", timeout=5):
         """The directory's keys under `prefix` and their values (JSON decoded where possible),
-        read from etcd's JSON gateway inside vrdma-net."""
-        url = self.state()["etcd"]["client_url"]
+        read from etcd's JSON gateway inside the underlay namespace."""
+        state = self.state()
+        url = state["etcd"]["client_url"]
         script = (
             "import base64,json,sys,urllib.request\n"
             "p=sys.argv[2].encode(); end=p[:-1]+bytes([p[-1]+1])\n"
@@ -190,7 +210,7 @@ class Sandbox:
             "r=json.load(urllib.request.urlopen(sys.argv[1]+'/v3/kv/range', req, timeout=2))\n"
             "print(json.dumps({base64.b64decode(kv['key']).decode():"
             " base64.b64decode(kv.get('value', '')).decode() for kv in r.get('kvs', [])}))\n")
-        p = subprocess.run(["ip", "netns", "exec", "vrdma-net", "python3", "-c", script, url,
+        p = subprocess.run(["ip", "netns", "exec", state["underlay"], "python3", "-c", script, url,
                             prefix], capture_output=True, text=True, timeout=timeout)
         if p.returncode != 0:
             raise RuntimeError(f"reading etcd at {url} failed:\n{p.stderr}")

@@ -69,7 +69,9 @@ int main(int argc, char** argv) {
       "vrdma-h<i>c<j> with eth0 at 10.77.<i>.<10+j>. With several hosts, each host's u0 at\n"
       "10.76.0.<i+1>/24 joins bridge ubr0 (10.76.0.254) of namespace vrdma-net, where the\n"
       "cluster directory (etcd, http://10.76.0.254:2379) runs. State lives in $VRDMA_RUN_DIR\n"
-      "(default /run/vrdma). up, down, exec and etcd must run as root.");
+      "(default /run/vrdma); $VRDMA_NETNS_PREFIX replaces the namespaces' \"vrdma-\", so that\n"
+      "two sandboxes with different values of both can be up at once. up, down, exec and etcd\n"
+      "must run as root.");
 
   SandboxUpOptions up_opts;
   CLI::App* up =

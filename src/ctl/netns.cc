@@ -73,9 +73,21 @@ std::string netns_path(const std::string& netns) {
   return std::string(kNetnsDir) + "/" + netns;
 }
 
+std::string netns_prefix() {
+  const char* env = ::getenv(kNetnsPrefixEnv);
+  if (!env || !*env) return kDefaultNetnsPrefix;
+  static const std::regex valid("[A-Za-z0-9_-]{1,16}");
+  if (!std::regex_match(env, valid))
+    throw Error(std::string(kNetnsPrefixEnv) + "='" + env +
+                "': use 1 to 16 letters, digits, '-' or '_'");
+  return env;
+}
+
 bool is_sandbox_netns(const std::string& netns) {
-  static const std::regex pattern(std::string(kNetnsPrefix) + "(net|h[0-9]+(c[0-9]+)?)");
-  return std::regex_match(netns, pattern);
+  const std::string prefix = netns_prefix();
+  if (netns.compare(0, prefix.size(), prefix) != 0) return false;
+  static const std::regex rest("net|h[0-9]+(c[0-9]+)?");
+  return std::regex_match(netns.substr(prefix.size()), rest);
 }
 
 std::vector<std::string> list_sandbox_netns() {

@@ -9,12 +9,18 @@
 namespace vrdma::ctl {
 
 inline constexpr const char* kNetnsDir = "/run/netns";
-inline constexpr const char* kNetnsPrefix = "vrdma-";
+inline constexpr const char* kNetnsPrefixEnv = "VRDMA_NETNS_PREFIX";
+inline constexpr const char* kDefaultNetnsPrefix = "vrdma-";
+
+// The prefix of every sandbox namespace: $VRDMA_NETNS_PREFIX (letters, digits, '-' and '_',
+// at most 16 characters), else "vrdma-". Two sandboxes with different prefixes and run
+// directories can be up side by side. Throws Error on a malformed value.
+std::string netns_prefix();
 
 std::string netns_path(const std::string& netns);
 
-// True for the names a sandbox gives its namespaces: vrdma-h<i>, vrdma-h<i>c<j>
-// and vrdma-net. Other vrdma-* namespaces (unit tests make some) are not ours.
+// True for the names a sandbox gives its namespaces: <prefix>h<i>, <prefix>h<i>c<j>
+// and <prefix>net. Other namespaces with the prefix (unit tests make some) are not ours.
 bool is_sandbox_netns(const std::string& netns);
 
 // The sandbox namespaces in /run/netns, sorted.

@@ -23,8 +23,8 @@ constexpr int kProcessGraceMs = 1000;
 // Containers first, then hosts, then the underlay: the reverse of creation.
 // Names are those is_sandbox_netns accepts.
 int teardown_rank(const std::string& netns) {
-  if (netns == kUnderlayNetns) return 2;
-  return netns.find('c') != std::string::npos ? 0 : 1;
+  if (netns == underlay_netns()) return 2;
+  return netns.find('c', netns_prefix().size()) != std::string::npos ? 0 : 1;
 }
 
 // Removes sandbox.json, the h<N> directories and etcd's; true if there was any.

@@ -56,7 +56,8 @@ int sandbox_exec(const std::string& name_arg, const std::vector<std::string>& co
   auto sandbox = load_sandbox(dir);
   if (!sandbox) throw Error("no sandbox is up (vrdma sandbox up first)");
   std::string name = name_arg;
-  if (name.rfind(kNetnsPrefix, 0) == 0) name = name.substr(std::string(kNetnsPrefix).size());
+  const std::string prefix = netns_prefix();
+  if (name.rfind(prefix, 0) == 0) name = name.substr(prefix.size());
 
   std::string netns, socket;
   if (const SandboxContainer* c = sandbox->container(name)) {

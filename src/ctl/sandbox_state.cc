@@ -33,6 +33,10 @@ std::vector<std::string> Sandbox::names() const {
   return out;
 }
 
+std::string underlay_netns() {
+  return netns_prefix() + "net";
+}
+
 std::string run_dir() {
   const char* env = ::getenv(kRunDirEnv);
   std::string dir = env && *env ? env : kDefaultRunDir;
@@ -54,17 +58,18 @@ std::string etcd_dir(const std::string& run_dir) {
 
 Sandbox plan_sandbox(int hosts, int containers_per_host, const std::string& run_dir,
                      const std::string& directory) {
+  const std::string prefix = netns_prefix();
   Sandbox s;
   s.run_dir = run_dir;
   s.created = static_cast<int64_t>(::time(nullptr));
   s.containers_per_host = containers_per_host;
   if (hosts > 1) {
-    s.underlay = kUnderlayNetns;
+    s.underlay = underlay_netns();
     s.directory = directory;
   }
   if (s.directory == kDirectoryEtcd) {
     std::string dir = etcd_dir(run_dir);
-    s.etcd.netns = kUnderlayNetns;
+    s.etcd.netns = s.underlay;
     s.etcd.client_url = "http://" + std::string(kUnderlayEtcdIp) + ":" +
                         std::to_string(kEtcdClientPort);
     s.etcd.peer_url = "http://127.0.0.1:" + std::to_string(kEtcdPeerPort);
@@ -76,7 +81,7 @@ Sandbox plan_sandbox(int hosts, int containers_per_host, const std::string& run_
     SandboxHost h;
     h.id = i;
     h.name = "h" + std::to_string(i);
-    h.netns = kNetnsPrefix + h.name;
+    h.netns = prefix + h.name;
     h.ip = "10.77." + std::to_string(i) + ".1";
     h.pod_cidr = "10.77." + std::to_string(i) + ".0/24";
     if (hosts > 1) {
@@ -90,7 +95,7 @@ Sandbox plan_sandbox(int hosts, int containers_per_host, const std::string& run_
     for (int j = 0; j < containers_per_host; ++j) {
       SandboxContainer c;
       c.name = h.name + "c" + std::to_string(j);
-      c.netns = kNetnsPrefix + c.name;
+      c.netns = prefix + c.name;
       c.ip = "10.77." + std::to_string(i) + "." + std::to_string(10 + j);
       c.host = h.name;
       c.host_id = i;

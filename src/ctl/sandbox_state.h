@@ -17,12 +17,11 @@ inline constexpr int kMaxContainersPerHost = 64;
 inline constexpr const char* kRunDirEnv = "VRDMA_RUN_DIR";
 inline constexpr const char* kDefaultRunDir = "/run/vrdma";
 inline constexpr const char* kHostBridge = "vbr0";      // in each host namespace
-inline constexpr const char* kUnderlayBridge = "ubr0";  // in kUnderlayNetns
-inline constexpr const char* kUnderlayNetns = "vrdma-net";
+inline constexpr const char* kUnderlayBridge = "ubr0";  // in the underlay namespace
 inline constexpr const char* kUnderlayDev = "u0";  // each host's link to the underlay
 inline constexpr const char* kUnderlayEtcdIp = "10.76.0.254";  // ubr0's address: etcd's
 inline constexpr int kEtcdClientPort = 2379;
-inline constexpr int kEtcdPeerPort = 2380;  // on 127.0.0.1 inside kUnderlayNetns
+inline constexpr int kEtcdPeerPort = 2380;  // on 127.0.0.1 inside the underlay namespace
 inline constexpr int kRouterPort = 7471;    // each host's vrdmad router, on its underlay_ip
 
 // How the daemons of a multi-host sandbox find each other (`sandbox up --directory`).
@@ -52,7 +51,7 @@ struct SandboxContainer {
   std::string socket;  // the host's vrdmad socket
 };
 
-// The etcd of a multi-host sandbox: in kUnderlayNetns, files under <run dir>/etcd.
+// The etcd of a multi-host sandbox: in the underlay namespace, files under <run dir>/etcd.
 struct SandboxEtcd {
   std::string binary;  // the etcd executable
   std::string netns;
@@ -70,7 +69,7 @@ struct Sandbox {
   std::string daemon;   // the vrdmad binary
   int64_t created = 0;  // unix time
   int containers_per_host = 0;
-  std::string underlay;  // kUnderlayNetns, or empty with a single host
+  std::string underlay;  // underlay_netns(), or empty with a single host
   // With several hosts kDirectoryEtcd or kDirectoryEmbedded; empty with a single host (its
   // vrdmad runs as it always has, without directory options).
   std::string directory;
@@ -93,6 +92,9 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(SandboxContainer, name, netns, i
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Sandbox, version, run_dir, daemon, created,
                                                 containers_per_host, underlay, directory, etcd,
                                                 hosts, containers)
+
+// The namespace that links the hosts of a multi-host sandbox: <prefix>net.
+std::string underlay_netns();
 
 // $VRDMA_RUN_DIR, else /run/vrdma.
 std::string run_dir();

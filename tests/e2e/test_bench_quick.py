@@ -16,7 +16,7 @@ import tempfile
 import unittest
 
 import conftest_path  # noqa: F401
-from vrdma_py.sandbox import VRDMA
+from vrdma_py.sandbox import NETNS_PREFIX, VRDMA
 
 REPO = os.path.realpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 PLOTS = ["throughput.png", "latency.png", "cpu.png", "scalability.png", "memory.png"]
@@ -105,7 +105,8 @@ class Run(Case):
     def test_sandbox_is_gone(self):
         out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True,
                              timeout=30).stdout
-        self.assertNotRegex(out, r"(?m)^vrdma-", "the suite left sandbox namespaces behind")
+        self.assertNotRegex(out, rf"(?m)^{re.escape(NETNS_PREFIX)}(net|h\d)",
+                            "the suite left sandbox namespaces behind")
 
     def test_help(self):
         p = subprocess.run([VRDMA, "bench", "--help"], capture_output=True, text=True, timeout=60,

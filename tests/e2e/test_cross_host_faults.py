@@ -11,7 +11,7 @@ import unittest
 
 import conftest_path  # noqa: F401
 from vrdma_py.perftest_output import bw_rows
-from vrdma_py.sandbox import Sandbox, container_ip
+from vrdma_py.sandbox import NETNS_PREFIX, Sandbox, container_ip
 
 SERVER, CLIENT = "h1c0", "h0c0"
 # perftest's RC attributes: timeout 14 (4.096 us << 14 = 67 ms), retry_cnt 7: a lost peer must
@@ -23,7 +23,7 @@ RETRY_EXC_ERR = 12
 
 
 def underlay(*args):
-    subprocess.run(["ip", "netns", "exec", "vrdma-net", "ip", "link", *args], check=True,
+    subprocess.run(["ip", "netns", "exec", NETNS_PREFIX + "net", "ip", "link", *args], check=True,
                    timeout=10)
 
 

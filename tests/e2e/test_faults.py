@@ -10,12 +10,12 @@ import time
 import unittest
 
 import conftest_path  # noqa: F401
-from vrdma_py.sandbox import VRDMAD, Sandbox, container_ip, vrdma
+from vrdma_py.sandbox import VRDMAD, Sandbox, container_ip, host_file, vrdma
 
 SB = Sandbox(hosts=1, containers=2)
 setUpModule = SB.up
 tearDownModule = SB.down
-SOCKET = "/run/vrdma/h0/vrdmad.sock"
+SOCKET = host_file("h0", "vrdmad.sock")
 
 
 def verbs_clients(status):
@@ -33,8 +33,7 @@ def wait_for(pred, timeout, step=0.1):
 
 
 def daemon_pid():
-    with open("/run/vrdma/h0/vrdmad.pid") as f:
-        return int(f.read().strip())
+    return SB.daemon_pid()
 
 
 class KilledProgram(unittest.TestCase):

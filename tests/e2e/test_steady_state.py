@@ -44,8 +44,7 @@ class SteadyState(unittest.TestCase):
         self.assertLess(calls, iters / 100, f"{calls} system calls for {iters} operations")
 
     def test_idle_daemon_uses_no_cpu(self):
-        with open("/run/vrdma/h0/vrdmad.pid") as f:
-            pid = int(f.read())
+        pid = SB.daemon_pid()
         # A connected but idle program: a server waiting for its peer.
         s = SB.start("h0c0", "ibv_rc_pingpong")
         self.assertTrue(SB.wait_listening("h0c0", 18515))
