@@ -258,6 +258,12 @@ struct CmConnReq {
   uint32_t conn_id;
   uint32_t passive;  // 1: the sender speaks as the acceptor, 0: as the connector
 };
+// The same bytes, as the daemon tells the two requests apart (control_ops.h).
+struct CmRtuReq : CmConnReq {};
+struct CmDisconnectReq : CmConnReq {};
+
+// kStatus carries no payload.
+struct StatusReq {};
 
 // Reply, Rejected, Established, Disconnected. `cookie` is the connector's cookie in events to
 // the connector and 0 in events to the acceptor (which knows the connection by conn_id).
@@ -272,5 +278,19 @@ struct CmEvent {
   uint8_t reserved[3];
   uint8_t private_data[kCmPrivateData];
 };
+
+// The wire is these structs' bytes: pin every size (x86-64, as every peer of one host is).
+static_assert(sizeof(HelloReq) == 8 && sizeof(HelloRep) == 128);
+static_assert(sizeof(PutFdReq) == 16 && sizeof(DropFdReq) == 4 && sizeof(GetFdReq) == 8);
+static_assert(sizeof(AllocQpnReq) == 8 && sizeof(AllocQpnRep) == 4 && sizeof(FreeQpnReq) == 4);
+static_assert(sizeof(ConnectQpReq) == 24 && sizeof(ConnectQpRep) == 16);
+static_assert(sizeof(AllocKeyReq) == 16 && sizeof(AllocKeyRep) == 4 && sizeof(FreeKeyReq) == 4);
+static_assert(sizeof(QpFatalEvent) == 8 && sizeof(CmParams) == 4);
+static_assert(sizeof(CmListenReq) == 16 && sizeof(CmListenRep) == 4 && sizeof(CmUnlistenReq) == 8);
+static_assert(sizeof(CmResolveReq) == 4 && sizeof(CmResolveRep) == 4);
+static_assert(sizeof(CmConnectReq) == 96 && sizeof(CmConnectRep) == 4);
+static_assert(sizeof(CmRequestEvent) == 104 && sizeof(CmAcceptReq) == 76);
+static_assert(sizeof(CmRejectReq) == 64 && sizeof(CmConnReq) == 8 && sizeof(CmEvent) == 88);
+static_assert(sizeof(CmRtuReq) == sizeof(CmConnReq) && sizeof(CmDisconnectReq) == sizeof(CmConnReq));
 
 }  // namespace vrdma::proto

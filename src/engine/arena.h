@@ -7,7 +7,7 @@
 #include <map>
 #include <mutex>
 
-#include "engine/shm_layout.h"
+#include "shm/layout.h"
 
 namespace vrdma {
 

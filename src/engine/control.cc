@@ -104,4 +104,20 @@ void Control::drain() {
   }
 }
 
+int ControlFdSource::fetch_fd(uint32_t owner, uint32_t fd_id, int& fd) {
+  proto::GetFdReq req{owner, fd_id};
+  auto reply = std::make_unique<Packet>();
+  int e = control_.call(proto::Op::kGetFd, req, reply.get());
+  if (e) {
+    reply->close_fds();
+    return e;
+  }
+  if (reply->nfds != 1) {
+    reply->close_fds();
+    return EPROTO;
+  }
+  fd = reply->fds[0];
+  return 0;
+}
+
 }  // namespace vrdma

@@ -11,7 +11,7 @@
 
 #include "common/protocol.h"
 #include "common/unix_socket.h"
-#include "engine/peer.h"
+#include "shm/peer.h"
 
 namespace vrdma {
 
@@ -58,7 +58,7 @@ class Control {
 };
 
 // Peers' descriptors through GetFd (vrdmad checks that the caller may have them).
-class ControlFdSource : public FdSource {
+class ControlFdSource : public shm::FdSource {
  public:
   explicit ControlFdSource(Control& control) : control_(control) {}
   int fetch_fd(uint32_t owner, uint32_t fd_id, int& fd) override;

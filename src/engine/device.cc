@@ -78,11 +78,11 @@ int Device::init() {
   return 0;
 }
 
-std::shared_ptr<Peer> Device::peer(uint32_t client_id, int& err) {
+std::shared_ptr<shm::Peer> Device::peer(uint32_t client_id, int& err) {
   std::lock_guard lock(peers_mu_);
   auto it = peers_.find(client_id);
   if (it != peers_.end() && !it->second->dead()) return it->second;
-  auto p = std::make_shared<Peer>(fd_source_, client_id);
+  auto p = std::make_shared<shm::Peer>(fd_source_, client_id);
   if ((err = p->attach())) return nullptr;
   peers_[client_id] = p;
   return p;

@@ -19,7 +19,7 @@
 #include "engine/arena.h"
 #include "engine/control.h"
 #include "engine/memory.h"
-#include "engine/peer.h"
+#include "shm/peer.h"
 
 namespace vrdma {
 
@@ -42,7 +42,7 @@ class Device {
   bool lost() const { return lost_.load(std::memory_order_relaxed); }
 
   // Slow path: maps (once) and returns a peer client.
-  std::shared_ptr<Peer> peer(uint32_t client_id, int& err);
+  std::shared_ptr<shm::Peer> peer(uint32_t client_id, int& err);
 
   // QP bookkeeping for notifications.
   void add_qp(Qp* qp);
@@ -88,7 +88,7 @@ class Device {
   Arena arena_;
   std::unique_ptr<MemoryRegistry> memory_;
   std::mutex peers_mu_;
-  std::unordered_map<uint32_t, std::shared_ptr<Peer>> peers_;
+  std::unordered_map<uint32_t, std::shared_ptr<shm::Peer>> peers_;
   std::mutex qps_mu_;
   std::unordered_map<uint32_t, Qp*> qps_;  // by qpn
   std::mutex blocked_mu_;

@@ -4,11 +4,11 @@
 #include <string.h>
 
 #include "engine/qp.h"
-#include "engine/respond.h"
+#include "shm/respond.h"
 
 namespace vrdma {
 
-const PeerQp* Qp::ud_peer(const ibv_send_wr& wr) {
+const shm::PeerQp* Qp::ud_peer(const ibv_send_wr& wr) {
   const Ah* ah = reinterpret_cast<const Ah*>(wr.wr.ud.ah);
   uint8_t gid[16] = {};
   uint32_t ip = 0;
@@ -19,15 +19,15 @@ const PeerQp* Qp::ud_peer(const ibv_send_wr& wr) {
   uint64_t key = uint64_t(ip) << 32 | wr.wr.ud.remote_qpn;
   auto it = ud_peers_.find(key);
   if (it != ud_peers_.end()) return &it->second;
-  PeerQp p;
+  shm::PeerQp p;
   if (connect_peer(wr.wr.ud.remote_qpn, gid, p)) return nullptr;
   return &ud_peers_.emplace(key, std::move(p)).first->second;
 }
 
-const PeerQp* Qp::connected_peer() {
+const shm::PeerQp* Qp::connected_peer() {
   if (peer_.valid() || peer_.routed) return &peer_;
   if (!peer_wanted_) return nullptr;
-  PeerQp p;
+  shm::PeerQp p;
   if (connect_peer(attr_.dest_qp_num, dest_gid_, p)) return nullptr;
   peer_ = std::move(p);
   routed_ = peer_.routed;
@@ -36,7 +36,7 @@ const PeerQp* Qp::connected_peer() {
 
 // The local side of a request: its gather list checked against this process's MRs.
 // Returns 0 or the completion status.
-ibv_wc_status Qp::gather(const ibv_send_wr& wr, Seg* local, int& nl, uint64_t& total) const {
+ibv_wc_status Qp::gather(const ibv_send_wr& wr, shm::Seg* local, int& nl, uint64_t& total) const {
   nl = 0;
   total = 0;
   const bool inline_data = wr.send_flags & IBV_SEND_INLINE;
@@ -51,9 +51,9 @@ ibv_wc_status Qp::gather(const ibv_send_wr& wr, Seg* local, int& nl, uint64_t& t
           s.addr - mr->iova > mr->length - s.length ||
           (to_local && !(mr->access & IBV_ACCESS_LOCAL_WRITE)))
         return IBV_WC_LOC_PROT_ERR;
-      local[nl++] = Seg{reinterpret_cast<uint8_t*>(mr->addr + (s.addr - mr->iova)), s.length};
+      local[nl++] = shm::Seg{reinterpret_cast<uint8_t*>(mr->addr + (s.addr - mr->iova)), s.length};
     } else {
-      local[nl++] = Seg{reinterpret_cast<uint8_t*>(s.addr), s.length};
+      local[nl++] = shm::Seg{reinterpret_cast<uint8_t*>(s.addr), s.length};
     }
     total += s.length;
   }
@@ -64,8 +64,8 @@ ibv_wc_status Qp::gather(const ibv_send_wr& wr, Seg* local, int& nl, uint64_t& t
   return IBV_WC_SUCCESS;
 }
 
-Incoming Qp::incoming(const ibv_send_wr& wr, uint64_t total) const {
-  Incoming in;
+shm::Incoming Qp::incoming(const ibv_send_wr& wr, uint64_t total) const {
+  shm::Incoming in;
   in.opcode = wr.opcode;
   in.qp_type = type_;
   in.src_qpn = qpn_;
@@ -91,9 +91,9 @@ Incoming Qp::incoming(const ibv_send_wr& wr, uint64_t total) const {
 
 Qp::Result Qp::execute(const ibv_send_wr& wr) {
   Result res;
-  const PeerQp* peer = type_ == IBV_QPT_UD ? ud_peer(wr) : connected_peer();
+  const shm::PeerQp* peer = type_ == IBV_QPT_UD ? ud_peer(wr) : connected_peer();
   if (peer && peer->routed) return route(wr, *peer);
-  Seg local[shm::kMaxSendSge];
+  shm::Seg local[shm::kMaxSendSge];
   int nl;
   uint64_t total;
   if ((res.status = gather(wr, local, nl, total)) != IBV_WC_SUCCESS) return res;
@@ -103,18 +103,18 @@ Qp::Result Qp::execute(const ibv_send_wr& wr) {
     if (type_ == IBV_QPT_RC) res.block = Block::kTransport;
     return res;
   }
-  Placement pl;
-  plan(*peer, incoming(wr, total), pl);
-  switch (pl.verdict) {
-    case Verdict::kRnr:
+  shm::Placement pl;
+  shm::admit_request(*peer, incoming(wr, total), pl);
+  switch (pl.admission) {
+    case shm::Admission::kRnr:
       res.block = Block::kRnr;
       return res;
-    case Verdict::kNotReady:
+    case shm::Admission::kNotReady:
       res.block = Block::kTransport;
       return res;
-    case Verdict::kDrop:
+    case shm::Admission::kDrop:
       return res;
-    case Verdict::kDone:
+    case shm::Admission::kDone:
       break;
   }
   if (pl.status != IBV_WC_SUCCESS) {
@@ -123,7 +123,7 @@ Qp::Result Qp::execute(const ibv_send_wr& wr) {
   }
   switch (wr.opcode) {
     case IBV_WR_RDMA_READ:
-      copy_segs(local, nl, pl.segs, pl.nsegs, total);
+      shm::copy_segs(local, nl, pl.segs, pl.nsegs, total);
       break;
     case IBV_WR_ATOMIC_CMP_AND_SWP:
     case IBV_WR_ATOMIC_FETCH_AND_ADD:
@@ -131,10 +131,10 @@ Qp::Result Qp::execute(const ibv_send_wr& wr) {
       res.byte_len = 8;
       break;
     default:
-      copy_segs(pl.segs, pl.nsegs, local, nl, total);
+      shm::copy_segs(pl.segs, pl.nsegs, local, nl, total);
       break;
   }
-  finish(*peer, pl, total);
+  shm::commit_request(*peer, pl, total);
   return res;
 }
 

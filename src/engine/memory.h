@@ -8,7 +8,7 @@
 #include <mutex>
 #include <vector>
 
-#include "engine/shm_layout.h"
+#include "shm/layout.h"
 
 namespace vrdma {
 

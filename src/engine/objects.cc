@@ -126,13 +126,13 @@ Cq::~Cq() {
 
 int Cq::init(int cqe) {
   if (cqe < 1 || cqe > (1 << 22)) return EINVAL;
-  uint32_t cap = ring::pow2_at_least(static_cast<uint32_t>(cqe));
+  uint32_t cap = shm::pow2_at_least(static_cast<uint32_t>(cqe));
   Arena& arena = ctx_.device().arena();
-  offset_ = arena.alloc(ring::cq_bytes(cap));
+  offset_ = arena.alloc(shm::cq_bytes(cap));
   if (!offset_) return ENOMEM;
   auto* shared = arena.at<shm::CqShared>(offset_);
-  ring::cq_init(shared, cap, channel_ ? channel_->fd_id() : 0);
-  view_ = ring::CqView{shared, cap - 1};
+  shm::cq_init(shared, cap, channel_ ? channel_->fd_id() : 0);
+  view_ = shm::CqView{shared, cap - 1};
   if (channel_) channel_->attach(this);
   return 0;
 }
@@ -141,9 +141,9 @@ int Cq::poll(int n, ibv_wc* wc) {
   if (n <= 0) return 0;
   // Spinning on an empty queue reads one cache line and takes no lock.
   auto take = [&] {
-    if (!ring::cq_ready(view_)) return 0;
+    if (!shm::cq_ready(view_)) return 0;
     std::lock_guard lock(poll_lock_);
-    return ring::cq_poll(view_, n, wc);
+    return shm::cq_poll(view_, n, wc);
   };
   if (int got = take()) return got;
   if (ctx_.device().has_blocked()) {
@@ -159,16 +159,16 @@ int Cq::poll(int n, ibv_wc* wc) {
 }
 
 int Cq::arm(bool solicited_only) {
-  ring::cq_arm(view_.cq, solicited_only);
+  shm::cq_arm(view_.cq, solicited_only);
   return 0;
 }
 
 void Cq::push(const ibv_wc& wc, bool solicited) {
-  if (!ring::cq_push(view_, wc)) {
+  if (!shm::cq_push(view_, wc)) {
     if (!overflow_reported_.exchange(true)) ctx_.push_event(IBV_EVENT_CQ_ERR, user);
     return;
   }
-  if (channel_ && ring::cq_should_notify(view_.cq, solicited)) {
+  if (channel_ && shm::cq_should_notify(view_.cq, solicited)) {
     uint64_t one = 1;
     [[maybe_unused]] ssize_t r = ::write(channel_->fd(), &one, sizeof(one));
   }
@@ -200,14 +200,14 @@ int Srq::init(const ibv_srq_attr& attr) {
   if (attr.max_wr == 0 || attr.max_wr > 16384 || attr.max_sge == 0 ||
       attr.max_sge > shm::kMaxRecvSge)
     return EINVAL;
-  max_wr_ = ring::pow2_at_least(attr.max_wr);
+  max_wr_ = shm::pow2_at_least(attr.max_wr);
   Arena& arena = pd_.context().device().arena();
-  offset_ = arena.alloc(ring::rq_bytes(max_wr_, attr.max_sge));
+  offset_ = arena.alloc(shm::rq_bytes(max_wr_, attr.max_sge));
   if (!offset_) return ENOMEM;
   auto* rq = arena.at<shm::RecvQueue>(offset_);
-  ring::rq_init(rq, max_wr_, attr.max_sge, true);
+  shm::rq_init(rq, max_wr_, attr.max_sge, true);
   rq->limit.store(attr.srq_limit);
-  view_ = ring::RqView{rq, max_wr_ - 1, attr.max_sge, rq->entry_size};
+  view_ = shm::RqView{rq, max_wr_ - 1, attr.max_sge, rq->entry_size};
   return 0;
 }
 
@@ -218,7 +218,7 @@ int Srq::post(ibv_recv_wr* wr, ibv_recv_wr** bad) {
       *bad = wr;
       return EINVAL;
     }
-    if (!ring::rq_push(view_, wr->wr_id, wr->sg_list, static_cast<uint32_t>(wr->num_sge))) {
+    if (!shm::rq_push(view_, wr->wr_id, wr->sg_list, static_cast<uint32_t>(wr->num_sge))) {
       *bad = wr;
       return ENOMEM;
     }

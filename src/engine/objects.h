@@ -14,7 +14,7 @@
 #include <infiniband/verbs.h>
 
 #include "engine/device.h"
-#include "engine/rings.h"
+#include "shm/rings.h"
 
 namespace vrdma {
 
@@ -127,7 +127,7 @@ class Cq {
   Context& ctx_;
   Channel* channel_;
   uint32_t offset_ = 0;
-  ring::CqView view_;
+  shm::CqView view_;
   SpinLock poll_lock_;
   std::atomic<bool> overflow_reported_{false};
   std::mutex ev_mu_;
@@ -147,14 +147,14 @@ class Srq {
   void check_limit();
 
   uint32_t offset() const { return offset_; }
-  const ring::RqView& view() const { return view_; }
+  const shm::RqView& view() const { return view_; }
   Pd& pd() { return pd_; }
   void* user = nullptr;
 
  private:
   Pd& pd_;
   uint32_t offset_ = 0;
-  ring::RqView view_;
+  shm::RqView view_;
   uint32_t max_wr_ = 0;
   SpinLock lock_;
 };

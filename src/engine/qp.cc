@@ -8,11 +8,6 @@
 
 namespace vrdma {
 
-int64_t now_ns() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return int64_t(ts.tv_sec) * 1000000000 + ts.tv_nsec;
-}
 
 namespace {
 constexpr uint32_t kMaxWr = 16384;
@@ -51,7 +46,7 @@ int Qp::init(ibv_qp_cap& cap) {
   cap_.max_send_sge = std::max<uint32_t>(cap.max_send_sge, 1);
   cap_.max_inline_data = std::max<uint32_t>(cap.max_inline_data, 64);
   cap_.max_recv_sge = srq_ ? 0 : std::max<uint32_t>(cap.max_recv_sge, 1);
-  cap_.max_recv_wr = srq_ ? 0 : ring::pow2_at_least(std::max<uint32_t>(cap.max_recv_wr, 1));
+  cap_.max_recv_wr = srq_ ? 0 : shm::pow2_at_least(std::max<uint32_t>(cap.max_recv_wr, 1));
 
   offset_ = dev.arena().alloc(sizeof(shm::QpShared));
   if (!offset_) return ENOMEM;
@@ -63,11 +58,11 @@ int Qp::init(ibv_qp_cap& cap) {
   if (srq_) {
     shared_->rq_offset = srq_->offset();
   } else {
-    uint32_t rq_off = dev.arena().alloc(ring::rq_bytes(cap_.max_recv_wr, cap_.max_recv_sge));
+    uint32_t rq_off = dev.arena().alloc(shm::rq_bytes(cap_.max_recv_wr, cap_.max_recv_sge));
     if (!rq_off) return ENOMEM;
     auto* rq = dev.arena().at<shm::RecvQueue>(rq_off);
-    ring::rq_init(rq, cap_.max_recv_wr, cap_.max_recv_sge, false);
-    rq_ = ring::RqView{rq, cap_.max_recv_wr - 1, cap_.max_recv_sge, rq->entry_size};
+    shm::rq_init(rq, cap_.max_recv_wr, cap_.max_recv_sge, false);
+    rq_ = shm::RqView{rq, cap_.max_recv_wr - 1, cap_.max_recv_sge, rq->entry_size};
     shared_->rq_offset = rq_off;
   }
 
@@ -170,7 +165,7 @@ int Qp::modify(const ibv_qp_attr& attr, int mask) {
     const uint8_t* gid = attr.ah_attr.is_global ? attr.ah_attr.grh.dgid.raw : nullptr;
     memset(dest_gid_, 0, sizeof(dest_gid_));
     if (gid) memcpy(dest_gid_, gid, 16);
-    PeerQp p;
+    shm::PeerQp p;
     peer_wanted_ = true;
     // An unknown destination is not an error here: as on a fabric, sends to
     // it will time out. The connection is retried at the first send.
@@ -210,14 +205,14 @@ int Qp::modify(const ibv_qp_attr& attr, int mask) {
     flush_locked();
     pend_head_ = pend_count_ = 0;
     block_ = Block::kNone;
-    peer_ = PeerQp{};
+    peer_ = shm::PeerQp{};
     peer_wanted_ = false;
     routed_ = false;
     ud_peers_.clear();
     // Drop posted receives silently, as a reset does.
     if (rq_.rq) {
-      ring::RecvWr r;
-      while (ring::rq_pop(rq_, r)) {
+      shm::RecvWr r;
+      while (shm::rq_pop(rq_, r)) {
       }
     }
   }
@@ -246,7 +241,7 @@ void Qp::query(ibv_qp_attr& attr, ibv_qp_init_attr& init) const {
   init.sq_sig_all = sq_sig_all_;
 }
 
-int Qp::connect_peer(uint32_t dest_qpn, const uint8_t* gid, PeerQp& out) {
+int Qp::connect_peer(uint32_t dest_qpn, const uint8_t* gid, shm::PeerQp& out) {
   Device& dev = context().device();
   proto::ConnectQpReq req{qpn_, dest_qpn, {}};
   memcpy(req.dest_gid, gid, 16);
@@ -264,7 +259,7 @@ int Qp::connect_peer(uint32_t dest_qpn, const uint8_t* gid, PeerQp& out) {
     }
     reply->close_fds();
     if (dev.router_doorbell() < 0) return EPROTO;
-    out = PeerQp{};
+    out = shm::PeerQp{};
     out.routed = true;
     out.qpn = dest_qpn;
     out.type = rep->peer_qp_type;
@@ -274,7 +269,7 @@ int Qp::connect_peer(uint32_t dest_qpn, const uint8_t* gid, PeerQp& out) {
   int err = 0;
   auto peer = dev.peer(rep->peer_client, err);
   if (!peer) return err;
-  if (int e = attach_peer_qp(peer, rep->peer_arena_offset, out)) return e;
+  if (int e = shm::attach_peer_qp(peer, rep->peer_arena_offset, out)) return e;
   return out.qpn == dest_qpn ? 0 : EPROTO;
 }
 
@@ -295,7 +290,7 @@ int Qp::post_recv(ibv_recv_wr* wr, ibv_recv_wr** bad) {
       *bad = wr;
       return EINVAL;
     }
-    if (!ring::rq_push(rq_, wr->wr_id, wr->sg_list, static_cast<uint32_t>(wr->num_sge))) {
+    if (!shm::rq_push(rq_, wr->wr_id, wr->sg_list, static_cast<uint32_t>(wr->num_sge))) {
       *bad = wr;
       return ENOMEM;
     }
@@ -306,8 +301,8 @@ int Qp::post_recv(ibv_recv_wr* wr, ibv_recv_wr** bad) {
 
 void Qp::flush_recv() {
   if (!rq_.rq) return;
-  ring::RecvWr r;
-  while (ring::rq_pop(rq_, r)) {
+  shm::RecvWr r;
+  while (shm::rq_pop(rq_, r)) {
     ibv_wc wc{};
     wc.wr_id = r.wr_id;
     wc.status = IBV_WC_WR_FLUSH_ERR;
@@ -458,10 +453,10 @@ int64_t Qp::block_interval_ns(Block b) const {
   if (b == Block::kRnr) {
     uint32_t t = peer_.qp ? peer_.qp->min_rnr_timer.load(std::memory_order_relaxed) & 31
                           : attr_.min_rnr_timer & 31;
-    return rnr_timer_ns(t);
+    return shm::rnr_timer_ns(t);
   }
   // Local ACK timeout: 4.096 us * 2^timeout; 0 means infinite (retry each second).
-  return ack_timeout_ns(attr_.timeout);
+  return shm::ack_timeout_ns(attr_.timeout);
 }
 
 int64_t Qp::retry(int64_t now, bool wait_for_lock) {

@@ -11,8 +11,10 @@
 #include <infiniband/verbs.h>
 
 #include "engine/objects.h"
-#include "engine/peer.h"
-#include "engine/respond.h"
+#include "shm/peer.h"
+#include "common/clock.h"
+#include "shm/respond.h"
+#include "shm/work_request.h"
 
 namespace vrdma {
 
@@ -70,13 +72,13 @@ class Qp {
   };
 
   Result execute(const ibv_send_wr& wr);
-  ibv_wc_status gather(const ibv_send_wr& wr, Seg* local, int& nl, uint64_t& total) const;
-  Incoming incoming(const ibv_send_wr& wr, uint64_t total) const;
-  Result route(const ibv_send_wr& wr, const PeerQp& peer);  // route.cc
+  ibv_wc_status gather(const ibv_send_wr& wr, shm::Seg* local, int& nl, uint64_t& total) const;
+  shm::Incoming incoming(const ibv_send_wr& wr, uint64_t total) const;
+  Result route(const ibv_send_wr& wr, const shm::PeerQp& peer);  // route.cc
   int init_route_queue();                                    // route.cc
-  const PeerQp* connected_peer();
-  const PeerQp* ud_peer(const ibv_send_wr& wr);
-  int connect_peer(uint32_t dest_qpn, const uint8_t* gid, PeerQp& out);
+  const shm::PeerQp* connected_peer();
+  const shm::PeerQp* ud_peer(const ibv_send_wr& wr);
+  int connect_peer(uint32_t dest_qpn, const uint8_t* gid, shm::PeerQp& out);
   int validate(const ibv_send_wr& wr) const;
   void complete(const ibv_send_wr& wr, const Result& r);
   void enqueue(const ibv_send_wr& wr);
@@ -95,7 +97,7 @@ class Qp {
   uint32_t qpn_ = 0;
   uint32_t offset_ = 0;
   shm::QpShared* shared_ = nullptr;
-  ring::RqView rq_;
+  shm::RqView rq_;
   shm::SendQueue* sq_ = nullptr;  // work for the router; geometry below is our own copy
   uint32_t sq_mask_ = 0, sq_entry_size_ = 0;
   bool routed_ = false;  // the connected destination is on another host
@@ -104,10 +106,10 @@ class Qp {
   SpinLock lock_;
 
   // Destination (RC/UC) or destinations (UD).
-  PeerQp peer_;
+  shm::PeerQp peer_;
   bool peer_wanted_ = false;
   uint8_t dest_gid_[16] = {};
-  std::unordered_map<uint64_t, PeerQp> ud_peers_;
+  std::unordered_map<uint64_t, shm::PeerQp> ud_peers_;
 
   // Work that waits: a ring of copies, oldest first.
   std::vector<Pending> pending_;
@@ -117,7 +119,5 @@ class Qp {
   int retries_left_ = 0;
   int64_t deadline_ns_ = 0;
 };
-
-int64_t now_ns();
 
 }  // namespace vrdma

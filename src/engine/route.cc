@@ -11,7 +11,7 @@ namespace vrdma {
 
 int Qp::init_route_queue() {
   Device& dev = context().device();
-  uint32_t cap = ring::pow2_at_least(cap_.max_send_wr);
+  uint32_t cap = shm::pow2_at_least(cap_.max_send_wr);
   uint32_t esz = shm::route_wqe_size(cap_.max_send_sge, cap_.max_inline_data);
   uint32_t off = dev.arena().alloc(sizeof(shm::SendQueue) + size_t(cap) * esz);
   if (!off) return ENOMEM;
@@ -29,7 +29,7 @@ int Qp::init_route_queue() {
   return 0;
 }
 
-Qp::Result Qp::route(const ibv_send_wr& wr, const PeerQp& peer) {
+Qp::Result Qp::route(const ibv_send_wr& wr, const shm::PeerQp& peer) {
   Result res;
   uint64_t tail = sq_->tail.load(std::memory_order_relaxed);
   // The router completes in order; a full queue means the application posted more than
@@ -46,7 +46,7 @@ Qp::Result Qp::route(const ibv_send_wr& wr, const PeerQp& peer) {
   e->status = IBV_WC_SUCCESS;
   e->inline_len = 0;
   e->num_sge = 0;
-  Incoming in = incoming(wr, 0);
+  shm::Incoming in = incoming(wr, 0);
   e->rkey = in.rkey;
   e->remote_addr = in.remote_addr;
   e->compare_add = in.compare_add;
@@ -61,7 +61,7 @@ Qp::Result Qp::route(const ibv_send_wr& wr, const PeerQp& peer) {
   }
   // The gather list is checked here, against this process's MRs and PD; the router then
   // finds the same memory through the keys.
-  Seg local[shm::kMaxSendSge];
+  shm::Seg local[shm::kMaxSendSge];
   int nl;
   uint64_t total;
   ibv_wc_status st = gather(wr, local, nl, total);

@@ -5,10 +5,10 @@
 #include <cstring>
 #include <span>
 
-#include "daemon/decode.h"
+#include "daemon/core/decode.h"
 
 using vrdma::daemon::Decoded;
-using vrdma::daemon::Verdict;
+using vrdma::daemon::DecodeVerdict;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1) return 0;
@@ -18,27 +18,44 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Decoded d = vrdma::daemon::decode_wire(packet, nfds, truncated);
 
   // Invariants of the decoder.
-  if (truncated && d.verdict != Verdict::kDrop) __builtin_trap();
-  if (d.verdict == Verdict::kOk) {
-    if (std::holds_alternative<std::monostate>(d.body)) __builtin_trap();
-    if (nfds != vrdma::daemon::expected_fds(d.op)) __builtin_trap();
+  if (truncated && d.verdict != DecodeVerdict::kDrop) __builtin_trap();
+  if (d.verdict == DecodeVerdict::kOk) {
+    namespace proto = vrdma::proto;
+    if (!proto::is_request(d.op) || nfds != proto::request_fds(d.op)) __builtin_trap();
     vrdma::proto::Header h;
     std::memcpy(&h, packet.data(), sizeof(h));
     if (h.len != packet.size() - sizeof(h) || h.magic != vrdma::proto::kMagic) __builtin_trap();
     // Connection manager requests: private data within bounds, a known side, a real port.
-    namespace proto = vrdma::proto;
-    if (auto* c = std::get_if<proto::CmConnectReq>(&d.body))
-      if (c->private_len > proto::kCmPrivateData || c->dst_port == 0) __builtin_trap();
-    if (auto* a = std::get_if<proto::CmAcceptReq>(&d.body))
-      if (a->private_len > proto::kCmPrivateData) __builtin_trap();
-    if (auto* r = std::get_if<proto::CmRejectReq>(&d.body))
-      if (r->private_len > proto::kCmPrivateData) __builtin_trap();
-    if (auto* r = std::get_if<proto::CmConnReq>(&d.body))
-      if (r->passive > 1 || (d.op == proto::Op::kCmRtu && r->passive)) __builtin_trap();
-    if (auto* l = std::get_if<proto::CmListenReq>(&d.body))
-      if (l->port == 0) __builtin_trap();
+    struct Check {
+      void operator()(const proto::CmConnectReq& c) {
+        if (c.private_len > proto::kCmPrivateData || c.dst_port == 0) __builtin_trap();
+      }
+      void operator()(const proto::CmAcceptReq& a) {
+        if (a.private_len > proto::kCmPrivateData) __builtin_trap();
+      }
+      void operator()(const proto::CmRejectReq& r) {
+        if (r.private_len > proto::kCmPrivateData) __builtin_trap();
+      }
+      void operator()(const proto::CmRtuReq& r) {
+        if (r.passive) __builtin_trap();
+      }
+      void operator()(const proto::CmDisconnectReq& r) {
+        if (r.passive > 1) __builtin_trap();
+      }
+      void operator()(const proto::CmListenReq& l) {
+        if (l.port == 0) __builtin_trap();
+      }
+      void operator()(const auto&) {}
+    };
+    bool visited = false;
+    d.visit([&](const auto& req) {
+      visited = true;
+      Check{}(req);
+    });
+    if (!visited) __builtin_trap();
   }
-  if ((d.verdict == Verdict::kInvalid || d.verdict == Verdict::kMalformed) && d.error <= 0)
+  if ((d.verdict == DecodeVerdict::kInvalid || d.verdict == DecodeVerdict::kMalformed) &&
+      d.error <= 0)
     __builtin_trap();
   // Deterministic.
   Decoded again = vrdma::daemon::decode_wire(packet, nfds, truncated);

@@ -7,8 +7,8 @@
 
 #include <cstring>
 
-#include "daemon/cm.h"
-#include "daemon/decode.h"
+#include "daemon/cm/cm_table.h"
+#include "daemon/core/decode.h"
 #include "daemon_test_util.h"
 
 namespace vrdma::daemon::testing {
@@ -307,27 +307,27 @@ TEST(DaemonCmTest, DecoderChecksCmRequests) {
   };
   proto::CmConnReq bad_side{1, 2};
   EXPECT_EQ(decode_wire(wire(Op::kCmDisconnect, &bad_side, sizeof(bad_side)), 0, false).verdict,
-            Verdict::kInvalid);
+            DecodeVerdict::kInvalid);
   proto::CmConnReq rtu_passive{1, 1};
   EXPECT_EQ(decode_wire(wire(Op::kCmRtu, &rtu_passive, sizeof(rtu_passive)), 0, false).verdict,
-            Verdict::kInvalid);
+            DecodeVerdict::kInvalid);
   proto::CmConnReq ok{1, 0};
   Decoded d = decode_wire(wire(Op::kCmRtu, &ok, sizeof(ok)), 0, false);
-  EXPECT_EQ(d.verdict, Verdict::kOk);
+  EXPECT_EQ(d.verdict, DecodeVerdict::kOk);
   EXPECT_EQ(d.op, Op::kCmRtu);
   EXPECT_EQ(decode_wire(wire(Op::kCmRtu, &ok, sizeof(ok) - 1), 0, false).verdict,
-            Verdict::kMalformed);
+            DecodeVerdict::kMalformed);
   proto::CmRejectReq rej{};
   rej.private_len = 200;
   EXPECT_EQ(decode_wire(wire(Op::kCmReject, &rej, sizeof(rej)), 0, false).verdict,
-            Verdict::kInvalid);
+            DecodeVerdict::kInvalid);
   proto::CmAcceptReq acc{};
   EXPECT_EQ(decode_wire(wire(Op::kCmAccept, &acc, sizeof(acc)), 1, false).verdict,
-            Verdict::kMalformed);  // a stray descriptor
+            DecodeVerdict::kMalformed);  // a stray descriptor
   // Events are the daemon's to send, never requests.
   proto::CmEvent ev{};
   EXPECT_EQ(decode_wire(wire(Op::kCmReply, &ev, sizeof(ev)), 0, false).verdict,
-            Verdict::kMalformed);
+            DecodeVerdict::kMalformed);
 }
 
 TEST(DaemonCmTest, TableQuotasAndRemoval) {

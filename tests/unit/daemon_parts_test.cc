@@ -8,12 +8,12 @@
 #include <set>
 #include <vector>
 
-#include "daemon/client_identity.h"
-#include "daemon/config.h"
-#include "daemon/decode.h"
-#include "daemon/registry.h"
-#include "daemon/status.h"
-#include "engine/shm_layout.h"
+#include "daemon/identity/client_identity.h"
+#include "daemon/core/config.h"
+#include "daemon/core/decode.h"
+#include "daemon/registry/registry.h"
+#include "daemon/core/status.h"
+#include "shm/layout.h"
 
 namespace vrdma::daemon {
 namespace {
@@ -37,67 +37,71 @@ Decoded dec(Op op, const T& body, int nfds = 0) {
 TEST(DaemonDecode, AcceptsEveryRequest) {
   proto::HelloReq hello{proto::kVersion, 1};
   Decoded d = dec(Op::kHello, hello);
-  ASSERT_EQ(d.verdict, Verdict::kOk);
+  ASSERT_EQ(d.verdict, DecodeVerdict::kOk);
   EXPECT_EQ(d.seq, 42u);
   EXPECT_EQ(d.op, Op::kHello);
-  EXPECT_EQ(std::get<proto::HelloReq>(d.body).kind, 1u);
+  uint32_t kind = 0;
+  d.visit([&](const auto& req) {
+    if constexpr (std::is_same_v<std::decay_t<decltype(req)>, proto::HelloReq>) kind = req.kind;
+  });
+  EXPECT_EQ(kind, 1u);
 
   proto::PutFdReq put{0, 1, shm::kArenaSize};
-  EXPECT_EQ(dec(Op::kPutFd, put, 1).verdict, Verdict::kOk);
-  EXPECT_EQ(dec(Op::kGetFd, proto::GetFdReq{1, 2}).verdict, Verdict::kOk);
-  EXPECT_EQ(dec(Op::kAllocQpn, proto::AllocQpnReq{4, 128}).verdict, Verdict::kOk);
-  EXPECT_EQ(dec(Op::kFreeQpn, proto::FreeQpnReq{0x100}).verdict, Verdict::kOk);
-  EXPECT_EQ(dec(Op::kConnectQp, proto::ConnectQpReq{}).verdict, Verdict::kOk);
-  EXPECT_EQ(dec(Op::kAllocKey, proto::AllocKeyReq{4095, 0, 1}).verdict, Verdict::kOk);
-  EXPECT_EQ(dec(Op::kFreeKey, proto::FreeKeyReq{1}).verdict, Verdict::kOk);
-  EXPECT_EQ(dec(Op::kDropFd, proto::DropFdReq{3}).verdict, Verdict::kOk);
+  EXPECT_EQ(dec(Op::kPutFd, put, 1).verdict, DecodeVerdict::kOk);
+  EXPECT_EQ(dec(Op::kGetFd, proto::GetFdReq{1, 2}).verdict, DecodeVerdict::kOk);
+  EXPECT_EQ(dec(Op::kAllocQpn, proto::AllocQpnReq{4, 128}).verdict, DecodeVerdict::kOk);
+  EXPECT_EQ(dec(Op::kFreeQpn, proto::FreeQpnReq{0x100}).verdict, DecodeVerdict::kOk);
+  EXPECT_EQ(dec(Op::kConnectQp, proto::ConnectQpReq{}).verdict, DecodeVerdict::kOk);
+  EXPECT_EQ(dec(Op::kAllocKey, proto::AllocKeyReq{4095, 0, 1}).verdict, DecodeVerdict::kOk);
+  EXPECT_EQ(dec(Op::kFreeKey, proto::FreeKeyReq{1}).verdict, DecodeVerdict::kOk);
+  EXPECT_EQ(dec(Op::kDropFd, proto::DropFdReq{3}).verdict, DecodeVerdict::kOk);
   auto st = wire(Op::kStatus, nullptr, 0);
-  EXPECT_EQ(decode_wire(st, 0, false).verdict, Verdict::kOk);
+  EXPECT_EQ(decode_wire(st, 0, false).verdict, DecodeVerdict::kOk);
 }
 
 TEST(DaemonDecode, FramingErrorsDrop) {
   auto ok = wire(Op::kStatus, nullptr, 0);
-  EXPECT_EQ(decode_wire(ok, 0, true).verdict, Verdict::kDrop) << "truncated";
+  EXPECT_EQ(decode_wire(ok, 0, true).verdict, DecodeVerdict::kDrop) << "truncated";
   auto bad_magic = wire(Op::kStatus, nullptr, 0, 0x12345678);
-  EXPECT_EQ(decode_wire(bad_magic, 0, false).verdict, Verdict::kDrop);
-  EXPECT_EQ(decode_wire(std::span<const uint8_t>(ok.data(), 10), 0, false).verdict, Verdict::kDrop);
+  EXPECT_EQ(decode_wire(bad_magic, 0, false).verdict, DecodeVerdict::kDrop);
+  EXPECT_EQ(decode_wire(std::span<const uint8_t>(ok.data(), 10), 0, false).verdict, DecodeVerdict::kDrop);
   auto lying = ok;
   lying[16] = 8;  // len = 8 with no payload
-  EXPECT_EQ(decode_wire(lying, 0, false).verdict, Verdict::kDrop);
+  EXPECT_EQ(decode_wire(lying, 0, false).verdict, DecodeVerdict::kDrop);
   std::vector<uint8_t> big(proto::kMaxMessage, 0);
   auto huge = wire(Op::kStatus, big.data(), big.size());
-  EXPECT_EQ(decode_wire(huge, 0, false).verdict, Verdict::kDrop);
+  EXPECT_EQ(decode_wire(huge, 0, false).verdict, DecodeVerdict::kDrop);
 }
 
 TEST(DaemonDecode, ProtocolErrors) {
   uint8_t three[3] = {};
   auto w = wire(Op::kHello, three, 3);
   Decoded d = decode_wire(w, 0, false);
-  EXPECT_EQ(d.verdict, Verdict::kMalformed);
+  EXPECT_EQ(d.verdict, DecodeVerdict::kMalformed);
   EXPECT_EQ(d.error, EINVAL);
   EXPECT_EQ(d.seq, 42u);
   auto unknown = wire(static_cast<Op>(999), nullptr, 0);
-  EXPECT_EQ(decode_wire(unknown, 0, false).verdict, Verdict::kMalformed);
+  EXPECT_EQ(decode_wire(unknown, 0, false).verdict, DecodeVerdict::kMalformed);
   auto fatal = wire(Op::kQpFatal, nullptr, 0);
-  EXPECT_EQ(decode_wire(fatal, 0, false).verdict, Verdict::kMalformed);
+  EXPECT_EQ(decode_wire(fatal, 0, false).verdict, DecodeVerdict::kMalformed);
   proto::PutFdReq put{0, 1, shm::kArenaSize};
-  EXPECT_EQ(dec(Op::kPutFd, put, 0).verdict, Verdict::kMalformed) << "no descriptor";
-  EXPECT_EQ(dec(Op::kPutFd, put, 2).verdict, Verdict::kMalformed) << "two descriptors";
-  EXPECT_EQ(dec(Op::kFreeKey, proto::FreeKeyReq{1}, 1).verdict, Verdict::kMalformed);
+  EXPECT_EQ(dec(Op::kPutFd, put, 0).verdict, DecodeVerdict::kMalformed) << "no descriptor";
+  EXPECT_EQ(dec(Op::kPutFd, put, 2).verdict, DecodeVerdict::kMalformed) << "two descriptors";
+  EXPECT_EQ(dec(Op::kFreeKey, proto::FreeKeyReq{1}, 1).verdict, DecodeVerdict::kMalformed);
 }
 
 TEST(DaemonDecode, FieldValidation) {
   EXPECT_EQ(dec(Op::kHello, proto::HelloReq{2, 1}).error, EPROTONOSUPPORT);
-  EXPECT_EQ(dec(Op::kHello, proto::HelloReq{1, 3}).verdict, Verdict::kInvalid);
-  EXPECT_EQ(dec(Op::kPutFd, proto::PutFdReq{0, 2, 10}, 1).verdict, Verdict::kInvalid);
-  EXPECT_EQ(dec(Op::kPutFd, proto::PutFdReq{1, 1, 4096}, 1).verdict, Verdict::kInvalid);
+  EXPECT_EQ(dec(Op::kHello, proto::HelloReq{1, 3}).verdict, DecodeVerdict::kInvalid);
+  EXPECT_EQ(dec(Op::kPutFd, proto::PutFdReq{0, 2, 10}, 1).verdict, DecodeVerdict::kInvalid);
+  EXPECT_EQ(dec(Op::kPutFd, proto::PutFdReq{1, 1, 4096}, 1).verdict, DecodeVerdict::kInvalid);
   EXPECT_EQ(dec(Op::kPutFd, proto::PutFdReq{0, 1, shm::kArenaSize + 1}, 1).verdict,
-            Verdict::kInvalid);
-  EXPECT_EQ(dec(Op::kPutFd, proto::PutFdReq{0, 1, 8}, 1).verdict, Verdict::kInvalid);
-  EXPECT_EQ(dec(Op::kPutFd, proto::PutFdReq{3, 9, 8}, 1).verdict, Verdict::kInvalid);
-  EXPECT_EQ(dec(Op::kAllocQpn, proto::AllocQpnReq{1, 128}).verdict, Verdict::kInvalid);
-  EXPECT_EQ(dec(Op::kAllocQpn, proto::AllocQpnReq{2, 100}).verdict, Verdict::kInvalid);
-  EXPECT_EQ(dec(Op::kAllocKey, proto::AllocKeyReq{shm::kMrSlots, 0, 1}).verdict, Verdict::kInvalid);
+            DecodeVerdict::kInvalid);
+  EXPECT_EQ(dec(Op::kPutFd, proto::PutFdReq{0, 1, 8}, 1).verdict, DecodeVerdict::kInvalid);
+  EXPECT_EQ(dec(Op::kPutFd, proto::PutFdReq{3, 9, 8}, 1).verdict, DecodeVerdict::kInvalid);
+  EXPECT_EQ(dec(Op::kAllocQpn, proto::AllocQpnReq{1, 128}).verdict, DecodeVerdict::kInvalid);
+  EXPECT_EQ(dec(Op::kAllocQpn, proto::AllocQpnReq{2, 100}).verdict, DecodeVerdict::kInvalid);
+  EXPECT_EQ(dec(Op::kAllocKey, proto::AllocKeyReq{shm::kMrSlots, 0, 1}).verdict, DecodeVerdict::kInvalid);
 }
 
 TEST(DaemonRegistry, QpnsAreSequentialUniqueAndWrap) {

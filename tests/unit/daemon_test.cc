@@ -89,7 +89,7 @@ TEST(DaemonTest, SocketIsWorldWritableAndRemovedOnStop) {
   DaemonConfig cfg;
   cfg.socket_path = f.socket();
   Daemon second(cfg);
-  EXPECT_EQ(second.start(), -EADDRINUSE);
+  EXPECT_EQ(second.start(), EADDRINUSE);
 
   Conn c = Conn::open(f.socket());
   c.hello();

@@ -11,7 +11,7 @@
 #include <chrono>
 #include <filesystem>
 
-#include "daemon/log.h"
+#include "common/log.h"
 
 namespace vrdma::daemon::testing {
 
@@ -31,8 +31,8 @@ DaemonFixture::DaemonFixture(std::function<void(DaemonConfig&)> tweak) {
     set_log_level(LogLevel::kError);
   }
   daemon_ = std::make_unique<Daemon>(cfg);
-  if (int rc = daemon_->start(); rc < 0)
-    throw std::runtime_error(std::string("daemon start: ") + strerror(-rc));
+  if (int err = daemon_->start())
+    throw std::runtime_error(std::string("daemon start: ") + strerror(err));
   thread_ = std::thread([this] { daemon_->run(); });
 }
 

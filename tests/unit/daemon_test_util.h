@@ -17,8 +17,8 @@
 
 #include "common/protocol.h"
 #include "common/unix_socket.h"
-#include "daemon/daemon.h"
-#include "engine/shm_layout.h"
+#include "daemon/core/daemon.h"
+#include "shm/layout.h"
 
 namespace vrdma::daemon::testing {
 

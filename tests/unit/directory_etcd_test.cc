@@ -19,9 +19,10 @@
 #include <sstream>
 #include <thread>
 
-#include "daemon/directory.h"
-#include "daemon/etcd_client.h"
-#include "daemon/http_client.h"
+#include "daemon/core/config.h"
+#include "daemon/directory/directory.h"
+#include "daemon/directory/etcd_client.h"
+#include "daemon/directory/http_client.h"
 
 namespace vrdma::daemon {
 namespace {
@@ -158,14 +159,15 @@ class DirectoryEtcd : public ::testing::Test {
     cfg.host_id = id;
     cfg.router_listen = "10.76.0." + std::to_string(id + 1) + ":7471";
     std::string error;
-    auto rule = parse_tenant_rule("x=10.77." + std::to_string(id) + ".0/24", &error);
-    cfg.pod_cidrs = {*rule};
+    Ipv4Cidr net;
+    EXPECT_TRUE(parse_cidr("10.77." + std::to_string(id) + ".0/24", &net, &error));
+    cfg.pod_cidrs = {net};
     cfg.directory = spec.empty() ? etcd_.spec() : spec;
     cfg.directory_lease_s = lease_s;
-    auto dir = make_directory(cfg, &error);
+    auto dir = make_directory(cfg.directory_config(), &error);
     EXPECT_TRUE(dir) << error;
     if (dir) {
-      EXPECT_EQ(dir->start(self_entry(cfg)), 0);
+      EXPECT_EQ(dir->start(cfg.self_entry()), 0);
     }
     return dir;
   }

@@ -1,14 +1,15 @@
 // Unit tests of the cluster directory's parts that need no etcd: configuration parsing,
 // the embedded directory, base64 and the HTTP body decoder.
-#include "daemon/directory.h"
+#include "daemon/directory/directory.h"
 
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 
 #include <string>
 
-#include "daemon/base64.h"
-#include "daemon/http_client.h"
+#include "daemon/core/config.h"
+#include "daemon/directory/base64.h"
+#include "daemon/directory/http_client.h"
 
 namespace vrdma::daemon {
 namespace {
@@ -19,11 +20,11 @@ uint32_t ip(const char* text) {
   return in.s_addr;
 }
 
-TenantRule cidr(const char* text) {
+Ipv4Cidr cidr(const char* text) {
+  Ipv4Cidr net;
   std::string error;
-  auto rule = parse_tenant_rule(std::string("x=") + text, &error);
-  EXPECT_TRUE(rule) << error;
-  return rule.value_or(TenantRule{});
+  EXPECT_TRUE(parse_cidr(text, &net, &error)) << error;
+  return net;
 }
 
 DaemonConfig embedded_config(std::vector<std::string> peers) {
@@ -37,10 +38,10 @@ DaemonConfig embedded_config(std::vector<std::string> peers) {
 
 std::unique_ptr<Directory> started(const DaemonConfig& cfg) {
   std::string error;
-  auto dir = make_directory(cfg, &error);
+  auto dir = make_directory(cfg.directory_config(), &error);
   EXPECT_TRUE(dir) << error;
   if (dir) {
-    EXPECT_EQ(dir->start(self_entry(cfg)), 0);
+    EXPECT_EQ(dir->start(cfg.self_entry()), 0);
   }
   return dir;
 }
@@ -71,37 +72,37 @@ TEST(DirectoryConfig, RejectsBadPeers) {
 TEST(DirectoryConfig, MakeDirectoryChecksTheSpecification) {
   std::string error;
   DaemonConfig cfg = embedded_config({"1=10.76.0.2:7471=10.77.1.0/24"});
-  EXPECT_TRUE(make_directory(cfg, &error)) << error;
+  EXPECT_TRUE(make_directory(cfg.directory_config(), &error)) << error;
 
   cfg.static_peers = {"0=10.76.0.2:7471=10.77.1.0/24"};  // this host's own id
-  EXPECT_FALSE(make_directory(cfg, &error));
+  EXPECT_FALSE(make_directory(cfg.directory_config(), &error));
   EXPECT_NE(error.find("own"), std::string::npos) << error;
 
   cfg.static_peers = {"1=10.76.0.2:7471=10.77.1.0/24", "1=10.76.0.3:7471=10.77.2.0/24"};
-  EXPECT_FALSE(make_directory(cfg, &error));
+  EXPECT_FALSE(make_directory(cfg.directory_config(), &error));
   EXPECT_NE(error.find("twice"), std::string::npos) << error;
 
   cfg.static_peers = {"1=10.76.0.2:7471"};
-  EXPECT_FALSE(make_directory(cfg, &error));
+  EXPECT_FALSE(make_directory(cfg.directory_config(), &error));
 
   cfg.static_peers.clear();
   cfg.directory = "etcd://10.76.0.254:2379,127.0.0.1:2380";
-  EXPECT_TRUE(make_directory(cfg, &error)) << error;
+  EXPECT_TRUE(make_directory(cfg.directory_config(), &error)) << error;
   cfg.directory = "etcd://localhost:2379/";
-  EXPECT_TRUE(make_directory(cfg, &error)) << error;
+  EXPECT_TRUE(make_directory(cfg.directory_config(), &error)) << error;
   for (const char* bad : {"etcd://", "etcd://10.76.0.254", "etcd://10.76.0.254:2379,",
                           "etcd://etcd.example:2379", "zookeeper://1.2.3.4:2181", "", "Embedded"}) {
     cfg.directory = bad;
     error.clear();
-    EXPECT_FALSE(make_directory(cfg, &error)) << bad;
+    EXPECT_FALSE(make_directory(cfg.directory_config(), &error)) << bad;
     EXPECT_NE(error, "") << bad;
   }
   cfg.directory = "etcd://127.0.0.1:2379";
   cfg.static_peers = {"1=10.76.0.2:7471=10.77.1.0/24"};
-  EXPECT_FALSE(make_directory(cfg, &error)) << "--peer with etcd";
+  EXPECT_FALSE(make_directory(cfg.directory_config(), &error)) << "--peer with etcd";
   cfg.static_peers.clear();
   cfg.directory_lease_s = 0;
-  EXPECT_FALSE(make_directory(cfg, &error));
+  EXPECT_FALSE(make_directory(cfg.directory_config(), &error));
 }
 
 TEST(DirectoryConfig, ParsesAddressAndPort) {

@@ -7,7 +7,7 @@
 #include <set>
 
 #include "engine/arena.h"
-#include "engine/rings.h"
+#include "shm/rings.h"
 
 namespace vrdma {
 namespace {
@@ -40,41 +40,41 @@ TEST(Arena, AllocationsAreAlignedDisjointAndReused) {
 TEST(Rings, CompletionQueueKeepsOrderAndReportsOverflow) {
   Arena a;
   ASSERT_EQ(a.create(1), 0);
-  uint32_t off = a.alloc(ring::cq_bytes(4));
+  uint32_t off = a.alloc(shm::cq_bytes(4));
   auto* cq = a.at<shm::CqShared>(off);
-  ring::cq_init(cq, 4, 0);
-  ring::CqView v{cq, 3};
-  EXPECT_FALSE(ring::cq_ready(v));
+  shm::cq_init(cq, 4, 0);
+  shm::CqView v{cq, 3};
+  EXPECT_FALSE(shm::cq_ready(v));
   for (uint64_t i = 0; i < 4; ++i) {
     ibv_wc wc{};
     wc.wr_id = i;
-    EXPECT_TRUE(ring::cq_push(v, wc));
+    EXPECT_TRUE(shm::cq_push(v, wc));
   }
   ibv_wc extra{};
-  EXPECT_FALSE(ring::cq_push(v, extra));
+  EXPECT_FALSE(shm::cq_push(v, extra));
   EXPECT_EQ(cq->overflow.load(), 1u);
   ibv_wc out[8];
-  ASSERT_EQ(ring::cq_poll(v, 8, out), 4);
+  ASSERT_EQ(shm::cq_poll(v, 8, out), 4);
   for (int i = 0; i < 4; ++i) EXPECT_EQ(out[i].wr_id, uint64_t(i));
-  EXPECT_TRUE(ring::cq_push(v, extra));  // room again
+  EXPECT_TRUE(shm::cq_push(v, extra));  // room again
 }
 
 TEST(Rings, ReceiveQueueClampsAHostileSgeCount) {
   Arena a;
   ASSERT_EQ(a.create(1), 0);
-  uint32_t off = a.alloc(ring::rq_bytes(8, 2));
+  uint32_t off = a.alloc(shm::rq_bytes(8, 2));
   auto* rq = a.at<shm::RecvQueue>(off);
-  ring::rq_init(rq, 8, 2, false);
-  ring::RqView v{rq, 7, 2, rq->entry_size};
+  shm::rq_init(rq, 8, 2, false);
+  shm::RqView v{rq, 7, 2, rq->entry_size};
   EXPECT_EQ(rq->entry_size % shm::kCacheLine, 0u);
   ibv_sge sge[2] = {{1, 2, 3}, {4, 5, 6}};
-  ASSERT_TRUE(ring::rq_push(v, 42, sge, 2));
+  ASSERT_TRUE(shm::rq_push(v, 42, sge, 2));
   v.entry(0)->num_sge = 1000;  // a peer scribbles on the entry
-  ring::RecvWr r;
-  ASSERT_TRUE(ring::rq_pop(v, r));
+  shm::RecvWr r;
+  ASSERT_TRUE(shm::rq_pop(v, r));
   EXPECT_EQ(r.wr_id, 42u);
   EXPECT_EQ(r.num_sge, 2u);
-  EXPECT_FALSE(ring::rq_pop(v, r));
+  EXPECT_FALSE(shm::rq_pop(v, r));
 }
 
 }  // namespace

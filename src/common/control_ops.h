@@ -1,0 +1,135 @@
+// The one table of control operations: for every op of protocol.h, its name, the payload it
+// carries and the descriptors that come with it. The daemon's decoder, its dispatch, its logs
+// and the clients' messages all read this table; nothing else lists the ops.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#include "common/protocol.h"
+
+namespace vrdma::proto {
+
+// OpSpec<op>: `Payload` (the request's, or the event's, struct), `kName`, and for requests
+// `kFds`, the number of descriptors the request must carry.
+template <Op op>
+struct OpSpec;
+
+template <typename P, int fds, const char* name>
+struct Spec {
+  using Payload = P;
+  static constexpr int kFds = fds;
+  static constexpr const char* kName = name;
+  static constexpr size_t kPayloadSize = std::is_empty_v<P> ? 0 : sizeof(P);
+};
+
+namespace op_names {
+inline constexpr char kHello[] = "Hello", kPutFd[] = "PutFd", kGetFd[] = "GetFd",
+                      kAllocQpn[] = "AllocQpn", kFreeQpn[] = "FreeQpn",
+                      kConnectQp[] = "ConnectQp", kAllocKey[] = "AllocKey",
+                      kFreeKey[] = "FreeKey", kStatus[] = "Status", kDropFd[] = "DropFd",
+                      kCmListen[] = "CmListen", kCmUnlisten[] = "CmUnlisten",
+                      kCmResolve[] = "CmResolve", kCmConnect[] = "CmConnect",
+                      kCmAccept[] = "CmAccept", kCmReject[] = "CmReject", kCmRtu[] = "CmRtu",
+                      kCmDisconnect[] = "CmDisconnect", kQpFatal[] = "QpFatal",
+                      kCmRequest[] = "CmRequest", kCmReply[] = "CmReply",
+                      kCmRejected[] = "CmRejected", kCmEstablished[] = "CmEstablished",
+                      kCmDisconnected[] = "CmDisconnected";
+}  // namespace op_names
+
+// Requests (client -> daemon).
+template <> struct OpSpec<Op::kHello> : Spec<HelloReq, 0, op_names::kHello> {};
+template <> struct OpSpec<Op::kPutFd> : Spec<PutFdReq, 1, op_names::kPutFd> {};
+template <> struct OpSpec<Op::kGetFd> : Spec<GetFdReq, 0, op_names::kGetFd> {};
+template <> struct OpSpec<Op::kAllocQpn> : Spec<AllocQpnReq, 0, op_names::kAllocQpn> {};
+template <> struct OpSpec<Op::kFreeQpn> : Spec<FreeQpnReq, 0, op_names::kFreeQpn> {};
+template <> struct OpSpec<Op::kConnectQp> : Spec<ConnectQpReq, 0, op_names::kConnectQp> {};
+template <> struct OpSpec<Op::kAllocKey> : Spec<AllocKeyReq, 0, op_names::kAllocKey> {};
+template <> struct OpSpec<Op::kFreeKey> : Spec<FreeKeyReq, 0, op_names::kFreeKey> {};
+template <> struct OpSpec<Op::kStatus> : Spec<StatusReq, 0, op_names::kStatus> {};
+template <> struct OpSpec<Op::kDropFd> : Spec<DropFdReq, 0, op_names::kDropFd> {};
+template <> struct OpSpec<Op::kCmListen> : Spec<CmListenReq, 0, op_names::kCmListen> {};
+template <> struct OpSpec<Op::kCmUnlisten> : Spec<CmUnlistenReq, 0, op_names::kCmUnlisten> {};
+template <> struct OpSpec<Op::kCmResolve> : Spec<CmResolveReq, 0, op_names::kCmResolve> {};
+template <> struct OpSpec<Op::kCmConnect> : Spec<CmConnectReq, 0, op_names::kCmConnect> {};
+template <> struct OpSpec<Op::kCmAccept> : Spec<CmAcceptReq, 0, op_names::kCmAccept> {};
+template <> struct OpSpec<Op::kCmReject> : Spec<CmRejectReq, 0, op_names::kCmReject> {};
+template <> struct OpSpec<Op::kCmRtu> : Spec<CmRtuReq, 0, op_names::kCmRtu> {};
+template <> struct OpSpec<Op::kCmDisconnect> : Spec<CmDisconnectReq, 0, op_names::kCmDisconnect> {};
+// Events (daemon -> client, seq 0).
+template <> struct OpSpec<Op::kQpFatal> : Spec<QpFatalEvent, 0, op_names::kQpFatal> {};
+template <> struct OpSpec<Op::kCmRequest> : Spec<CmRequestEvent, 0, op_names::kCmRequest> {};
+template <> struct OpSpec<Op::kCmReply> : Spec<CmEvent, 0, op_names::kCmReply> {};
+template <> struct OpSpec<Op::kCmRejected> : Spec<CmEvent, 0, op_names::kCmRejected> {};
+template <> struct OpSpec<Op::kCmEstablished> : Spec<CmEvent, 0, op_names::kCmEstablished> {};
+template <> struct OpSpec<Op::kCmDisconnected> : Spec<CmEvent, 0, op_names::kCmDisconnected> {};
+
+template <Op... ops>
+struct OpList {};
+
+using RequestOps =
+    OpList<Op::kHello, Op::kPutFd, Op::kGetFd, Op::kAllocQpn, Op::kFreeQpn, Op::kConnectQp,
+           Op::kAllocKey, Op::kFreeKey, Op::kStatus, Op::kDropFd, Op::kCmListen,
+           Op::kCmUnlisten, Op::kCmResolve, Op::kCmConnect, Op::kCmAccept, Op::kCmReject,
+           Op::kCmRtu, Op::kCmDisconnect>;
+using EventOps = OpList<Op::kQpFatal, Op::kCmRequest, Op::kCmReply, Op::kCmRejected,
+                        Op::kCmEstablished, Op::kCmDisconnected>;
+
+namespace detail {
+template <Op... ops>
+constexpr const char* name_in(OpList<ops...>, Op op) {
+  const char* name = nullptr;
+  ((op == ops ? (name = OpSpec<ops>::kName, true) : false) || ...);
+  return name;
+}
+template <Op... ops>
+constexpr int fds_in(OpList<ops...>, Op op) {
+  int fds = -1;
+  ((op == ops ? (fds = OpSpec<ops>::kFds, true) : false) || ...);
+  return fds;
+}
+template <Op... ops>
+constexpr size_t largest(OpList<ops...>) {
+  size_t n = 0;
+  ((n = OpSpec<ops>::kPayloadSize > n ? OpSpec<ops>::kPayloadSize : n), ...);
+  return n;
+}
+}  // namespace detail
+
+// "Hello", "CmReply", ...; "unknown" for anything else.
+constexpr const char* op_name(Op op) {
+  const char* n = detail::name_in(RequestOps{}, op);
+  if (!n) n = detail::name_in(EventOps{}, op);
+  return n ? n : "unknown";
+}
+constexpr bool is_request(Op op) { return detail::name_in(RequestOps{}, op) != nullptr; }
+// Descriptors a request must carry; -1 for an op that is not a request.
+constexpr int request_fds(Op op) { return detail::fds_in(RequestOps{}, op); }
+inline constexpr size_t kLargestRequest = detail::largest(RequestOps{});
+
+// A request's payload, copied out of a packet whose size was checked: calls f(payload) with
+// the struct of `op` and returns true, or returns false (unknown op or wrong size).
+template <typename F, Op... ops>
+bool visit_payload(OpList<ops...>, Op op, const void* data, size_t len, F&& f) {
+  bool done = false;
+  ((op == ops ? (done = [&] {
+     using P = typename OpSpec<ops>::Payload;
+     if (len != OpSpec<ops>::kPayloadSize) return false;
+     P value{};
+     if constexpr (!std::is_empty_v<P>) std::memcpy(&value, data, sizeof(P));
+     f(value);
+     return true;
+   }(), true)
+               : false) ||
+   ...);
+  return done;
+}
+
+template <typename F>
+bool visit_request(Op op, const void* data, size_t len, F&& f) {
+  return visit_payload(RequestOps{}, op, data, len, std::forward<F>(f));
+}
+
+}  // namespace vrdma::proto

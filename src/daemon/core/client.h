@@ -1,0 +1,39 @@
+// A connected client of vrdmad, as the daemon knows it: who it is (found by the daemon
+// itself), what it has handed over (descriptors, its arena) and where its connection stands.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "common/protocol.h"
+#include "common/unique_fd.h"
+#include "daemon/identity/client_identity.h"
+#include "daemon/registry/arena_view.h"
+
+namespace vrdma::daemon {
+
+// A descriptor a client handed over with PutFd.
+struct ClientFd {
+  UniqueFd fd;
+  proto::FdKind kind{};
+  uint64_t size = 0;
+};
+
+struct Client {
+  uint32_t id = 0;
+  UniqueFd sock;
+  bool identified = false;
+  std::string identify_error;
+  Identity ident;
+  std::string tenant;
+  uint32_t kind = 0;  // proto::ClientKind once hello is true
+  bool hello = false;
+  bool doomed = false;  // scheduled for drop; nothing more is read from or sent to it
+  std::string drop_reason;
+  int protocol_errors = 0;
+  std::map<uint32_t, ClientFd> fds;
+  ArenaView arena;
+};
+
+}  // namespace vrdma::daemon

@@ -1,0 +1,370 @@
+#include "daemon/core/daemon.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/random.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <random>
+
+#include "common/address.h"
+#include "common/clock.h"
+#include "common/log.h"
+#include "shm/sigbus_guard.h"
+
+namespace vrdma::daemon {
+
+namespace {
+
+constexpr uint64_t kListenTag = 1ull << 32;
+constexpr uint64_t kWakeTag = 2ull << 32;
+constexpr int kPacketsPerWakeup = 64;  // then let other clients have a turn
+constexpr int kAcceptsPerWakeup = 64;
+// How long the loop keeps polling after routed work before it sleeps. Hosts whose cores are
+// all busy (the sandbox runs every host on one machine) do better sleeping at once: a woken
+// router preempts spinning applications, a spinning one competes with them.
+int64_t linger_ns() {
+  static const int64_t v = [] {
+    const char* e = getenv("VRDMA_ROUTER_LINGER_US");
+    return e && *e ? int64_t(atoll(e)) * 1000 : int64_t(0);
+  }();
+  return v;
+}
+
+uint64_t random64() {
+  uint64_t v = 0;
+  if (::getrandom(&v, sizeof(v), 0) != sizeof(v)) {
+    std::random_device rd;
+    v = (static_cast<uint64_t>(rd()) << 32) | rd();
+  }
+  return v ? v : 1;
+}
+
+}  // namespace
+
+Daemon::Daemon(DaemonConfig config)
+    : cfg_(std::move(config)),
+      identity_(cfg_.netns_dir),
+      wake_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)),
+      boot_(random64()),
+      packet_(std::make_unique<Packet>()) {}
+
+Daemon::~Daemon() {
+  shutdown_all();
+}
+
+int Daemon::start() {
+  if (started_) return EALREADY;
+  if (cfg_.socket_path.empty()) return EINVAL;
+  if (!wake_) return EMFILE;
+  shm::install_sigbus_guard();
+  if (int err = identity_.init()) {
+    LOG_ERROR("cannot open the daemon's own network namespace: %s", strerror(err));
+    return err;
+  }
+  // Another daemon still serving this path? Do not steal its socket.
+  if (int probe = unix_connect(cfg_.socket_path); probe >= 0) {
+    ::close(probe);
+    LOG_ERROR("%s: another vrdmad is serving this socket", cfg_.socket_path.c_str());
+    return EADDRINUSE;
+  }
+  int fd = unix_listen(cfg_.socket_path);
+  if (fd < 0) {
+    LOG_ERROR("%s: cannot listen: %s", cfg_.socket_path.c_str(), strerror(-fd));
+    return -fd;
+  }
+  listen_.reset(fd);
+  if (::chmod(cfg_.socket_path.c_str(), 0666) < 0) {
+    int err = errno;
+    LOG_ERROR("%s: chmod: %s", cfg_.socket_path.c_str(), strerror(err));
+    return err;
+  }
+  struct stat st {};
+  if (::stat(cfg_.socket_path.c_str(), &st) == 0) {
+    socket_dev_ = st.st_dev;
+    socket_ino_ = st.st_ino;
+  }
+  epoll_.reset(::epoll_create1(EPOLL_CLOEXEC));
+  if (!epoll_) return errno;
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u64 = kListenTag;
+  if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, listen_.get(), &ev) < 0) return errno;
+  ev.data.u64 = kWakeTag;
+  if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, wake_.get(), &ev) < 0) return errno;
+  spare_.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+
+  std::string dir_error;
+  directory_ = make_directory(cfg_.directory_config(), &dir_error);
+  if (!directory_) {
+    LOG_ERROR("directory: %s", dir_error.c_str());
+    return EINVAL;
+  }
+  if (int err = directory_->start(cfg_.self_entry())) {
+    LOG_ERROR("directory: cannot start: %s", strerror(err));
+    return err;
+  }
+  cm_ = std::make_unique<CmService>(static_cast<CmPort&>(*this), *directory_);
+  if (!cfg_.router_listen.empty()) {
+    router_ = std::make_unique<Router>(cfg_.router_config(), *directory_, router_hooks(), boot_);
+    if (cfg_.router_nice && ::setpriority(PRIO_PROCESS, 0, cfg_.router_nice) < 0)
+      LOG_WARN("router: cannot set priority %d: %s", cfg_.router_nice, strerror(errno));
+    if (int err = router_->start(epoll_.get())) return err;
+  }
+  started_at_ = std::chrono::steady_clock::now();
+  started_ = true;
+
+  std::string tenants;
+  for (const auto& t : cfg_.tenants)
+    tenants += " " + t.name + "=" + ipv4_text(htonl(t.network)) + "/" +
+               std::to_string(__builtin_popcount(t.mask));
+  LOG_INFO("listening on %s host_id=%u boot=%016llx tenants:%s", cfg_.socket_path.c_str(),
+           cfg_.host_id, static_cast<unsigned long long>(boot_),
+           tenants.empty() ? " (none)" : tenants.c_str());
+  return 0;
+}
+
+void Daemon::stop() {
+  uint64_t one = 1;
+  ssize_t rc = ::write(wake_.get(), &one, sizeof(one));  // async-signal-safe
+  (void)rc;
+}
+
+int Daemon::run() {
+  if (!started_) return EINVAL;
+  epoll_event events[64];
+  int result = 0;
+  bool stopping = false;
+  // While routed traffic flows the loop polls without sleeping; after kLingerNs without work
+  // it sleeps in epoll (QPs then ring the router's doorbell).
+  int64_t last_work = 0;
+  while (!stopping) {
+    int timeout = -1;
+    if (router_) {
+      int64_t now = now_ns();
+      if (now - last_work < linger_ns()) {
+        timeout = 0;
+      } else if (!router_->prepare_sleep()) {
+        timeout = 0;
+        last_work = now;
+      } else if (int64_t dl = router_->next_deadline(now); dl >= 0) {
+        timeout = static_cast<int>(std::max<int64_t>(1, (dl - now + 999999) / 1000000));
+      }
+    }
+    int n = ::epoll_wait(epoll_.get(), events, 64, timeout);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      result = errno;
+      LOG_ERROR("epoll_wait: %s", strerror(errno));
+      break;
+    }
+    for (int i = 0; i < n; ++i) {
+      uint64_t tag = events[i].data.u64;
+      if (tag == kWakeTag) {
+        uint64_t v;
+        ssize_t rc = ::read(wake_.get(), &v, sizeof(v));
+        (void)rc;
+        stopping = true;
+      } else if (tag == kListenTag) {
+        accept_clients();
+      } else if (Router::is_tag(tag)) {
+        if (router_) router_->on_event(tag, now_ns());
+      } else {
+        on_client_event(static_cast<uint32_t>(tag), events[i].events);
+      }
+      reap();
+    }
+    if (router_) {
+      int64_t now = now_ns();
+      if (router_->poll(now)) last_work = now;
+      reap();
+    }
+  }
+  LOG_INFO("stopping: %zu client(s) connected", clients_.size());
+  shutdown_all();
+  router_.reset();
+  if (directory_) directory_->stop();
+  return result;
+}
+
+void Daemon::shutdown_all() {
+  // The daemon going away is not the clients' death: leave their arenas alone.
+  std::vector<uint32_t> ids;
+  for (auto& [id, c] : clients_) ids.push_back(id);
+  for (uint32_t id : ids)
+    if (auto it = clients_.find(id); it != clients_.end())
+      drop(*it->second, "daemon stopping", false);
+  doomed_.clear();
+  if (listen_) {
+    listen_.reset();
+    struct stat st {};
+    if (::stat(cfg_.socket_path.c_str(), &st) == 0 && st.st_dev == socket_dev_ &&
+        st.st_ino == socket_ino_)
+      ::unlink(cfg_.socket_path.c_str());
+  }
+  epoll_.reset();
+  started_ = false;
+}
+
+Client* Daemon::find_live(uint32_t id) {
+  auto it = clients_.find(id);
+  return it == clients_.end() || it->second->doomed ? nullptr : it->second.get();
+}
+
+std::string Daemon::tenant_of(const Identity& ident) const {
+  if (!ident.named && !cfg_.trust_unnamed_netns) return kDefaultTenant;
+  return tenant_for(cfg_.tenants, ident.ipv4);
+}
+
+void Daemon::accept_clients() {
+  for (int i = 0; i < kAcceptsPerWakeup; ++i) {
+    int fd = ::accept4(listen_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      int err = errno;
+      if (err == EINTR || err == ECONNABORTED) continue;
+      if (err == EAGAIN || err == EWOULDBLOCK) return;
+      if ((err == EMFILE || err == ENFILE) && spare_) {
+        // Out of descriptors: the pending connection would keep the listening socket readable
+        // and spin this loop. Accept it with the spare descriptor and close it at once.
+        spare_.reset();
+        int shed = ::accept4(listen_.get(), nullptr, nullptr, SOCK_CLOEXEC);
+        if (shed >= 0) ::close(shed);
+        spare_.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+        LOG_WARN("out of file descriptors: refused a connection");
+        continue;
+      }
+      LOG_ERROR("accept: %s", strerror(err));
+      return;
+    }
+    auto c = std::make_unique<Client>();
+    c->id = next_client_id_++;
+    c->sock.reset(fd);
+    std::string why;
+    if (int rc = identity_.identify(fd, &c->ident, &why); rc == 0) {
+      c->identified = true;
+      c->tenant = tenant_of(c->ident);
+    } else {
+      c->identify_error = why;
+    }
+    epoll_event ev{};
+    ev.events = EPOLLIN | EPOLLRDHUP;
+    ev.data.u64 = c->id;
+    if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, fd, &ev) < 0) {
+      LOG_ERROR("epoll_ctl: %s", strerror(errno));
+      if (c->identified) identity_.release(c->ident.netns);
+      continue;
+    }
+    if (c->identified) {
+      LOG_INFO("client %u connected: pid=%d uid=%u container=%s ip=%s tenant=%s", c->id,
+               c->ident.pid, c->ident.uid, c->ident.container.c_str(),
+               ipv4_text(c->ident.ipv4).c_str(), c->tenant.c_str());
+    } else {
+      LOG_WARN("client %u connected but cannot be identified: %s", c->id, why.c_str());
+    }
+    clients_.emplace(c->id, std::move(c));
+  }
+}
+
+void Daemon::on_client_event(uint32_t id, uint32_t events) {
+  Client* c = find_live(id);
+  if (!c) return;
+  if (events & EPOLLIN) {
+    for (int i = 0; i < kPacketsPerWakeup && !c->doomed; ++i) {
+      int n = recv_packet(c->sock.get(), *packet_, MSG_DONTWAIT);
+      if (n == -EAGAIN || n == -EWOULDBLOCK) return;
+      if (n < 0) {
+        packet_->close_fds();
+        schedule_drop(*c, n == -ECONNRESET ? "disconnected" : std::string("receive: ") + strerror(-n));
+        return;
+      }
+      handle_packet(*c, *packet_, n);
+    }
+    return;
+  }
+  if (events & (EPOLLHUP | EPOLLERR | EPOLLRDHUP)) schedule_drop(*c, "disconnected");
+}
+
+bool Daemon::send(Client& c, proto::Op op, uint32_t seq, int32_t status, const void* payload,
+                  size_t len, std::span<const int> fds) {
+  if (c.doomed) return false;
+  int rc = send_packet(c.sock.get(), op, seq, status, payload, len, fds);
+  if (rc == 0) return true;
+  schedule_drop(c, std::string("send failed: ") + strerror(-rc));
+  return false;
+}
+
+bool Daemon::reply_error(Client& c, const Decoded& d, int error) {
+  return send(c, d.op, d.seq, error, nullptr, 0);
+}
+
+void Daemon::schedule_drop(Client& c, const std::string& why) {
+  if (c.doomed) return;
+  c.doomed = true;
+  c.drop_reason = why;
+  doomed_.push_back(c.id);
+}
+
+void Daemon::reap() {
+  while (!doomed_.empty()) {
+    uint32_t id = doomed_.back();
+    doomed_.pop_back();
+    auto it = clients_.find(id);
+    if (it == clients_.end()) continue;
+    drop(*it->second, it->second->drop_reason, true);
+  }
+}
+
+void Daemon::drop(Client& c, const std::string& why, bool notify_peers) {
+  const uint32_t id = c.id;
+  c.doomed = true;
+  if (c.sock) ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, c.sock.get(), nullptr);
+  const std::set<uint32_t> qpns = registry_.qpns_of(id);
+  const size_t nkeys = registry_.keys_of(id).size();
+  size_t notified = 0;
+  if (notify_peers) {
+    // 1. Tell peers that map the arena directly: the client is dead, its QPs are in error.
+    if (c.arena.mapped()) {
+      bool ok = c.arena.mark_dead();
+      for (uint32_t q : qpns) ok = c.arena.mark_qp_gone(registry_.find_qp(q)->arena_offset) && ok;
+      if (!ok) LOG_WARN("client %u: its arena could not be fully updated (shrunk?)", id);
+    }
+    // 2. Tell every other client whose QP was connected to one of them.
+    for (const FatalNotice& n : registry_.notices_for_death(id)) {
+      Client* peer = find_live(n.client);
+      if (!peer) continue;
+      proto::QpFatalEvent ev{n.qpn, static_cast<uint32_t>(proto::FatalReason::kPeerGone)};
+      if (send(*peer, proto::Op::kQpFatal, 0, 0, &ev, sizeof(ev))) {
+        ++notified;
+        LOG_INFO("client %u: QP 0x%x fatal (peer client %u gone)", n.client, n.qpn, id);
+      }
+    }
+  }
+  // 3. Forget everything it had (its rdma_cm peers are told, unless the daemon is stopping).
+  if (router_) router_->client_gone(id);
+  if (cm_) cm_->client_gone(id, notify_peers);
+  registry_.remove_client(id);
+  const size_t nfds = c.fds.size();
+  c.fds.clear();
+  c.arena.unmap();
+  if (c.identified) identity_.release(c.ident.netns);
+  if (c.identified) {
+    LOG_INFO(
+        "client %u %s: pid=%d container=%s; freed %zu QP(s), %zu key(s), %zu fd(s); "
+        "notified %zu peer QP(s)",
+        id, why.c_str(), c.ident.pid, c.ident.container.c_str(), qpns.size(), nkeys, nfds,
+        notified);
+  } else {
+    LOG_INFO("client %u %s (unidentified)", id, why.c_str());
+  }
+  clients_.erase(id);  // closes the socket; `c` is gone
+}
+
+}  // namespace vrdma::daemon
+

@@ -1,0 +1,129 @@
+// vrdmad: the per-host trusted control-path daemon. One thread, one epoll loop, no timers:
+// an idle daemon sleeps in epoll_wait.
+//
+//   daemon.cc       the event loop: clients connect, send requests, go away
+//   dispatch.cc     one request: decoded (decode.h), checked, handed to its handler
+//   verbs_ops.cc    the verbs requests: descriptors, QPNs, connections, keys
+//   status_view.cc  the Status reply
+//   ports.cc        what the rdma_cm service and the router ask of the daemon
+//
+// Usage (also from tests):
+//   Daemon d(config);
+//   if (int err = d.start(); err != 0) ...;  // the socket exists once start() returned 0
+//   std::thread t([&] { d.run(); });         // serves until stop()
+//   d.stop(); t.join();
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/protocol.h"
+#include "common/unique_fd.h"
+#include "common/unix_socket.h"
+#include "daemon/cm/cm_service.h"
+#include "daemon/core/client.h"
+#include "daemon/core/config.h"
+#include "daemon/core/decode.h"
+#include "daemon/directory/directory.h"
+#include "daemon/identity/client_identity.h"
+#include "daemon/registry/registry.h"
+#include "daemon/router/router.h"
+
+namespace vrdma::daemon {
+
+class Daemon : private CmPort {
+ public:
+  explicit Daemon(DaemonConfig config);
+  ~Daemon() override;
+  Daemon(const Daemon&) = delete;
+  Daemon& operator=(const Daemon&) = delete;
+
+  // Creates the listening socket (mode 0666) and the event loop. Refuses (EADDRINUSE) to
+  // take over the socket of a daemon that still answers on it. 0 or a positive errno.
+  int start();
+  // Serves clients until stop(). Returns 0, or a positive errno when the event loop itself
+  // failed. Before returning it closes every client and removes the socket it created.
+  int run();
+  // Asks run() to return. Safe from any thread and from a signal handler.
+  void stop();
+
+  const DaemonConfig& config() const { return cfg_; }
+  uint64_t boot_id() const { return boot_; }
+
+ private:
+  // The event loop (daemon.cc).
+  void accept_clients();
+  void on_client_event(uint32_t id, uint32_t events);
+  void schedule_drop(Client& c, const std::string& why);
+  void reap();  // drops every client scheduled for it
+  void drop(Client& c, const std::string& why, bool notify_peers);
+  void shutdown_all();
+  Client* find_live(uint32_t id);
+  std::string tenant_of(const Identity& ident) const;
+  // Replies. A send that fails for any reason (EAGAIN included) drops the client.
+  bool send(Client& c, proto::Op op, uint32_t seq, int32_t status, const void* payload, size_t len,
+            std::span<const int> fds = {});
+  bool reply_error(Client& c, const Decoded& d, int error);
+
+  // One request (dispatch.cc).
+  void handle_packet(Client& c, Packet& p, int payload_len);
+  CmCaller cm_caller(const Client& c, const Decoded& d) const;
+
+  // The verbs requests (verbs_ops.cc); one overload per request.
+  void handle(Client& c, const Decoded& d, const proto::HelloReq& r);
+  void handle(Client& c, const Decoded& d, const proto::PutFdReq& r);
+  void handle(Client& c, const Decoded& d, const proto::DropFdReq& r);
+  void handle(Client& c, const Decoded& d, const proto::GetFdReq& r);
+  void handle(Client& c, const Decoded& d, const proto::AllocQpnReq& r);
+  void handle(Client& c, const Decoded& d, const proto::FreeQpnReq& r);
+  void handle(Client& c, const Decoded& d, const proto::ConnectQpReq& r);
+  void handle(Client& c, const Decoded& d, const proto::AllocKeyReq& r);
+  void handle(Client& c, const Decoded& d, const proto::FreeKeyReq& r);
+  void handle(Client& c, const Decoded& d, const proto::StatusReq& r);
+  // A ConnectQp whose destination is on another host: through the router (async reply).
+  void connect_routed(Client& c, const Decoded& d, const proto::ConnectQpReq& r,
+                      uint32_t dest_ipv4);
+
+  // The Status reply (status_view.cc).
+  std::string status_text(const Client& viewer);
+  bool sees_everything(const Client& viewer) const;
+
+  // What the router asks of the daemon (ports.cc).
+  Router::Hooks router_hooks();
+  void notify_qp_fatal(uint32_t client, uint32_t qpn, proto::FatalReason why);
+  // CmPort (ports.cc).
+  bool cm_reply(const CmCaller& to, int status, const void* payload, size_t len) override;
+  void cm_event(uint32_t client, proto::Op op, const void* payload, size_t len) override;
+  bool cm_client_tenant(uint32_t client, std::string* tenant) override;
+  std::string cm_tenant_of(uint32_t ipv4) override;
+  bool cm_qp_of(uint32_t client, uint32_t qpn, uint32_t* type) override;
+  int cm_remote_host(uint32_t ipv4, uint32_t* host) override;
+  int cm_send_to_host(uint32_t host, const wire::Cm& m) override;
+
+  DaemonConfig cfg_;
+  IdentityResolver identity_;
+  Registry registry_;
+  std::unique_ptr<Directory> directory_;
+  std::unique_ptr<CmService> cm_;
+  std::unique_ptr<Router> router_;  // only with cfg_.router_listen
+  UniqueFd listen_;
+  UniqueFd epoll_;
+  UniqueFd wake_;   // eventfd written by stop()
+  UniqueFd spare_;  // released to shed a connection when the process runs out of descriptors
+  uint64_t socket_dev_ = 0, socket_ino_ = 0;
+  bool started_ = false;
+  uint64_t boot_ = 0;
+  std::chrono::steady_clock::time_point started_at_;
+  uint32_t next_client_id_ = 1;
+  std::map<uint32_t, std::unique_ptr<Client>> clients_;
+  std::vector<uint32_t> doomed_;
+  std::unique_ptr<Packet> packet_;  // one receive buffer; packets are handled one at a time
+  UniqueFd received_fds_[proto::kMaxFdsPerMessage];  // of the packet being handled
+};
+
+}  // namespace vrdma::daemon

@@ -1,0 +1,142 @@
+#include "daemon/core/decode.h"
+
+#include <errno.h>
+
+#include <cstring>
+
+#include "shm/layout.h"
+
+namespace vrdma::daemon {
+
+namespace {
+
+using proto::Op;
+
+Decoded make(DecodeVerdict v, int error, const char* reason) {
+  Decoded d;
+  d.verdict = v;
+  d.error = error;
+  d.reason = reason;
+  return d;
+}
+
+bool valid_qp_type(uint32_t t) {
+  return t == static_cast<uint32_t>(proto::QpType::kRc) ||
+         t == static_cast<uint32_t>(proto::QpType::kUc) ||
+         t == static_cast<uint32_t>(proto::QpType::kUd);
+}
+
+bool valid_fd_kind(uint32_t k) {
+  return k == static_cast<uint32_t>(proto::FdKind::kArena) ||
+         k == static_cast<uint32_t>(proto::FdKind::kMemory) ||
+         k == static_cast<uint32_t>(proto::FdKind::kEvent);
+}
+
+// Field checks that need no daemon state: the reason a request is invalid, or nullptr. One
+// overload per request that has fields to check; the rest have none.
+struct FieldCheck {
+  Op op;
+  int error = EINVAL;
+
+  const char* operator()(const proto::HelloReq& h) {
+    if (h.version != proto::kVersion) {
+      error = EPROTONOSUPPORT;
+      return "version";
+    }
+    if (h.kind != static_cast<uint32_t>(proto::ClientKind::kVerbs) &&
+        h.kind != static_cast<uint32_t>(proto::ClientKind::kCli))
+      return "client kind";
+    return nullptr;
+  }
+  const char* operator()(const proto::PutFdReq& p) {
+    bool arena = p.kind == static_cast<uint32_t>(proto::FdKind::kArena);
+    if (!valid_fd_kind(p.kind)) return "fd kind";
+    if ((p.fd_id == 0) != arena) return "fd_id 0 is the arena and only the arena";
+    if (arena && (p.size < sizeof(shm::ArenaHeader) || p.size > shm::kArenaSize))
+      return "arena size";
+    return nullptr;
+  }
+  const char* operator()(const proto::AllocQpnReq& a) {
+    if (!valid_qp_type(a.qp_type)) return "qp type";
+    if (a.arena_offset % alignof(shm::QpShared) != 0) return "qp offset alignment";
+    return nullptr;
+  }
+  const char* operator()(const proto::AllocKeyReq& k) {
+    return k.index >= shm::kMrSlots ? "mr index" : nullptr;
+  }
+  const char* operator()(const proto::CmConnectReq& c) {
+    if (!valid_qp_type(c.qp_type)) return "qp type";
+    if (c.private_len > proto::kCmPrivateData) return "private data length";
+    return c.dst_port == 0 ? "port 0" : nullptr;
+  }
+  const char* operator()(const proto::CmAcceptReq& a) {
+    return a.private_len > proto::kCmPrivateData ? "private data length" : nullptr;
+  }
+  const char* operator()(const proto::CmRejectReq& r) {
+    return r.private_len > proto::kCmPrivateData ? "private data length" : nullptr;
+  }
+  const char* operator()(const proto::CmRtuReq& r) {
+    return r.passive != 0 ? "side" : nullptr;  // only the connector sends the RTU
+  }
+  const char* operator()(const proto::CmDisconnectReq& r) {
+    return r.passive > 1 ? "side" : nullptr;
+  }
+  const char* operator()(const proto::CmListenReq& l) { return l.port == 0 ? "port 0" : nullptr; }
+  template <typename Other>
+  const char* operator()(const Other&) {
+    return nullptr;
+  }
+};
+
+}  // namespace
+
+Decoded decode_request(const proto::Header& header, std::span<const uint8_t> received_payload,
+                       int nfds, bool truncated) {
+  if (truncated) return make(DecodeVerdict::kDrop, 0, "truncated packet");
+  if (header.magic != proto::kMagic) return make(DecodeVerdict::kDrop, 0, "bad magic");
+  if (header.len != received_payload.size())
+    return make(DecodeVerdict::kDrop, 0, "length mismatch");
+  if (header.len > proto::kMaxMessage - sizeof(proto::Header))
+    return make(DecodeVerdict::kDrop, 0, "oversized packet");
+  if (nfds < 0 || nfds > proto::kMaxFdsPerMessage)
+    return make(DecodeVerdict::kDrop, 0, "descriptor count");
+
+  const Op op = static_cast<Op>(header.op);
+  auto malformed = [&](const char* why) {
+    Decoded d = make(DecodeVerdict::kMalformed, EINVAL, why);
+    d.op = op;
+    d.seq = header.seq;
+    return d;
+  };
+  if (!proto::is_request(op)) return malformed("unknown op");
+  Decoded d;
+  d.op = op;
+  d.seq = header.seq;
+  FieldCheck check{op};
+  const char* invalid = nullptr;
+  bool size_ok = proto::visit_request(op, received_payload.data(), received_payload.size(),
+                                      [&](const auto& req) { invalid = check(req); });
+  if (!size_ok) return malformed("payload size");
+  if (nfds != proto::request_fds(op))
+    return malformed(nfds > proto::request_fds(op) ? "unexpected descriptors"
+                                                   : "missing descriptor");
+  if (invalid) {
+    d.verdict = DecodeVerdict::kInvalid;
+    d.error = check.error;
+    d.reason = invalid;
+    return d;
+  }
+  std::memcpy(d.body, received_payload.data(), received_payload.size());
+  d.body_len = received_payload.size();
+  d.verdict = DecodeVerdict::kOk;
+  return d;
+}
+
+Decoded decode_wire(std::span<const uint8_t> packet, int nfds, bool truncated) {
+  if (packet.size() < sizeof(proto::Header)) return make(DecodeVerdict::kDrop, 0, "short packet");
+  proto::Header h;
+  std::memcpy(&h, packet.data(), sizeof(h));
+  return decode_request(h, packet.subspan(sizeof(h)), nfds, truncated);
+}
+
+}  // namespace vrdma::daemon

@@ -1,0 +1,78 @@
+// One request: decoded and checked without state (decode.h), then handed to its handler, found
+// through the one table of control operations (common/control_ops.h). rdma_cm requests go to
+// the rdma_cm service, every other request to its overload of Daemon::handle.
+#include <errno.h>
+
+#include <algorithm>
+
+#include "common/control_ops.h"
+#include "common/log.h"
+#include "daemon/core/daemon.h"
+
+namespace vrdma::daemon {
+
+namespace {
+
+template <typename Req>
+concept CmRequest = requires(CmService& s, const CmCaller& c, const Req& r) { s.on_request(c, r); };
+
+}  // namespace
+
+CmCaller Daemon::cm_caller(const Client& c, const Decoded& d) const {
+  return CmCaller{c.id, c.ident.ipv4, c.tenant, d.op, d.seq};
+}
+
+void Daemon::handle_packet(Client& c, Packet& p, int payload_len) {
+  // Every descriptor that came with the packet is closed unless a handler takes it.
+  struct CloseUntaken {
+    UniqueFd* fds;
+    ~CloseUntaken() {
+      for (int i = 0; i < proto::kMaxFdsPerMessage; ++i) fds[i].reset();
+    }
+  } close_untaken{received_fds_};
+  const int nfds = p.nfds;
+  for (int i = 0; i < proto::kMaxFdsPerMessage; ++i) received_fds_[i].reset(i < nfds ? p.fds[i] : -1);
+  p.nfds = 0;
+
+  size_t received =
+      std::min<size_t>(static_cast<size_t>(std::max(payload_len, 0)), sizeof(p.payload));
+  Decoded d =
+      decode_request(p.header, std::span<const uint8_t>(p.payload, received), nfds, p.truncated);
+  const char* name = proto::op_name(d.op);
+  switch (d.verdict) {
+    case DecodeVerdict::kDrop:
+      LOG_WARN("client %u: malformed packet (%s)", c.id, d.reason);
+      return schedule_drop(c, std::string("dropped: malformed packet (") + d.reason + ")");
+    case DecodeVerdict::kMalformed:
+    case DecodeVerdict::kInvalid:
+    case DecodeVerdict::kOk:
+      break;
+  }
+  if (!c.hello && d.op != proto::Op::kHello) {
+    LOG_WARN("client %u: %s before Hello", c.id, name);
+    reply_error(c, d, EPROTO);
+    return schedule_drop(c, "dropped: request before Hello");
+  }
+  if (d.verdict == DecodeVerdict::kMalformed) {
+    ++c.protocol_errors;
+    LOG_WARN("client %u: protocol error %d/%d: op %u: %s", c.id, c.protocol_errors,
+             cfg_.max_protocol_errors, static_cast<unsigned>(p.header.op), d.reason);
+    reply_error(c, d, d.error);
+    if (c.protocol_errors >= cfg_.max_protocol_errors)
+      schedule_drop(c, "dropped: too many protocol errors");
+    return;
+  }
+  if (d.verdict == DecodeVerdict::kInvalid) {
+    LOG_DEBUG("client %u: %s rejected: %s", c.id, name, d.reason);
+    reply_error(c, d, d.error);
+    return;
+  }
+  d.visit([&](const auto& req) {
+    if constexpr (CmRequest<std::decay_t<decltype(req)>>)
+      cm_->on_request(cm_caller(c, d), req);
+    else
+      handle(c, d, req);
+  });
+}
+
+}  // namespace vrdma::daemon

@@ -1,0 +1,158 @@
+// vrdmad: the per-host vrdma daemon.
+#include <errno.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+
+#include <CLI/CLI.hpp>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "common/unix_socket.h"
+#include "daemon/core/config.h"
+#include "daemon/core/daemon.h"
+#include "daemon/directory/directory.h"
+#include "common/log.h"
+
+namespace {
+
+vrdma::daemon::Daemon* g_daemon = nullptr;
+
+void on_stop_signal(int) {
+  if (g_daemon) g_daemon->stop();
+}
+
+// Creates the socket's parent directories (mode 0755) when they do not exist.
+int make_parent_dirs(const std::string& socket_path) {
+  std::filesystem::path parent = std::filesystem::path(socket_path).parent_path();
+  if (parent.empty()) return 0;
+  std::string partial;
+  for (const auto& part : parent) {
+    partial = (std::filesystem::path(partial) / part).string();
+    if (partial == "/") continue;
+    if (::mkdir(partial.c_str(), 0755) < 0 && errno != EEXIST) return -errno;
+  }
+  return 0;
+}
+
+void raise_fd_limit() {
+  rlimit rl{};
+  if (::getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &rl);
+  }
+}
+
+// Validates and stores the options about other hosts; 0, or the exit code after a message.
+int check_cluster_options(const std::vector<std::string>& pod_cidr_args,
+                          vrdma::daemon::DaemonConfig* cfg) {
+  using namespace vrdma;
+  using namespace vrdma::daemon;
+  uint32_t addr;
+  uint16_t port;
+  if (!cfg->router_listen.empty() && !parse_ipv4_port(cfg->router_listen, &addr, &port)) {
+    std::fprintf(stderr, "vrdmad: --router-listen: expected IPV4:PORT, not '%s'\n",
+                 cfg->router_listen.c_str());
+    return 2;
+  }
+  for (const auto& c : pod_cidr_args) {
+    Ipv4Cidr net;
+    if (c.empty() || !parse_cidr(c, &net, nullptr)) {
+      std::fprintf(stderr, "vrdmad: --pod-cidr: expected A.B.C.D/LEN, not '%s'\n", c.c_str());
+      return 2;
+    }
+    cfg->pod_cidrs.push_back(net);
+  }
+  std::string error;
+  if (!make_directory(cfg->directory_config(), &error)) {
+    std::fprintf(stderr, "vrdmad: bad directory configuration: %s\n", error.c_str());
+    return 2;
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace vrdma;
+  using namespace vrdma::daemon;
+  CLI::App app{"vrdmad: per-host daemon of vrdma (software RDMA for containers)"};
+  DaemonConfig cfg;
+  cfg.socket_path = vrdma::socket_path_from_env();
+  std::vector<std::string> tenant_args;
+  std::vector<std::string> pod_cidr_args;
+  std::string level = "info";
+  app.add_option("--socket", cfg.socket_path,
+                 "Unix socket to serve (default: $VRDMA_SOCKET or /run/vrdma/vrdmad.sock)");
+  app.add_option("--host-id", cfg.host_id, "This host's number in the cluster")->default_val(0);
+  app.add_option("--tenant", tenant_args,
+                 "NAME=CIDR: clients whose IPv4 address is in CIDR belong to tenant NAME; the "
+                 "first matching rule wins, unmatched clients are in tenant \"default\" "
+                 "(repeatable)")
+      ->allow_extra_args(false);
+  app.add_option("--log-level", level, "error, warn, info or debug")
+      ->check(CLI::IsMember({"error", "warn", "info", "debug"}))
+      ->default_val("info");
+  app.add_option("--netns-dir", cfg.netns_dir,
+                 "Where named network namespaces are pinned; a client's container name is "
+                 "the entry whose inode matches its namespace, without a leading \"vrdma-\"")
+      ->default_val("/run/netns");
+  app.add_flag("--trust-unnamed-netns", cfg.trust_unnamed_netns,
+               "Let the address of a client in a network namespace that is neither the "
+               "host's nor pinned in --netns-dir select its tenant (such namespaces can be "
+               "made by unprivileged users, with any address; by default they get tenant "
+               "\"default\")");
+  app.add_option("--router-listen", cfg.router_listen,
+                 "ADDR:PORT (IPv4) where this host's router accepts links from other hosts; "
+                 "without it the daemon serves its own host only");
+  app.add_option("--pod-cidr", pod_cidr_args,
+                 "CIDR: a container network this host owns, published in the directory "
+                 "(repeatable)")
+      ->allow_extra_args(false);
+  app.add_option("--directory", cfg.directory,
+                 "Cluster directory: \"embedded\" (this host and its --peer hosts) or "
+                 "\"etcd://HOST:PORT[,HOST:PORT...]\" (etcd v3, IPv4 endpoints)")
+      ->default_val("embedded");
+  app.add_option("--peer", cfg.static_peers,
+                 "ID=ADDR:PORT=CIDR[,CIDR...]: another host of an embedded directory, its "
+                 "router address and container networks (repeatable)")
+      ->allow_extra_args(false);
+  app.add_option("--directory-lease", cfg.directory_lease_s,
+                 "Seconds after which a dead host's etcd entries expire")
+      ->default_val(cfg.directory_lease_s);
+  CLI11_PARSE(app, argc, argv);
+
+  set_log_level(*parse_log_level(level));
+  for (const auto& t : tenant_args) {
+    std::string error;
+    auto rule = parse_tenant_rule(t, &error);
+    if (!rule) {
+      std::fprintf(stderr, "vrdmad: --tenant: %s\n", error.c_str());
+      return 2;
+    }
+    cfg.tenants.push_back(*rule);
+  }
+  if (int rc = check_cluster_options(pod_cidr_args, &cfg); rc != 0) return rc;
+
+  ::signal(SIGPIPE, SIG_IGN);
+  raise_fd_limit();
+  if (int rc = make_parent_dirs(cfg.socket_path); rc < 0) {
+    LOG_ERROR("cannot create the directory of %s: %s", cfg.socket_path.c_str(), strerror(-rc));
+    return 1;
+  }
+
+  Daemon daemon(cfg);
+  g_daemon = &daemon;
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  ::sigaction(SIGTERM, &sa, nullptr);
+  ::sigaction(SIGINT, &sa, nullptr);
+
+  if (daemon.start() != 0) return 1;
+  int rc = daemon.run();
+  g_daemon = nullptr;
+  return rc < 0 ? 1 : 0;
+}

@@ -1,0 +1,95 @@
+// What the daemon's services ask of it: the router (Router::Hooks) and the rdma_cm service
+// (CmPort). Each answer comes from the daemon's own tables, never from what a client said.
+#include <errno.h>
+#include <fcntl.h>
+
+#include "common/address.h"
+#include "common/log.h"
+#include "daemon/core/daemon.h"
+
+namespace vrdma::daemon {
+
+void Daemon::notify_qp_fatal(uint32_t client, uint32_t qpn, proto::FatalReason why) {
+  Client* c = find_live(client);
+  if (!c) return;
+  proto::QpFatalEvent ev{qpn, static_cast<uint32_t>(why)};
+  send(*c, proto::Op::kQpFatal, 0, 0, &ev, sizeof(ev));
+}
+
+Router::Hooks Daemon::router_hooks() {
+  Router::Hooks h;
+  h.fetch_fd = [this](uint32_t client, uint32_t fd_id, int& fd) {
+    Client* c = find_live(client);
+    if (!c) return ENOENT;
+    auto it = c->fds.find(fd_id);
+    if (it == c->fds.end()) return ENOENT;
+    fd = ::fcntl(it->second.fd.get(), F_DUPFD_CLOEXEC, 0);
+    return fd < 0 ? errno : 0;
+  };
+  h.qp_fatal = [this](uint32_t client, uint32_t qpn, proto::FatalReason why) {
+    notify_qp_fatal(client, qpn, why);
+  };
+  h.find_qp = [this](uint32_t qpn, LocalQp* out) {
+    const QpRecord* rec = registry_.find_qp(qpn);
+    Client* owner = rec ? find_live(rec->owner) : nullptr;
+    if (!owner) return false;
+    out->owner = owner->id;
+    out->arena_offset = rec->arena_offset;
+    out->type = rec->type;
+    out->ipv4 = owner->ident.ipv4;
+    out->tenant = owner->tenant;
+    return true;
+  };
+  h.tenant_of = [this](uint32_t ipv4) { return tenant_for(cfg_.tenants, ipv4); };
+  h.on_cm = [this](uint32_t host, const wire::Cm& m) { cm_->on_remote(host, m); };
+  return h;
+}
+
+bool Daemon::cm_reply(const CmCaller& to, int status, const void* payload, size_t len) {
+  Client* c = find_live(to.client);
+  return c && send(*c, to.op, to.seq, status, payload, len);
+}
+
+void Daemon::cm_event(uint32_t client, proto::Op op, const void* payload, size_t len) {
+  if (Client* c = find_live(client)) send(*c, op, 0, 0, payload, len);
+}
+
+bool Daemon::cm_client_tenant(uint32_t client, std::string* tenant) {
+  Client* c = find_live(client);
+  if (!c) return false;
+  *tenant = c->tenant;
+  return true;
+}
+
+std::string Daemon::cm_tenant_of(uint32_t ipv4) { return tenant_for(cfg_.tenants, ipv4); }
+
+bool Daemon::cm_qp_of(uint32_t client, uint32_t qpn, uint32_t* type) {
+  const QpRecord* qp = registry_.find_qp(qpn);
+  if (!qp || qp->owner != client) return false;
+  *type = qp->type;
+  return true;
+}
+
+int Daemon::cm_remote_host(uint32_t ipv4, uint32_t* host) {
+  if (!router_) return EHOSTUNREACH;
+  HostEntry h;
+  switch (directory_->host_of(ipv4, &h)) {
+    case Lookup::kUnavailable:
+      LOG_WARN("cm: cannot resolve %s: the directory is unavailable (%s)", ipv4_text(ipv4).c_str(),
+               directory_->describe().c_str());
+      return EAGAIN;
+    case Lookup::kNotFound:
+      return EHOSTUNREACH;
+    case Lookup::kFound:
+      break;
+  }
+  if (h.host_id == cfg_.host_id) return EHOSTUNREACH;  // ours, but nobody there
+  *host = h.host_id;
+  return 0;
+}
+
+int Daemon::cm_send_to_host(uint32_t host, const wire::Cm& m) {
+  return router_ ? router_->send_cm_to_host(host, m) : EHOSTUNREACH;
+}
+
+}  // namespace vrdma::daemon

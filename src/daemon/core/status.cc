@@ -1,0 +1,154 @@
+#include "daemon/core/status.h"
+
+#include <arpa/inet.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "common/protocol.h"
+
+namespace vrdma::daemon {
+
+using nlohmann::json;
+
+const char* qp_type_name(uint32_t type) {
+  switch (static_cast<proto::QpType>(type)) {
+    case proto::QpType::kRc:
+      return "RC";
+    case proto::QpType::kUc:
+      return "UC";
+    case proto::QpType::kUd:
+      return "UD";
+  }
+  return "UNKNOWN";
+}
+
+const char* qp_state_name(uint32_t state) {
+  static const char* const kNames[] = {"RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERR"};
+  return state < sizeof(kNames) / sizeof(kNames[0]) ? kNames[state] : "UNKNOWN";
+}
+
+namespace {
+
+std::string ip_text(uint32_t ipv4) {
+  char buf[INET_ADDRSTRLEN] = {};
+  in_addr a{ipv4};
+  ::inet_ntop(AF_INET, &a, buf, sizeof(buf));
+  return buf;
+}
+
+std::string hex32(uint32_t v) {
+  char buf[16];
+  std::snprintf(buf, sizeof(buf), "0x%08x", v);
+  return buf;
+}
+
+json build(const StatusInput& in, size_t list_cap, size_t client_cap, bool truncated) {
+  size_t total_qps = 0, total_mrs = 0;
+  for (const auto& c : in.clients) {
+    total_qps += c.qps.size();
+    total_mrs += c.mrs.size();
+  }
+  json clients = json::array();
+  for (size_t i = 0; i < in.clients.size() && i < client_cap; ++i) {
+    const StatusClient& c = in.clients[i];
+    json qps = json::array();
+    for (size_t j = 0; j < c.qps.size() && j < list_cap; ++j) {
+      const StatusQp& q = c.qps[j];
+      qps.push_back({{"qpn", q.qpn},
+                     {"type", qp_type_name(q.type)},
+                     {"state", q.have_state ? qp_state_name(q.state) : "UNKNOWN"},
+                     {"tx_ops", q.tx_ops},
+                     {"tx_bytes", q.tx_bytes},
+                     {"rx_ops", q.rx_ops},
+                     {"rx_bytes", q.rx_bytes},
+                     {"errors", q.errors}});
+    }
+    json mrs = json::array();
+    for (size_t j = 0; j < c.mrs.size() && j < list_cap; ++j) {
+      const StatusMr& m = c.mrs[j];
+      mrs.push_back({{"key", hex32(m.key)}, {"length", m.length}, {"access", m.access}});
+    }
+    clients.push_back({{"id", c.id},
+                       {"pid", c.pid},
+                       {"uid", c.uid},
+                       {"container", c.container},
+                       {"ip", ip_text(c.ipv4)},
+                       {"tenant", c.tenant},
+                       {"kind", c.kind},
+                       {"qps", std::move(qps)},
+                       {"mrs", std::move(mrs)},
+                       {"fds", c.fds}});
+  }
+  json links = json::array();
+  for (const auto& l : in.links)
+    links.push_back({{"host_id", l.host_id},
+                     {"direction", l.outbound ? "out" : "in"},
+                     {"connected", l.connected},
+                     {"addr", l.addr},
+                     {"bytes_in", l.bytes_in},
+                     {"bytes_out", l.bytes_out}});
+  return json{{"daemon",
+               {{"pid", in.pid},
+                {"socket", in.socket},
+                {"host_id", in.host_id},
+                {"uptime_s", in.uptime_s},
+                {"clients", in.clients_connected},
+                {"directory",
+                 {{"backend", in.directory},
+                  {"available", in.directory_available},
+                  {"hosts", in.directory_hosts}}},
+                {"router",
+                 {{"enabled", in.router}, {"routed_qps", in.routed_qps}, {"links", links}}}}},
+              {"scope", in.scope},
+              {"clients", std::move(clients)},
+              {"totals", {{"qps", total_qps}, {"mrs", total_mrs}, {"clients", in.clients.size()}}},
+              {"truncated", truncated}};
+}
+
+std::string dump(const json& j) {
+  // Strings come from namespace names and the socket path; never fail on odd bytes.
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+}  // namespace
+
+std::string render_status(const StatusInput& in, size_t limit) {
+  size_t longest = 0;
+  for (const auto& c : in.clients) longest = std::max({longest, c.qps.size(), c.mrs.size()});
+  std::string text = dump(build(in, longest, in.clients.size(), false));
+  if (text.size() <= limit) return text;
+
+  // Largest per-client list length that fits, by bisection.
+  auto fits = [&](size_t cap, size_t clients) {
+    std::string t = dump(build(in, cap, clients, true));
+    if (t.size() > limit) return false;
+    text = std::move(t);
+    return true;
+  };
+  if (fits(0, in.clients.size())) {
+    size_t lo = 0, hi = longest;  // fits(lo), !fits(hi)
+    while (hi - lo > 1) {
+      size_t mid = lo + (hi - lo) / 2;
+      if (fits(mid, in.clients.size()))
+        lo = mid;
+      else
+        hi = mid;
+    }
+    fits(lo, in.clients.size());
+    return text;
+  }
+  size_t lo = 0, hi = in.clients.size();
+  while (hi - lo > 1) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (fits(0, mid))
+      lo = mid;
+    else
+      hi = mid;
+  }
+  if (!fits(0, lo)) text = "{\"truncated\":true}";
+  return text;
+}
+
+}  // namespace vrdma::daemon

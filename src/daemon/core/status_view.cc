@@ -1,0 +1,84 @@
+// The Status reply: what the viewer may see of the daemon, its clients and their QPs and MRs.
+#include <unistd.h>
+
+#include <chrono>
+
+#include "daemon/core/daemon.h"
+#include "daemon/core/status.h"
+
+namespace vrdma::daemon {
+
+void Daemon::handle(Client& c, const Decoded& d, const proto::StatusReq&) {
+  std::string text = status_text(c);
+  send(c, proto::Op::kStatus, d.seq, 0, text.data(), text.size());
+}
+
+bool Daemon::sees_everything(const Client& viewer) const {
+  // The host's administrator: a client in the daemon's own network namespace running as
+  // root or as the daemon's user. Everyone else sees only its own tenant.
+  return viewer.ident.host && (viewer.ident.uid == 0 || viewer.ident.uid == ::geteuid());
+}
+
+std::string Daemon::status_text(const Client& viewer) {
+  StatusInput in;
+  in.pid = ::getpid();
+  in.socket = cfg_.socket_path;
+  in.host_id = cfg_.host_id;
+  in.uptime_s = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::seconds>(
+                                          std::chrono::steady_clock::now() - started_at_)
+                                          .count());
+  bool all = sees_everything(viewer);
+  in.directory = directory_->describe();
+  in.directory_available = directory_->available();
+  in.directory_hosts = directory_->hosts_known();
+  if (router_) {
+    in.router = true;
+    in.routed_qps = router_->routed_qps();
+    if (all)
+      for (const auto& l : router_->links())
+        in.links.push_back({l.host_id, l.outbound, l.connected, l.addr, l.bytes_in, l.bytes_out});
+  }
+  in.scope = all ? "all" : "tenant:" + viewer.tenant;
+  for (const auto& [id, cp] : clients_) {
+    const Client& c = *cp;
+    if (c.doomed || !c.identified) continue;
+    ++in.clients_connected;
+    if (!all && c.tenant != viewer.tenant) continue;
+    StatusClient sc;
+    sc.id = c.id;
+    sc.pid = c.ident.pid;
+    sc.uid = c.ident.uid;
+    sc.container = c.ident.container;
+    sc.ipv4 = c.ident.ipv4;
+    sc.tenant = c.tenant;
+    sc.kind = !c.hello                                                   ? "none"
+              : c.kind == static_cast<uint32_t>(proto::ClientKind::kCli) ? "cli"
+                                                                         : "verbs";
+    sc.fds = c.fds.size();
+    for (uint32_t qpn : registry_.qpns_of(c.id)) {
+      const QpRecord* rec = registry_.find_qp(qpn);
+      StatusQp q;
+      q.qpn = qpn;
+      q.type = rec->type;
+      QpSnapshot snap;
+      if (c.arena.read_qp(rec->arena_offset, &snap)) {
+        q.have_state = true;
+        q.state = snap.state;
+        q.tx_ops = snap.tx_ops;
+        q.tx_bytes = snap.tx_bytes;
+        q.rx_ops = snap.rx_ops;
+        q.rx_bytes = snap.rx_bytes;
+        q.errors = snap.errors;
+      }
+      sc.qps.push_back(q);
+    }
+    for (uint32_t key : registry_.keys_of(c.id)) {
+      const KeyRecord* k = registry_.find_key(key);
+      sc.mrs.push_back({key, k->length, k->access});
+    }
+    in.clients.push_back(std::move(sc));
+  }
+  return render_status(in, proto::kMaxStatusText);
+}
+
+}  // namespace vrdma::daemon

@@ -1,0 +1,222 @@
+// The verbs requests of the control protocol: who the client is, the descriptors it hands
+// over and asks for, QP numbers and connections between QPs, memory keys.
+#include <arpa/inet.h>
+#include <errno.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include "common/address.h"
+#include "common/log.h"
+#include "daemon/core/daemon.h"
+#include "daemon/core/status.h"
+#include "shm/layout.h"
+
+namespace vrdma::daemon {
+
+namespace {
+
+using proto::Op;
+
+template <size_t N>
+void copy_name(char (&dst)[N], const std::string& src) {
+  std::memset(dst, 0, N);
+  std::memcpy(dst, src.data(), std::min(src.size(), N - 1));
+}
+
+bool is_eventfd(int fd) {
+  char path[64], target[64] = {};
+  std::snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+  ssize_t n = ::readlink(path, target, sizeof(target) - 1);
+  return n > 0 && std::strcmp(target, "anon_inode:[eventfd]") == 0;
+}
+
+}  // namespace
+
+void Daemon::handle(Client& c, const Decoded& d, const proto::HelloReq& r) {
+  if (!c.identified) {
+    LOG_WARN("client %u: refused: %s", c.id, c.identify_error.c_str());
+    reply_error(c, d, EACCES);
+    schedule_drop(c, "dropped: cannot be identified");
+    return;
+  }
+  if (c.hello) {
+    reply_error(c, d, EALREADY);
+    return;
+  }
+  c.hello = true;
+  c.kind = r.kind;
+  if (r.kind == static_cast<uint32_t>(proto::ClientKind::kVerbs) &&
+      cm_->add_address(c.ident.ipv4) && c.ident.ipv4 && !c.ident.host)
+    directory_->publish_container(c.ident.ipv4, c.ident.container);
+  proto::HelloRep rep{};
+  rep.version = proto::kVersion;
+  rep.client_id = c.id;
+  rep.ipv4 = c.ident.ipv4;
+  rep.host_id = cfg_.host_id;
+  rep.node_guid = node_guid_for(c.ident.ipv4);
+  rep.daemon_boot = boot_;
+  copy_name(rep.device_name, "vrdma0");
+  copy_name(rep.container, c.ident.container);
+  LOG_DEBUG("client %u: hello kind=%s", c.id,
+            r.kind == static_cast<uint32_t>(proto::ClientKind::kCli) ? "cli" : "verbs");
+  send(c, Op::kHello, d.seq, 0, &rep, sizeof(rep));
+}
+
+void Daemon::handle(Client& c, const Decoded& d, const proto::PutFdReq& r) {
+  UniqueFd fd = std::move(received_fds_[0]);
+  if (c.fds.count(r.fd_id)) return void(reply_error(c, d, EEXIST));
+  if (c.fds.size() >= cfg_.max_fds_per_client) return void(reply_error(c, d, EMFILE));
+  auto kind = static_cast<proto::FdKind>(r.kind);
+  switch (kind) {
+    case proto::FdKind::kArena:
+      if (int err = c.arena.map(fd.get(), r.size); err != 0) {
+        LOG_WARN("client %u: arena refused: %s", c.id, strerror(err));
+        return void(reply_error(c, d, err));
+      }
+      break;
+    case proto::FdKind::kMemory: {
+      // Peers map it: it has to be a file (a memfd) at least as large as announced.
+      struct stat st {};
+      if (::fstat(fd.get(), &st) < 0 || !S_ISREG(st.st_mode) ||
+          static_cast<uint64_t>(st.st_size) < r.size)
+        return void(reply_error(c, d, EINVAL));
+      break;
+    }
+    case proto::FdKind::kEvent:
+      if (!is_eventfd(fd.get())) return void(reply_error(c, d, EINVAL));
+      break;
+  }
+  ClientFd e;
+  e.fd = std::move(fd);
+  e.kind = kind;
+  e.size = r.size;
+  c.fds.emplace(r.fd_id, std::move(e));
+  LOG_DEBUG("client %u: fd %u stored (kind %u, %llu bytes)", c.id, r.fd_id, r.kind,
+            static_cast<unsigned long long>(r.size));
+  send(c, Op::kPutFd, d.seq, 0, nullptr, 0);
+}
+
+void Daemon::handle(Client& c, const Decoded& d, const proto::DropFdReq& r) {
+  // The arena stays for the client's lifetime: the daemon's mapping of it and every QP's
+  // shared state depend on it.
+  if (r.fd_id == 0) return void(reply_error(c, d, EBUSY));
+  int err = c.fds.erase(r.fd_id) ? 0 : ENOENT;
+  send(c, Op::kDropFd, d.seq, err, nullptr, 0);
+}
+
+void Daemon::handle(Client& c, const Decoded& d, const proto::GetFdReq& r) {
+  Client* owner = find_live(r.owner_client);
+  if (!owner) return void(reply_error(c, d, ENOENT));
+  bool allowed =
+      owner == &c || (owner->tenant == c.tenant && registry_.has_link_to(c.id, owner->id));
+  if (!allowed) {
+    LOG_DEBUG("client %u: GetFd of client %u fd %u denied", c.id, owner->id, r.fd_id);
+    return void(reply_error(c, d, EACCES));
+  }
+  auto it = owner->fds.find(r.fd_id);
+  if (it == owner->fds.end()) return void(reply_error(c, d, ENOENT));
+  int fd = it->second.fd.get();
+  send(c, Op::kGetFd, d.seq, 0, nullptr, 0, std::span<const int>(&fd, 1));
+}
+
+void Daemon::handle(Client& c, const Decoded& d, const proto::AllocQpnReq& r) {
+  if (!c.arena.qp_offset_ok(r.arena_offset)) return void(reply_error(c, d, EINVAL));
+  proto::AllocQpnRep rep{};
+  if (int err =
+          registry_.alloc_qpn(c.id, r.qp_type, r.arena_offset, cfg_.max_qps_per_client, &rep.qpn);
+      err != 0)
+    return void(reply_error(c, d, err));
+  LOG_DEBUG("client %u: QP 0x%x (%s) at arena offset %u", c.id, rep.qpn, qp_type_name(r.qp_type),
+            r.arena_offset);
+  send(c, Op::kAllocQpn, d.seq, 0, &rep, sizeof(rep));
+}
+
+void Daemon::handle(Client& c, const Decoded& d, const proto::FreeQpnReq& r) {
+  int err = registry_.free_qpn(c.id, r.qpn);
+  if (err == 0 && router_) router_->qp_freed(r.qpn);
+  send(c, Op::kFreeQpn, d.seq, err, nullptr, 0);
+}
+
+void Daemon::connect_routed(Client& c, const Decoded& d, const proto::ConnectQpReq& r,
+                          uint32_t dest_ipv4) {
+  if (!router_) return void(reply_error(c, d, EHOSTUNREACH));
+  const QpRecord* local = registry_.find_qp(r.local_qpn);
+  LocalQp q;
+  q.owner = c.id;
+  q.arena_offset = local->arena_offset;
+  q.type = local->type;
+  q.ipv4 = c.ident.ipv4;
+  q.tenant = c.tenant;
+  router_->connect_qp(
+      r.local_qpn, q, dest_ipv4, r.dest_qpn,
+      [this, id = c.id, seq = d.seq, op = d.op, qpn = r.local_qpn](int status, uint32_t type) {
+        Client* cl = find_live(id);
+        if (!cl) return;
+        if (status) {
+          LOG_DEBUG("client %u: routed connect of QP 0x%x failed: %s", id, qpn, strerror(status));
+          send(*cl, op, seq, status, nullptr, 0);
+          return;
+        }
+        proto::ConnectQpRep rep{};
+        rep.peer_qp_type = type;
+        rep.routed = 1;
+        int fd = router_->doorbell_fd();
+        send(*cl, op, seq, 0, &rep, sizeof(rep), std::span<const int>(&fd, 1));
+      });
+}
+
+void Daemon::handle(Client& c, const Decoded& d, const proto::ConnectQpReq& r) {
+  const QpRecord* local = registry_.find_qp(r.local_qpn);
+  if (!local || local->owner != c.id) return void(reply_error(c, d, EPERM));
+
+  bool by_gid = !gid_is_zero(r.dest_gid);
+  uint32_t gid_ip = 0;
+  if (by_gid) {
+    if (!gid_to_ipv4(r.dest_gid, &gid_ip)) return void(reply_error(c, d, ENOENT));
+    bool ours = std::any_of(clients_.begin(), clients_.end(), [&](const auto& kv) {
+      return !kv.second->doomed && kv.second->identified && kv.second->ident.ipv4 == gid_ip;
+    });
+    if (!ours) return connect_routed(c, d, r, gid_ip);
+  }
+  // QPNs are unique per host: without a GID the QPN alone names a local QP. (A cross-host
+  // router may later also resolve QPNs it knows from elsewhere; unknown ones are ENOENT.)
+  const QpRecord* dest = registry_.find_qp(r.dest_qpn);
+  Client* owner = dest ? find_live(dest->owner) : nullptr;
+  if (!dest || !owner) return void(reply_error(c, d, ENOENT));
+  if (by_gid && owner->ident.ipv4 != gid_ip) return void(reply_error(c, d, ENOENT));
+  if (owner->tenant != c.tenant) {
+    LOG_INFO("client %u: connect QP 0x%x -> 0x%x refused: tenant %s -> %s", c.id, r.local_qpn,
+             r.dest_qpn, c.tenant.c_str(), owner->tenant.c_str());
+    return void(reply_error(c, d, EACCES));
+  }
+  if (dest->type != local->type) return void(reply_error(c, d, EINVAL));
+  registry_.link(r.local_qpn, r.dest_qpn);
+  proto::ConnectQpRep rep{};
+  rep.peer_client = owner->id;
+  rep.peer_arena_offset = dest->arena_offset;
+  rep.peer_qp_type = dest->type;
+  LOG_DEBUG("client %u: QP 0x%x linked to client %u QP 0x%x", c.id, r.local_qpn, owner->id,
+            r.dest_qpn);
+  send(c, Op::kConnectQp, d.seq, 0, &rep, sizeof(rep));
+}
+
+void Daemon::handle(Client& c, const Decoded& d, const proto::AllocKeyReq& r) {
+  proto::AllocKeyRep rep{};
+  if (int err = registry_.alloc_key(c.id, r.index, r.access, r.length, cfg_.max_keys_per_client,
+                                    &rep.key);
+      err != 0)
+    return void(reply_error(c, d, err));
+  send(c, Op::kAllocKey, d.seq, 0, &rep, sizeof(rep));
+}
+
+void Daemon::handle(Client& c, const Decoded& d, const proto::FreeKeyReq& r) {
+  int err = registry_.free_key(c.id, r.key);
+  send(c, Op::kFreeKey, d.seq, err, nullptr, 0);
+}
+
+}  // namespace vrdma::daemon

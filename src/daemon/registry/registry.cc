@@ -1,0 +1,198 @@
+#include "daemon/registry/registry.h"
+
+#include <errno.h>
+#include <sys/random.h>
+
+#include <random>
+
+#include "common/protocol.h"
+#include "shm/layout.h"
+
+namespace vrdma::daemon {
+
+namespace {
+const std::set<uint32_t> kEmpty;
+}
+
+uint32_t RandomSource::next() {
+  if (pos_ >= sizeof(buf_) / sizeof(buf_[0])) {
+    size_t got = 0;
+    auto* bytes = reinterpret_cast<unsigned char*>(buf_);
+    while (got < sizeof(buf_)) {
+      ssize_t n = ::getrandom(bytes + got, sizeof(buf_) - got, 0);
+      if (n > 0) {
+        got += static_cast<size_t>(n);
+      } else if (n < 0 && errno != EINTR) {
+        // No getrandom (very old kernel or seccomp): fall back to the C++ library's source.
+        std::random_device rd;
+        for (size_t i = got / sizeof(uint32_t); i < sizeof(buf_) / sizeof(buf_[0]); ++i)
+          buf_[i] = rd();
+        break;
+      }
+    }
+    pos_ = 0;
+  }
+  return buf_[pos_++];
+}
+
+Registry::Registry(std::function<uint32_t()> random32) : random32_(std::move(random32)) {}
+
+int Registry::alloc_qpn(uint32_t owner, uint32_t type, uint32_t arena_offset, size_t quota,
+                        uint32_t* qpn) {
+  if (qpns_of(owner).size() >= quota) return EDQUOT;
+  constexpr uint32_t kSpace = kLastQpn - kFirstQpn + 1;
+  if (qps_.size() >= kSpace) return ENOSPC;
+  for (uint32_t tries = 0; tries < kSpace; ++tries) {
+    uint32_t candidate = next_qpn_;
+    next_qpn_ = candidate == kLastQpn ? kFirstQpn : candidate + 1;
+    if (qps_.count(candidate)) continue;
+    QpRecord rec;
+    rec.owner = owner;
+    rec.type = type;
+    rec.arena_offset = arena_offset;
+    qps_.emplace(candidate, std::move(rec));
+    clients_[owner].qpns.insert(candidate);
+    *qpn = candidate;
+    return 0;
+  }
+  return ENOSPC;
+}
+
+const QpRecord* Registry::find_qp(uint32_t qpn) const {
+  auto it = qps_.find(qpn);
+  return it == qps_.end() ? nullptr : &it->second;
+}
+
+void Registry::unlink(uint32_t local_qpn, uint32_t dest_qpn) {
+  auto l = qps_.find(local_qpn);
+  auto d = qps_.find(dest_qpn);
+  if (l == qps_.end() || d == qps_.end()) return;
+  if (!l->second.out.erase(dest_qpn)) return;
+  d->second.in.erase(local_qpn);
+  auto c = clients_.find(l->second.owner);
+  if (c == clients_.end()) return;
+  auto n = c->second.links_to.find(d->second.owner);
+  if (n != c->second.links_to.end() && --n->second == 0) c->second.links_to.erase(n);
+}
+
+void Registry::link(uint32_t local_qpn, uint32_t dest_qpn) {
+  auto l = qps_.find(local_qpn);
+  auto d = qps_.find(dest_qpn);
+  if (l == qps_.end() || d == qps_.end()) return;
+  if (l->second.out.count(dest_qpn)) return;
+  if (l->second.type != static_cast<uint32_t>(proto::QpType::kUd)) {
+    std::vector<uint32_t> old(l->second.out.begin(), l->second.out.end());
+    for (uint32_t o : old) unlink(local_qpn, o);
+  }
+  l->second.out.insert(dest_qpn);
+  d->second.in.insert(local_qpn);
+  ++clients_[l->second.owner].links_to[d->second.owner];
+}
+
+bool Registry::has_link_to(uint32_t client, uint32_t owner) const {
+  auto c = clients_.find(client);
+  return c != clients_.end() && c->second.links_to.count(owner) != 0;
+}
+
+void Registry::erase_qp(uint32_t qpn) {
+  auto it = qps_.find(qpn);
+  if (it == qps_.end()) return;
+  std::vector<uint32_t> out(it->second.out.begin(), it->second.out.end());
+  for (uint32_t d : out) unlink(qpn, d);
+  std::vector<uint32_t> in(it->second.in.begin(), it->second.in.end());
+  for (uint32_t l : in) unlink(l, qpn);
+  uint32_t owner = it->second.owner;
+  qps_.erase(it);
+  if (auto c = clients_.find(owner); c != clients_.end()) c->second.qpns.erase(qpn);
+}
+
+void Registry::forget_if_empty(uint32_t client) {
+  auto c = clients_.find(client);
+  if (c != clients_.end() && c->second.qpns.empty() && c->second.keys.empty() &&
+      c->second.links_to.empty())
+    clients_.erase(c);
+}
+
+int Registry::free_qpn(uint32_t requester, uint32_t qpn) {
+  auto it = qps_.find(qpn);
+  if (it == qps_.end()) return ENOENT;
+  if (it->second.owner != requester) return EPERM;
+  std::set<uint32_t> peers_owners;
+  for (uint32_t l : it->second.in) peers_owners.insert(qps_.at(l).owner);
+  erase_qp(qpn);
+  forget_if_empty(requester);
+  for (uint32_t o : peers_owners) forget_if_empty(o);
+  return 0;
+}
+
+int Registry::alloc_key(uint32_t owner, uint32_t index, uint32_t access, uint64_t length,
+                        size_t quota, uint32_t* key) {
+  if (index >= shm::kMrSlots) return EINVAL;
+  if (keys_of(owner).size() >= quota) return EDQUOT;
+  for (int tries = 0; tries < 1000; ++tries) {
+    uint32_t r = random32_ ? random32_() : random_.next();
+    uint32_t k = ((r & ((1u << (32 - shm::kMrSlotBits)) - 1)) << shm::kMrSlotBits) | index;
+    if (k == 0 || keys_.count(k)) continue;
+    keys_.emplace(k, KeyRecord{owner, index, access, length});
+    clients_[owner].keys.insert(k);
+    *key = k;
+    return 0;
+  }
+  return ENOSPC;
+}
+
+int Registry::free_key(uint32_t requester, uint32_t key) {
+  auto it = keys_.find(key);
+  if (it == keys_.end() || it->second.owner != requester) return ENOENT;
+  keys_.erase(it);
+  clients_[requester].keys.erase(key);
+  forget_if_empty(requester);
+  return 0;
+}
+
+const KeyRecord* Registry::find_key(uint32_t key) const {
+  auto it = keys_.find(key);
+  return it == keys_.end() ? nullptr : &it->second;
+}
+
+const std::set<uint32_t>& Registry::qpns_of(uint32_t client) const {
+  auto c = clients_.find(client);
+  return c == clients_.end() ? kEmpty : c->second.qpns;
+}
+
+const std::set<uint32_t>& Registry::keys_of(uint32_t client) const {
+  auto c = clients_.find(client);
+  return c == clients_.end() ? kEmpty : c->second.keys;
+}
+
+std::vector<FatalNotice> Registry::notices_for_death(uint32_t client) const {
+  std::set<std::pair<uint32_t, uint32_t>> seen;  // (client, qpn), ordered and unique
+  for (uint32_t qpn : qpns_of(client)) {
+    const QpRecord& rec = qps_.at(qpn);
+    for (uint32_t l : rec.in) {
+      uint32_t owner = qps_.at(l).owner;
+      if (owner != client) seen.emplace(owner, l);
+    }
+  }
+  std::vector<FatalNotice> out;
+  out.reserve(seen.size());
+  for (auto [c, q] : seen) out.push_back({c, q});
+  return out;
+}
+
+void Registry::remove_client(uint32_t client) {
+  auto c = clients_.find(client);
+  if (c == clients_.end()) return;
+  std::set<uint32_t> touched;
+  std::vector<uint32_t> qpns(c->second.qpns.begin(), c->second.qpns.end());
+  for (uint32_t q : qpns) {
+    for (uint32_t l : qps_.at(q).in) touched.insert(qps_.at(l).owner);
+    erase_qp(q);
+  }
+  for (uint32_t k : c->second.keys) keys_.erase(k);
+  clients_.erase(client);
+  for (uint32_t o : touched)
+    if (o != client) forget_if_empty(o);
+}
+
+}  // namespace vrdma::daemon

@@ -1,0 +1,345 @@
+// The requester side of the router: work requests of local QPs whose destination is on
+// another host, from their SendQueue to a link, and their completions.
+#include <string.h>
+#include <unistd.h>
+
+#include <algorithm>
+
+#include "common/log.h"
+#include "daemon/router/router_state.h"
+
+namespace vrdma::daemon {
+
+namespace {
+
+constexpr int64_t kPingIntervalNs = 50'000'000;
+constexpr int64_t kMinSilenceNs = 150'000'000;  // never declare a link dead sooner
+
+bool is_atomic(uint32_t op) {
+  return op == IBV_WR_ATOMIC_CMP_AND_SWP || op == IBV_WR_ATOMIC_FETCH_AND_ADD;
+}
+bool carries_data(uint32_t op) {
+  return op == IBV_WR_SEND || op == IBV_WR_SEND_WITH_IMM || op == IBV_WR_RDMA_WRITE ||
+         op == IBV_WR_RDMA_WRITE_WITH_IMM;
+}
+
+ibv_wc_opcode wc_opcode(uint32_t op) {
+  switch (op) {
+    case IBV_WR_RDMA_WRITE:
+    case IBV_WR_RDMA_WRITE_WITH_IMM:
+      return IBV_WC_RDMA_WRITE;
+    case IBV_WR_RDMA_READ:
+      return IBV_WC_RDMA_READ;
+    case IBV_WR_ATOMIC_CMP_AND_SWP:
+      return IBV_WC_COMP_SWAP;
+    case IBV_WR_ATOMIC_FETCH_AND_ADD:
+      return IBV_WC_FETCH_ADD;
+    default:
+      return IBV_WC_SEND;
+  }
+}
+
+}  // namespace
+
+bool Router::read_wqe(const Outbound& o, uint64_t pos, Wqe& w) const {
+  const auto* e =
+      reinterpret_cast<const shm::RouteWqe*>(o.sq->entries + (pos & o.sq_mask) * uint64_t(o.esz));
+  w.wr_id = e->wr_id;
+  w.opcode = e->opcode;
+  w.send_flags = e->send_flags;
+  w.imm_data = e->imm_data;
+  w.num_sge = e->num_sge;
+  w.rkey = e->rkey;
+  w.status = e->status;
+  w.remote_addr = e->remote_addr;
+  w.compare_add = e->compare_add;
+  w.swap = e->swap;
+  w.ud_qpn = e->ud_qpn;
+  w.ud_qkey = e->ud_qkey;
+  memcpy(w.dgid, e->dgid, 16);
+  w.inline_len = e->inline_len;
+  w.inline_data = reinterpret_cast<const uint8_t*>(e->sge + o.max_sge);
+  if (w.num_sge > o.max_sge || w.inline_len > o.max_inline) return false;
+  memcpy(w.sge, e->sge, sizeof(ibv_sge) * w.num_sge);
+  switch (w.opcode) {
+    case IBV_WR_SEND:
+    case IBV_WR_SEND_WITH_IMM:
+      return true;
+    case IBV_WR_RDMA_WRITE:
+    case IBV_WR_RDMA_WRITE_WITH_IMM:
+      return o.info.type != IBV_QPT_UD;
+    case IBV_WR_RDMA_READ:
+    case IBV_WR_ATOMIC_CMP_AND_SWP:
+    case IBV_WR_ATOMIC_FETCH_AND_ADD:
+      return o.info.type == IBV_QPT_RC && !w.inline_len;
+    default:
+      return false;
+  }
+}
+
+void Router::complete(Outbound& o, const Wqe& w, ibv_wc_status st, uint32_t byte_len) {
+  auto& c = o.qp->counters;
+  if (st == IBV_WC_SUCCESS) {
+    c.tx_ops.store(c.tx_ops.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    c.tx_bytes.store(c.tx_bytes.load(std::memory_order_relaxed) + byte_len,
+                     std::memory_order_relaxed);
+  } else {
+    c.errors.fetch_add(1, std::memory_order_relaxed);
+  }
+  // The slot is free before the completion is visible: an application that posts again as soon
+  // as it sees the completion finds room.
+  ++o.done;
+  o.sq->done.store(o.done, std::memory_order_release);
+  if (st != IBV_WC_SUCCESS || o.qp->sq_sig_all || (w.send_flags & IBV_SEND_SIGNALED)) {
+    ibv_wc wc{};
+    wc.wr_id = w.wr_id;
+    wc.status = st;
+    wc.opcode = wc_opcode(w.opcode);
+    wc.qp_num = o.qpn;
+    if (w.opcode == IBV_WR_RDMA_READ || is_atomic(w.opcode)) wc.byte_len = byte_len;
+    shm::cq_push(o.cq, wc);
+    if (o.cq_efd >= 0 && shm::cq_should_notify(o.cq.cq, false)) {
+      uint64_t one = 1;
+      [[maybe_unused]] ssize_t n = ::write(o.cq_efd, &one, sizeof(one));
+    }
+  }
+}
+
+void Router::fail(Outbound& o, ibv_wc_status first, bool tell_owner) {
+  if (o.failed) return;
+  o.failed = true;
+  o.qp->state.store(IBV_QPS_ERR, std::memory_order_release);
+  uint64_t tail = o.sq->tail.load(std::memory_order_acquire);
+  bool had_outstanding = o.done < o.sent;
+  while (o.done < tail) {
+    Wqe w;
+    read_wqe(o, o.done, w);
+    ibv_wc_status st = had_outstanding ? first : IBV_WC_WR_FLUSH_ERR;
+    had_outstanding = false;
+    complete(o, w, st, 0);
+  }
+  o.sent = o.done;
+  if (first != IBV_WC_WR_FLUSH_ERR)
+    LOG_INFO("router: QP 0x%x to QP 0x%x failed: completion status %d", o.qpn, o.dst_qpn,
+             static_cast<int>(first));
+  if (tell_owner)
+    hooks_.qp_fatal(o.info.owner, o.qpn,
+                    first == IBV_WC_WR_FLUSH_ERR ? proto::FatalReason::kPeerGone
+                                                 : proto::FatalReason::kRouted);
+}
+
+Link* Router::ud_link(Outbound& o, const uint8_t* dgid) {
+  uint32_t ip;
+  memcpy(&ip, dgid + 12, 4);
+  auto it = o.ud_links.find(ip);
+  if (it != o.ud_links.end())
+    if (Link* l = find_link(it->second)) return l;
+  HostEntry h;
+  if (dir_.host_of(ip, &h) != Lookup::kFound || h.host_id == cfg_.host_id) return nullptr;
+  int err;
+  Link* l = outbound_link(h.host_id, &err);
+  if (l) o.ud_links[ip] = l->id();
+  return l;
+}
+
+// Sends one request. Returns false when it has to wait (no room on the link).
+bool Router::send_wqe(Outbound& o, const Wqe& w, int64_t now) {
+  const bool ud = o.info.type == IBV_QPT_UD;
+  Link* link = ud ? ud_link(o, w.dgid) : find_link(o.link_id);
+  if (!link) {
+    if (ud) {  // nobody there: the datagram is lost
+      complete(o, w, IBV_WC_SUCCESS, 0);
+      ++o.sent;
+      return true;
+    }
+    fail(o, IBV_WC_RETRY_EXC_ERR, true);
+    return false;
+  }
+  if (!link->has_room(1)) return false;
+  wire::Request r{};
+  r.src_qpn = o.qpn;
+  r.dst_qpn = ud ? w.ud_qpn : o.dst_qpn;
+  r.seq = o.sent;
+  r.opcode = w.opcode;
+  r.qp_type = o.info.type;
+  r.imm_data = w.imm_data;
+  r.rkey = w.rkey;
+  r.remote_addr = w.remote_addr;
+  r.compare_add = w.compare_add;
+  r.swap = w.swap;
+  r.qkey = w.ud_qkey;
+  r.src_ipv4 = o.info.ipv4;
+  if (ud) memcpy(&r.dst_ipv4, w.dgid + 12, 4);
+  r.solicited = (w.send_flags & IBV_SEND_SOLICITED) != 0;
+  r.rnr_retry = static_cast<uint8_t>(o.qp->rnr_retry.load(std::memory_order_relaxed) & 7);
+  r.timeout = static_cast<uint8_t>(o.qp->timeout.load(std::memory_order_relaxed) & 31);
+  r.retry_cnt = static_cast<uint8_t>(o.qp->retry_cnt.load(std::memory_order_relaxed) & 7);
+
+  shm::Seg data[shm::kMaxSendSge];
+  int nseg = 0;
+  uint64_t total = 0;
+  if (w.inline_len) {
+    data[nseg++] = shm::Seg{const_cast<uint8_t*>(w.inline_data), w.inline_len};
+    total = w.inline_len;
+  } else {
+    uint32_t access = carries_data(w.opcode) ? 0 : IBV_ACCESS_LOCAL_WRITE;
+    for (uint32_t i = 0; i < w.num_sge; ++i) {
+      const ibv_sge& s = w.sge[i];
+      uint8_t* p = s.length ? o.peer->translate(s.lkey, s.addr, s.length, access) : nullptr;
+      if (s.length && !p) {
+        // Deregistered since it was posted: a local protection error, in order.
+        if (o.done != o.sent) return false;
+        complete(o, w, IBV_WC_LOC_PROT_ERR, 0);
+        ++o.sent;
+        fail(o, IBV_WC_WR_FLUSH_ERR, true);
+        return false;
+      }
+      data[nseg++] = shm::Seg{p, s.length};
+      total += s.length;
+    }
+  }
+  r.length = is_atomic(w.opcode) ? 8 : total;
+  bool sent;
+  if (carries_data(w.opcode)) {
+    sent = link->send(wire::Type::kRequest, &r, sizeof(r), data, nseg, total, ud);
+  } else {
+    sent = link->send(wire::Type::kRequest, &r, sizeof(r));
+  }
+  if (!sent) return false;
+  if (ud) {
+    complete(o, w, IBV_WC_SUCCESS, static_cast<uint32_t>(total));
+    ++o.sent;
+    return true;
+  }
+  if (o.done == o.sent) o.oldest_ns = now;
+  ++o.sent;
+  return true;
+}
+
+bool Router::pump(Outbound& o, int64_t now) {
+  if (o.qp->gone.load(std::memory_order_relaxed)) return false;
+  uint32_t st = o.qp->state.load(std::memory_order_acquire);
+  uint64_t tail = o.sq->tail.load(std::memory_order_acquire);
+  if (st == IBV_QPS_RESET) {
+    // A reset drops the queue; the QP may be connected again later.
+    if (o.done != tail) {
+      o.done = o.sent = tail;
+      o.sq->done.store(tail, std::memory_order_release);
+    }
+    o.failed = false;
+    return false;
+  }
+  bool work = false;
+  if (st == IBV_QPS_ERR && !o.failed) {
+    fail(o, IBV_WC_WR_FLUSH_ERR, false);
+    work = true;
+  }
+  if (o.failed) {
+    while (o.done < tail) {
+      Wqe w;
+      read_wqe(o, o.done, w);
+      complete(o, w, IBV_WC_WR_FLUSH_ERR, 0);
+      work = true;
+    }
+    o.sent = o.done;
+    return work;
+  }
+  while (o.sent < tail) {
+    Wqe w;
+    bool ok = read_wqe(o, o.sent, w);
+    if (!ok || w.status != IBV_WC_SUCCESS) {
+      // A request the owner found bad: it fails once everything before it completed.
+      if (o.done != o.sent) break;
+      complete(o, w, ok ? static_cast<ibv_wc_status>(w.status) : IBV_WC_LOC_QP_OP_ERR, 0);
+      ++o.sent;
+      fail(o, IBV_WC_WR_FLUSH_ERR, true);
+      return true;
+    }
+    if (!send_wqe(o, w, now)) break;
+    work = true;
+    if (o.failed) break;
+  }
+  return work;
+}
+
+void Router::on_response(Link& link, const wire::Response& r, uint32_t payload, Sink& sink) {
+  auto it = outbound_.find(r.src_qpn);
+  if (it == outbound_.end()) return;
+  Outbound& o = *it->second;
+  if (o.failed || o.done == o.sent || r.seq != o.done || o.link_id != link.id()) return;
+  Wqe w;
+  if (!read_wqe(o, o.done, w)) return;
+  auto st = static_cast<ibv_wc_status>(r.status);
+  if (st == IBV_WC_SUCCESS && w.opcode == IBV_WR_RDMA_READ && payload) {
+    RxFrame& f = frame(link.id());
+    f.kind = RxFrame::Kind::kReadData;
+    f.qpn = o.qpn;
+    f.seq = r.seq;
+    f.byte_len = r.byte_len;
+    f.status = IBV_WC_SUCCESS;
+    uint64_t room = 0;
+    for (uint32_t i = 0; i < w.num_sge; ++i) {
+      const ibv_sge& s = w.sge[i];
+      uint8_t* p = s.length ? o.peer->translate(s.lkey, s.addr, s.length, IBV_ACCESS_LOCAL_WRITE)
+                            : nullptr;
+      if (s.length && !p) {
+        f.status = IBV_WC_LOC_PROT_ERR;
+        return;  // discard the data
+      }
+      sink.segs[sink.nsegs++] = shm::Seg{p, s.length};
+      room += s.length;
+    }
+    if (room < payload) {
+      f.status = IBV_WC_LOC_LEN_ERR;
+      sink.nsegs = 0;
+      return;
+    }
+    sink.discard = false;
+    return;
+  }
+  if (st == IBV_WC_SUCCESS && is_atomic(w.opcode)) {
+    const ibv_sge& s = w.sge[0];
+    uint8_t* p = w.num_sge ? o.peer->translate(s.lkey, s.addr, 8, IBV_ACCESS_LOCAL_WRITE) : nullptr;
+    if (!p) {
+      st = IBV_WC_LOC_PROT_ERR;
+    } else {
+      memcpy(p, &r.atomic_old, 8);
+    }
+  }
+  uint32_t len = static_cast<uint32_t>(r.byte_len);
+  complete(o, w, st, len);
+  if (st != IBV_WC_SUCCESS) {
+    fail(o, IBV_WC_WR_FLUSH_ERR, true);
+    return;
+  }
+  o.oldest_ns = now_;
+}
+
+void Router::check_timeouts(int64_t now) {
+  std::vector<uint32_t> silent;
+  for (auto& [qpn, op] : outbound_) {
+    Outbound& o = *op;
+    if (o.failed || o.done == o.sent || o.info.type == IBV_QPT_UD) continue;
+    Link* l = find_link(o.link_id);
+    if (!l || !l->connected()) continue;
+    if (now - l->last_ping_ns > kPingIntervalNs && l->has_room()) {
+      wire::Ping p{static_cast<uint64_t>(now)};
+      l->send(wire::Type::kPing, &p, sizeof(p));
+      l->last_ping_ns = now;
+    }
+    uint32_t t = o.qp->timeout.load(std::memory_order_relaxed) & 31;
+    if (t == 0) continue;  // infinite
+    int64_t bound = shm::ack_timeout_ns(t) * (int64_t(o.qp->retry_cnt.load() & 7) + 1);
+    bound = std::max(bound, kMinSilenceNs);
+    if (now - o.oldest_ns > bound && now - l->last_rx_ns > bound) {
+      LOG_WARN("router: QP 0x%x: no answer from host %u for %lld ms (timeout %u, retry_cnt %u)",
+               o.qpn, l->host_id, static_cast<long long>((now - l->last_rx_ns) / 1000000), t,
+               o.qp->retry_cnt.load() & 7);
+      silent.push_back(l->id());
+    }
+  }
+  for (uint32_t id : silent)
+    if (Link* l = find_link(id)) close_link(*l, "peer silent");
+}
+
+}  // namespace vrdma::daemon
