@@ -52,8 +52,17 @@ def vrdma(*args, timeout=60, check=True):
 
 
 def container_ip(name):
-    m = re.fullmatch(r"h(\d+)c(\d+)", name)
-    return f"10.77.{int(m.group(1))}.{10 + int(m.group(2))}"
+    """The address of a container of the sandbox that is up, from its state file (the address
+    plan lives in the vrdma command alone)."""
+    try:
+        with open(os.path.join(RUN_DIR, "sandbox.json")) as f:
+            state = json.load(f)
+    except OSError as e:
+        raise RuntimeError(f"no sandbox is up ({e})") from e
+    for c in state.get("containers", []):
+        if c["name"] == name:
+            return c["ip"]
+    raise KeyError(f"the sandbox has no container {name}")
 
 
 class Proc:

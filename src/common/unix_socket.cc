@@ -53,13 +53,13 @@ int unix_listen(const std::string& path, int backlog) {
   return fd;
 }
 
-int send_packet(int fd, proto::Op op, uint32_t seq, int32_t status, const void* payload,
-                size_t len, std::span<const int> fds) {
+int send_packet(int fd, proto::Op op, uint32_t seq, int32_t status, const void* payload, size_t len,
+                std::span<const int> fds) {
   if (len > proto::kMaxMessage - sizeof(proto::Header) ||
       fds.size() > static_cast<size_t>(proto::kMaxFdsPerMessage))
-    return -EMSGSIZE;
-  proto::Header h{proto::kMagic, static_cast<uint16_t>(op), 0, seq, status,
-                  static_cast<uint32_t>(len)};
+    return EMSGSIZE;
+  proto::Header h{proto::kMagic, static_cast<uint16_t>(op), 0, seq,
+                  status,        static_cast<uint32_t>(len)};
   iovec iov[2] = {{&h, sizeof(h)}, {const_cast<void*>(payload), len}};
   msghdr msg{};
   msg.msg_iov = iov;
@@ -77,7 +77,7 @@ int send_packet(int fd, proto::Op op, uint32_t seq, int32_t status, const void* 
   for (;;) {
     ssize_t n = ::sendmsg(fd, &msg, MSG_NOSIGNAL);
     if (n >= 0) return 0;
-    if (errno != EINTR) return -errno;
+    if (errno != EINTR) return errno;
   }
 }
 

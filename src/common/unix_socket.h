@@ -34,9 +34,9 @@ int unix_connect(const std::string& path);
 // Creates a listening socket at path (removing a stale one). Returns fd or -errno.
 int unix_listen(const std::string& path, int backlog = 128);
 
-// Sends one packet. Returns 0 or -errno. Never raises SIGPIPE.
-int send_packet(int fd, proto::Op op, uint32_t seq, int32_t status, const void* payload,
-                size_t len, std::span<const int> fds = {});
+// Sends one packet. Returns 0 or a positive errno. Never raises SIGPIPE.
+int send_packet(int fd, proto::Op op, uint32_t seq, int32_t status, const void* payload, size_t len,
+                std::span<const int> fds = {});
 
 // Receives one packet. Returns payload length (>= 0), 0 with header.len 0 for
 // an empty payload, or -errno; -ECONNRESET when the peer has closed.

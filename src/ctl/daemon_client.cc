@@ -12,6 +12,7 @@
 #include <cstring>
 #include <memory>
 
+#include "common/control_ops.h"
 #include "common/unix_socket.h"
 #include "ctl/error.h"
 
@@ -34,17 +35,6 @@ int connect_with_timeout(const std::string& path, int timeout_ms) {
   ::setitimer(ITIMER_REAL, &off, nullptr);
   ::sigaction(SIGALRM, &old, nullptr);
   return fd;
-}
-
-const char* op_name(proto::Op op) {
-  switch (op) {
-    case proto::Op::kHello:
-      return "Hello";
-    case proto::Op::kStatus:
-      return "Status";
-    default:
-      return "request";
-  }
 }
 
 }  // namespace
@@ -87,9 +77,9 @@ std::string DaemonClient::status() {
 
 std::string DaemonClient::call(proto::Op op, const void* payload, size_t len) {
   const uint32_t seq = ++seq_;
-  const std::string what = std::string(op_name(op)) + " to vrdmad at " + socket_;
-  if (int rc = send_packet(fd_, op, seq, 0, payload, len); rc < 0)
-    throw Error(errno_text("cannot send " + what, -rc));
+  const std::string what = std::string(proto::op_name(op)) + " to vrdmad at " + socket_;
+  if (int err = send_packet(fd_, op, seq, 0, payload, len))
+    throw Error(errno_text("cannot send " + what, err));
 
   using Clock = std::chrono::steady_clock;
   auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms_);
@@ -113,7 +103,7 @@ std::string DaemonClient::call(proto::Op op, const void* payload, size_t len) {
       throw Error("unexpected reply to " + what + " (op " + std::to_string(packet->header.op) +
                   ", seq " + std::to_string(packet->header.seq) + ")");
     if (packet->header.status != 0)
-      throw Error("vrdmad refused " + std::string(op_name(op)) + ": " +
+      throw Error("vrdmad refused " + std::string(proto::op_name(op)) + ": " +
                   std::strerror(packet->header.status));
     return std::string(reinterpret_cast<const char*>(packet->payload), packet->header.len);
   }

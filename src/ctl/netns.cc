@@ -12,12 +12,13 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
-#include <cstring>
 #include <cstdlib>
+#include <cstring>
 #include <regex>
 #include <set>
 #include <utility>
 
+#include "common/unique_fd.h"
 #include "ctl/error.h"
 
 namespace vrdma::ctl {
@@ -25,20 +26,6 @@ namespace vrdma::ctl {
 namespace {
 
 constexpr long kNsfsMagic = 0x6e736673;  // NSFS_MAGIC
-
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
 
 int open_netns(const std::string& netns) {
   std::string path = netns_path(netns);
@@ -109,7 +96,7 @@ bool netns_alive(const std::string& netns) {
 }
 
 void enter_netns(const std::string& netns) {
-  Fd fd(open_netns(netns));
+  UniqueFd fd(open_netns(netns));
   if (::setns(fd.get(), CLONE_NEWNET) < 0)
     throw Error(errno_text("cannot enter network namespace " + netns, errno));
 }
@@ -137,7 +124,7 @@ ScopedNetns::~ScopedNetns() {
 void write_sysctl_in(const std::string& netns, const std::string& proc_path,
                      const std::string& value) {
   ScopedNetns in(netns);
-  Fd fd(::open(proc_path.c_str(), O_WRONLY | O_CLOEXEC));
+  UniqueFd fd(::open(proc_path.c_str(), O_WRONLY | O_CLOEXEC));
   if (fd.get() < 0 ||
       ::write(fd.get(), value.data(), value.size()) != static_cast<ssize_t>(value.size()))
     throw Error(errno_text("cannot write " + proc_path + " in " + netns, errno));
@@ -153,9 +140,9 @@ bool remount_sys_for_current_netns() {
 
 pid_t spawn_in_netns(const std::string& netns, const std::vector<std::string>& argv,
                      const std::string& log) {
-  Fd log_fd(::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
+  UniqueFd log_fd(::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
   if (log_fd.get() < 0) throw Error(errno_text("cannot open " + log, errno));
-  Fd netns_fd(open_netns(netns));
+  UniqueFd netns_fd(open_netns(netns));
   std::vector<std::string> args = argv;
   std::vector<char*> ptrs;
   for (auto& a : args) ptrs.push_back(a.data());

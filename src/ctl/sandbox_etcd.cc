@@ -12,6 +12,7 @@
 #include <chrono>
 #include <iostream>
 
+#include "common/unique_fd.h"
 #include "ctl/error.h"
 #include "ctl/files.h"
 #include "ctl/netns.h"
@@ -27,20 +28,6 @@ using Clock = std::chrono::steady_clock;
 constexpr int kProbeTimeoutMs = 500;
 constexpr const char* kEtcdName = "vrdma-sandbox";  // the member's name
 
-class SocketFd {
- public:
-  explicit SocketFd(int fd) : fd_(fd) {}
-  ~SocketFd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  SocketFd(const SocketFd&) = delete;
-  SocketFd& operator=(const SocketFd&) = delete;
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
-
 bool wait_ready(int fd, short events, Clock::time_point deadline) {
   auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
   pollfd p{fd, events, 0};
@@ -55,7 +42,7 @@ bool etcd_healthy(const std::string& netns, const std::string& ip, int port) {
     ScopedNetns in(netns);  // the socket belongs to the namespace it was made in
     raw_fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   }
-  SocketFd fd(raw_fd);
+  UniqueFd fd(raw_fd);
   if (fd.get() < 0) return false;
   sockaddr_in sa{};
   sa.sin_family = AF_INET;

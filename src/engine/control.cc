@@ -44,7 +44,7 @@ int Control::call(proto::Op op, const void* req, size_t len, Packet* reply, cons
   if (lost_) return ENODEV;
   uint32_t seq = ++seq_;
   if (seq == 0) seq = ++seq_;
-  if (send_packet(fd_, op, seq, 0, req, len, std::span<const int>(fds, nfds)) < 0) {
+  if (send_packet(fd_, op, seq, 0, req, len, std::span<const int>(fds, nfds)) != 0) {
     mark_lost();
     return ENODEV;
   }

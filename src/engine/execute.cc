@@ -3,6 +3,7 @@
 // Work for another host goes to the router instead (route.cc).
 #include <string.h>
 
+#include "common/address.h"
 #include "engine/qp.h"
 #include "shm/respond.h"
 
@@ -14,7 +15,7 @@ const shm::PeerQp* Qp::ud_peer(const ibv_send_wr& wr) {
   uint32_t ip = 0;
   if (ah->attr.is_global) {
     memcpy(gid, ah->attr.grh.dgid.raw, 16);
-    memcpy(&ip, gid + 12, 4);
+    gid_to_ipv4(gid, &ip);
   }
   uint64_t key = uint64_t(ip) << 32 | wr.wr.ud.remote_qpn;
   auto it = ud_peers_.find(key);
@@ -76,7 +77,7 @@ shm::Incoming Qp::incoming(const ibv_send_wr& wr, uint64_t total) const {
     in.qkey = (wr.wr.ud.remote_qkey & 0x80000000u) ? attr_.qkey : wr.wr.ud.remote_qkey;
     in.src_ipv4 = pd_->context().device().info().ipv4;
     const Ah* ah = reinterpret_cast<const Ah*>(wr.wr.ud.ah);
-    if (ah->attr.is_global) memcpy(&in.dst_ipv4, ah->attr.grh.dgid.raw + 12, 4);
+    if (ah->attr.is_global) gid_to_ipv4(ah->attr.grh.dgid.raw, &in.dst_ipv4);
   } else if (wr.opcode == IBV_WR_ATOMIC_CMP_AND_SWP || wr.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) {
     in.rkey = wr.wr.atomic.rkey;
     in.remote_addr = wr.wr.atomic.remote_addr;

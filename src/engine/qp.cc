@@ -8,7 +8,6 @@
 
 namespace vrdma {
 
-
 namespace {
 constexpr uint32_t kMaxWr = 16384;
 constexpr uint32_t kMaxInline = 4096;
@@ -118,18 +117,17 @@ Transition transition(ibv_qp_type t, ibv_qp_state from, ibv_qp_state to) {
       if (rc)
         return {IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
                     IBV_QP_MAX_QP_RD_ATOMIC,
-                IBV_QP_CUR_STATE | IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS |
-                    IBV_QP_MIN_RNR_TIMER | IBV_QP_PATH_MIG_STATE};
-      return {IBV_QP_SQ_PSN, IBV_QP_CUR_STATE | IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS |
-                                 IBV_QP_PATH_MIG_STATE};
+                IBV_QP_CUR_STATE | IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS | IBV_QP_MIN_RNR_TIMER |
+                    IBV_QP_PATH_MIG_STATE};
+      return {IBV_QP_SQ_PSN,
+              IBV_QP_CUR_STATE | IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS | IBV_QP_PATH_MIG_STATE};
     case IBV_QPS_RTS:
       if (to == IBV_QPS_RTS || to == IBV_QPS_SQD)
         return {none, IBV_QP_CUR_STATE | IBV_QP_ACCESS_FLAGS | IBV_QP_ALT_PATH |
                           IBV_QP_PATH_MIG_STATE | IBV_QP_MIN_RNR_TIMER | IBV_QP_QKEY};
       break;
     case IBV_QPS_SQD:
-      if (to == IBV_QPS_RTS || to == IBV_QPS_SQD)
-        return {none, ~0};
+      if (to == IBV_QPS_RTS || to == IBV_QPS_SQD) return {none, ~0};
       break;
     case IBV_QPS_SQE:
       if (to == IBV_QPS_RTS) return {none, IBV_QP_CUR_STATE | IBV_QP_ACCESS_FLAGS | IBV_QP_QKEY};
@@ -141,14 +139,12 @@ Transition transition(ibv_qp_type t, ibv_qp_state from, ibv_qp_state to) {
 }
 }  // namespace
 
-int Qp::modify(const ibv_qp_attr& attr, int mask) {
-  Device& dev = context().device();
-  ibv_qp_state cur = state();
+// Whether `attr`/`mask` make a valid modify from state `cur`; 0 or EINVAL.
+int Qp::check_modify(const ibv_qp_attr& attr, int mask, ibv_qp_state cur) const {
   if ((mask & IBV_QP_CUR_STATE) && attr.cur_qp_state != cur && attr.cur_qp_state != IBV_QPS_SQE)
     return EINVAL;
-  ibv_qp_state next = (mask & IBV_QP_STATE) ? attr.qp_state : cur;
   if (mask & IBV_QP_STATE) {
-    Transition t = transition(type_, cur, next);
+    Transition t = transition(type_, cur, attr.qp_state);
     if (t.required < 0) return EINVAL;
     int given = mask & ~(IBV_QP_STATE | IBV_QP_CUR_STATE);
     if ((given & t.required) != t.required) return EINVAL;
@@ -160,23 +156,12 @@ int Qp::modify(const ibv_qp_attr& attr, int mask) {
   if ((mask & IBV_QP_MAX_QP_RD_ATOMIC) && attr.max_rd_atomic > 16) return EINVAL;
   if ((mask & IBV_QP_MAX_DEST_RD_ATOMIC) && attr.max_dest_rd_atomic > 16) return EINVAL;
   if ((mask & IBV_QP_AV) && attr.ah_attr.port_num > 1) return EINVAL;
+  return 0;
+}
 
-  if (next == IBV_QPS_RTR && cur == IBV_QPS_INIT && type_ != IBV_QPT_UD) {
-    const uint8_t* gid = attr.ah_attr.is_global ? attr.ah_attr.grh.dgid.raw : nullptr;
-    memset(dest_gid_, 0, sizeof(dest_gid_));
-    if (gid) memcpy(dest_gid_, gid, 16);
-    shm::PeerQp p;
-    peer_wanted_ = true;
-    // An unknown destination is not an error here: as on a fabric, sends to
-    // it will time out. The connection is retried at the first send.
-    if (connect_peer(attr.dest_qp_num, dest_gid_, p) == 0) {
-      std::lock_guard lock(lock_);
-      peer_ = std::move(p);
-      routed_ = peer_.routed;
-    }
-  }
-
-  std::lock_guard lock(lock_);
+// Keeps what `mask` sets: the attributes peers and the router read in shared memory, and the
+// rest for query.
+void Qp::store_attributes(const ibv_qp_attr& attr, int mask) {
   if (mask & IBV_QP_ACCESS_FLAGS) shared_->access.store(attr.qp_access_flags);
   if (mask & IBV_QP_QKEY) shared_->qkey.store(attr.qkey);
   if (mask & IBV_QP_MIN_RNR_TIMER) shared_->min_rnr_timer.store(attr.min_rnr_timer & 31);
@@ -199,8 +184,32 @@ int Qp::modify(const ibv_qp_attr& attr, int mask) {
   if (keep & IBV_QP_TIMEOUT) attr_.timeout = attr.timeout;
   if (keep & IBV_QP_RETRY_CNT) attr_.retry_cnt = attr.retry_cnt;
   if (keep & IBV_QP_RNR_RETRY) attr_.rnr_retry = attr.rnr_retry;
-  if (!(mask & IBV_QP_STATE)) return 0;
+}
 
+// INIT -> RTR of a connected QP: find its destination. An unknown destination is not an
+// error here: as on a fabric, sends to it will time out. The connection is retried at the
+// first send.
+void Qp::connect_destination(const ibv_qp_attr& attr) {
+  memset(dest_gid_, 0, sizeof(dest_gid_));
+  if (attr.ah_attr.is_global) memcpy(dest_gid_, attr.ah_attr.grh.dgid.raw, 16);
+  shm::PeerQp p;
+  peer_wanted_ = true;
+  if (connect_peer(attr.dest_qp_num, dest_gid_, p) == 0) {
+    std::lock_guard lock(lock_);
+    peer_ = std::move(p);
+    routed_ = peer_.routed;
+  }
+}
+
+int Qp::modify(const ibv_qp_attr& attr, int mask) {
+  const ibv_qp_state cur = state();
+  if (int err = check_modify(attr, mask, cur)) return err;
+  const ibv_qp_state next = (mask & IBV_QP_STATE) ? attr.qp_state : cur;
+  if (next == IBV_QPS_RTR && cur == IBV_QPS_INIT && type_ != IBV_QPT_UD) connect_destination(attr);
+
+  std::lock_guard lock(lock_);
+  store_attributes(attr, mask);
+  if (!(mask & IBV_QP_STATE)) return 0;
   if (next == IBV_QPS_RESET) {
     flush_locked();
     pend_head_ = pend_count_ = 0;
@@ -221,7 +230,6 @@ int Qp::modify(const ibv_qp_attr& attr, int mask) {
     flush_locked();
     flush_recv();
   }
-  (void)dev;
   return 0;
 }
 
@@ -316,26 +324,9 @@ void Qp::flush_recv() {
 
 int Qp::validate(const ibv_send_wr& wr) const {
   if (wr.num_sge < 0 || static_cast<uint32_t>(wr.num_sge) > cap_.max_send_sge) return EINVAL;
-  switch (wr.opcode) {
-    case IBV_WR_SEND:
-    case IBV_WR_SEND_WITH_IMM:
-      break;
-    case IBV_WR_RDMA_WRITE:
-    case IBV_WR_RDMA_WRITE_WITH_IMM:
-      if (type_ == IBV_QPT_UD) return EINVAL;
-      break;
-    case IBV_WR_RDMA_READ:
-    case IBV_WR_ATOMIC_CMP_AND_SWP:
-    case IBV_WR_ATOMIC_FETCH_AND_ADD:
-      if (type_ != IBV_QPT_RC) return EINVAL;
-      break;
-    default:
-      return EINVAL;
-  }
+  if (!shm::opcode_allowed(type_, wr.opcode)) return EINVAL;
   if (wr.send_flags & IBV_SEND_INLINE) {
-    if (wr.opcode == IBV_WR_RDMA_READ || wr.opcode == IBV_WR_ATOMIC_CMP_AND_SWP ||
-        wr.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD)
-      return EINVAL;
+    if (shm::returns_data(wr.opcode)) return EINVAL;
     uint64_t len = 0;
     for (int i = 0; i < wr.num_sge; ++i) len += wr.sg_list[i].length;
     if (len > cap_.max_inline_data) return EINVAL;
@@ -358,27 +349,9 @@ void Qp::complete(const ibv_send_wr& wr, const Result& r) {
   wc.wr_id = wr.wr_id;
   wc.status = r.status;
   wc.qp_num = qpn_;
-  switch (wr.opcode) {
-    case IBV_WR_RDMA_WRITE:
-    case IBV_WR_RDMA_WRITE_WITH_IMM:
-      wc.opcode = IBV_WC_RDMA_WRITE;
-      break;
-    case IBV_WR_RDMA_READ:
-      wc.opcode = IBV_WC_RDMA_READ;
-      wc.byte_len = r.byte_len;
-      break;
-    case IBV_WR_ATOMIC_CMP_AND_SWP:
-      wc.opcode = IBV_WC_COMP_SWAP;
-      wc.byte_len = 8;
-      break;
-    case IBV_WR_ATOMIC_FETCH_AND_ADD:
-      wc.opcode = IBV_WC_FETCH_ADD;
-      wc.byte_len = 8;
-      break;
-    default:
-      wc.opcode = IBV_WC_SEND;
-      break;
-  }
+  wc.opcode = shm::completion_opcode(wr.opcode);
+  if (wr.opcode == IBV_WR_RDMA_READ) wc.byte_len = r.byte_len;
+  if (shm::is_atomic(wr.opcode)) wc.byte_len = 8;
   send_cq_->push(wc, false);
 }
 

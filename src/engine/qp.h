@@ -2,17 +2,17 @@
 // opcode against the destination's shared memory (execute.cc).
 #pragma once
 
+#include <infiniband/verbs.h>
+
 #include <atomic>
 #include <cstdint>
 #include <memory>
 #include <unordered_map>
 #include <vector>
 
-#include <infiniband/verbs.h>
-
+#include "common/clock.h"
 #include "engine/objects.h"
 #include "shm/peer.h"
-#include "common/clock.h"
 #include "shm/respond.h"
 #include "shm/work_request.h"
 
@@ -71,11 +71,15 @@ class Qp {
     ibv_sge sge[shm::kMaxSendSge];
   };
 
+  int check_modify(const ibv_qp_attr& attr, int mask, ibv_qp_state cur) const;
+  void store_attributes(const ibv_qp_attr& attr, int mask);  // requires lock_
+  void connect_destination(const ibv_qp_attr& attr);
+
   Result execute(const ibv_send_wr& wr);
   ibv_wc_status gather(const ibv_send_wr& wr, shm::Seg* local, int& nl, uint64_t& total) const;
   shm::Incoming incoming(const ibv_send_wr& wr, uint64_t total) const;
   Result route(const ibv_send_wr& wr, const shm::PeerQp& peer);  // route.cc
-  int init_route_queue();                                    // route.cc
+  int init_route_queue();                                        // route.cc
   const shm::PeerQp* connected_peer();
   const shm::PeerQp* ud_peer(const ibv_send_wr& wr);
   int connect_peer(uint32_t dest_qpn, const uint8_t* gid, shm::PeerQp& out);

@@ -13,6 +13,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 namespace vrdma::shm {
 
@@ -70,7 +71,7 @@ struct alignas(kCacheLine) RecvQueue {
   uint32_t max_sge;
   uint32_t entry_size;
   uint32_t is_srq;
-  std::atomic<uint32_t> limit;  // SRQ limit; 0 = not armed
+  std::atomic<uint32_t> limit;                     // SRQ limit; 0 = not armed
   alignas(kCacheLine) std::atomic<uint64_t> head;  // consumers
   alignas(kCacheLine) std::atomic<uint64_t> tail;  // producer
   alignas(kCacheLine) unsigned char entries[];
@@ -100,11 +101,11 @@ static_assert(sizeof(Cqe) == 64);
 // A completion queue: many producers (the owner for its send completions, peers
 // for receive completions), one consumer (the owner).
 struct alignas(kCacheLine) CqShared {
-  uint32_t capacity;  // power of two
-  uint32_t channel_fd_id;  // 0: no completion channel
-  std::atomic<uint32_t> armed;      // 1: next completion raises an event; 2: solicited only
-  std::atomic<uint32_t> events;     // events raised and not yet taken by ibv_get_cq_event
-  std::atomic<uint32_t> overflow;   // a producer found the queue full
+  uint32_t capacity;               // power of two
+  uint32_t channel_fd_id;          // 0: no completion channel
+  std::atomic<uint32_t> armed;     // 1: next completion raises an event; 2: solicited only
+  std::atomic<uint32_t> events;    // events raised and not yet taken by ibv_get_cq_event
+  std::atomic<uint32_t> overflow;  // a producer found the queue full
   alignas(kCacheLine) std::atomic<uint64_t> head;
   alignas(kCacheLine) std::atomic<uint64_t> tail;
   alignas(kCacheLine) Cqe entries[];
@@ -133,7 +134,7 @@ struct alignas(kCacheLine) QpShared {
   std::atomic<uint32_t> min_rnr_timer;
   uint32_t sq_offset;  // SendQueue for work the router carries (another host)
   // What the router needs to carry the QP's work as the QP's attributes say.
-  std::atomic<uint32_t> timeout;    // local ACK timeout exponent (4.096 us << timeout)
+  std::atomic<uint32_t> timeout;  // local ACK timeout exponent (4.096 us << timeout)
   std::atomic<uint32_t> retry_cnt;
   std::atomic<uint32_t> rnr_retry;
   uint32_t sq_sig_all;
@@ -149,16 +150,16 @@ struct RouteWqe {
   uint32_t imm_data;    // as the application gave it (network order)
   uint32_t num_sge;     // gather entries; 0 with inline data
   uint32_t rkey;
-  uint32_t status;      // nonzero: the owner found it bad; complete with this ibv_wc_status
+  uint32_t status;  // nonzero: the owner found it bad; complete with this ibv_wc_status
   uint64_t remote_addr;
   uint64_t compare_add;
   uint64_t swap;
-  uint32_t ud_qpn;      // UD destination
+  uint32_t ud_qpn;  // UD destination
   uint32_t ud_qkey;
   uint8_t dgid[16];     // UD destination (::ffff:a.b.c.d)
   uint32_t inline_len;  // inline bytes, stored after the gather list
   uint32_t reserved;
-  ibv_sge sge[];        // [max_sge] then [max_inline] bytes
+  ibv_sge sge[];  // [max_sge] then [max_inline] bytes
 };
 
 // The queue of RouteWqe of one QP: one producer (the owner), one consumer (the router),
@@ -179,6 +180,22 @@ inline constexpr uint32_t route_wqe_size(uint32_t max_sge, uint32_t max_inline) 
   uint32_t n = static_cast<uint32_t>(sizeof(RouteWqe) + max_sge * sizeof(ibv_sge) + max_inline);
   return (n + kCacheLine - 1) & ~(kCacheLine - 1);
 }
+
+// Every process that maps an arena reads it with this exact layout: pin sizes and the cache-line
+// placement of the fields that producers and consumers write from different processes.
+static_assert(sizeof(ArenaHeader) == 64 && sizeof(MrSegment) == 24 && sizeof(MrEntry) == 248);
+static_assert(sizeof(RecvQueue) == 192 && offsetof(RecvQueue, head) == 64 &&
+              offsetof(RecvQueue, tail) == 128 && offsetof(RecvQueue, entries) == 192);
+static_assert(sizeof(RecvEntry) == 24 && sizeof(Cqe) == 64);
+static_assert(sizeof(CqShared) == 192 && offsetof(CqShared, head) == 64 &&
+              offsetof(CqShared, tail) == 128 && offsetof(CqShared, entries) == 192);
+static_assert(sizeof(QpCounters) == 128 && offsetof(QpCounters, rx_ops) == 64);
+static_assert(sizeof(QpShared) == 192 && offsetof(QpShared, counters) == 64);
+static_assert(sizeof(RouteWqe) == 88 && offsetof(RouteWqe, sge) == 88);
+static_assert(sizeof(SendQueue) == 192 && offsetof(SendQueue, tail) == 64 &&
+              offsetof(SendQueue, done) == 128 && offsetof(SendQueue, entries) == 192);
+static_assert(std::atomic<uint64_t>::is_always_lock_free &&
+              std::atomic<uint32_t>::is_always_lock_free);
 
 // Offsets read from a peer's arena must point inside it with room for `bytes`.
 inline bool offset_ok(uint64_t arena_size, uint64_t offset, uint64_t bytes) {

@@ -45,7 +45,7 @@ class KilledProgram(unittest.TestCase):
         self.assertEqual(len(mine), 1, st)
         self.assertEqual(len(mine[0]["qps"]), 1)
         self.assertEqual(len(mine[0]["mrs"]), 1)
-        self.assertEqual(mine[0]["ip"], "10.77.0.10")
+        self.assertEqual(mine[0]["ip"], container_ip("h0c0"))
         s.kill()
         s.wait(10)
         self.assertTrue(wait_for(lambda: not verbs_clients(SB.status()), 5), SB.status())

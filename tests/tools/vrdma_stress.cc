@@ -24,6 +24,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -41,8 +42,8 @@
 
 namespace {
 
-constexpr int kDepth = 16;       // client operations in flight (a write+read pair is one)
-constexpr int kRecvDepth = 64;   // receives the server keeps posted
+constexpr int kDepth = 16;      // client operations in flight (a write+read pair is one)
+constexpr int kRecvDepth = 64;  // receives the server keeps posted
 // WRITE_WITH_IMM regions on the server, indexed by seq % kImmRegions. A message can only be
 // posted after the ones kDepth before it were acknowledged, and every acknowledged message
 // consumed one of the kRecvDepth receives, so a region is never rewritten before the server
@@ -50,10 +51,17 @@ constexpr int kRecvDepth = 64;   // receives the server keeps posted
 constexpr int kImmRegions = 128;
 constexpr uint32_t kMagic = 0x76537472;  // "vStr"
 constexpr uint32_t kMaxSize = 65536;
-constexpr int kAcceptSeconds = 120;      // how long a server waits for its client
-constexpr int kGraceSeconds = 30;        // beyond --seconds, for setup, draining and counters
+constexpr int kAcceptSeconds = 120;  // how long a server waits for its client
+constexpr int kGraceSeconds = 30;    // beyond --seconds, for setup, draining and counters
 
 using Clock = std::chrono::steady_clock;
+
+// SIGINT or SIGTERM to a client ends its load early; it then drains, exchanges counters and
+// reports as after --seconds.
+volatile sig_atomic_t g_interrupted = 0;
+void on_interrupt(int) {
+  g_interrupted = 1;
+}
 
 [[noreturn]] void die(const char* fmt, ...) {
   va_list ap;
@@ -372,13 +380,20 @@ int poll_or_wait(Rdma& r, ibv_wc* wc, int max, int ms, int extra_fd = -1) {
 
 const char* opcode_name(int op) {
   switch (op) {
-    case IBV_WR_SEND: return "SEND";
-    case IBV_WR_SEND_WITH_IMM: return "SEND_WITH_IMM";
-    case IBV_WR_RDMA_WRITE: return "RDMA_WRITE";
-    case IBV_WR_RDMA_WRITE_WITH_IMM: return "RDMA_WRITE_WITH_IMM";
-    case IBV_WR_RDMA_READ: return "RDMA_READ";
-    case IBV_WR_ATOMIC_FETCH_AND_ADD: return "ATOMIC_FETCH_AND_ADD";
-    case IBV_WR_ATOMIC_CMP_AND_SWP: return "ATOMIC_CMP_AND_SWP";
+    case IBV_WR_SEND:
+      return "SEND";
+    case IBV_WR_SEND_WITH_IMM:
+      return "SEND_WITH_IMM";
+    case IBV_WR_RDMA_WRITE:
+      return "RDMA_WRITE";
+    case IBV_WR_RDMA_WRITE_WITH_IMM:
+      return "RDMA_WRITE_WITH_IMM";
+    case IBV_WR_RDMA_READ:
+      return "RDMA_READ";
+    case IBV_WR_ATOMIC_FETCH_AND_ADD:
+      return "ATOMIC_FETCH_AND_ADD";
+    case IBV_WR_ATOMIC_CMP_AND_SWP:
+      return "ATOMIC_CMP_AND_SWP";
   }
   return "?";
 }
@@ -400,12 +415,14 @@ void print_summary(const char* role, const Counters& c) {
               " send_imm=%" PRIu64 " write=%" PRIu64 " write_imm=%" PRIu64 " read=%" PRIu64
               " fetch_add=%" PRIu64 " cmp_swap=%" PRIu64 " errors=%" PRIu64 " corrupt=%" PRIu64
               " lost=%" PRIu64 "\n",
-              role, c.ops, c.bytes, c.msgs, c.sends, c.send_imms, c.writes, c.write_imms,
-              c.reads, c.fetch_adds, c.cmp_swaps, c.errors, c.corrupt, c.lost);
+              role, c.ops, c.bytes, c.msgs, c.sends, c.send_imms, c.writes, c.write_imms, c.reads,
+              c.fetch_adds, c.cmp_swaps, c.errors, c.corrupt, c.lost);
   std::fflush(stdout);
 }
 
-bool clean(const Counters& c) { return c.errors == 0 && c.corrupt == 0 && c.lost == 0; }
+bool clean(const Counters& c) {
+  return c.errors == 0 && c.corrupt == 0 && c.lost == 0;
+}
 
 // ---- server ----------------------------------------------------------------------------
 
@@ -470,8 +487,10 @@ int run_server(int port, int gid_index) {
         fill(ref.data(), iw.len, iw.key);
         if (!with_imm || w.byte_len != iw.len ||
             std::memcmp(r.buf + L.imm + iw.offset_in_area, ref.data(), iw.len) != 0) {
-          report("WRITE_WITH_IMM seq %" PRIu64 " (%u bytes, byte_len %u): data differs from the "
-                 "pattern", seq, iw.len, w.byte_len);
+          report("WRITE_WITH_IMM seq %" PRIu64
+                 " (%u bytes, byte_len %u): data differs from the "
+                 "pattern",
+                 seq, iw.len, w.byte_len);
           ++got.corrupt;
         }
         ++got.write_imms;
@@ -487,8 +506,10 @@ int run_server(int port, int gid_index) {
         else
           ok = ok && h.kind == kSend && !with_imm;
         if (!ok) {
-          report("SEND seq %" PRIu64 " kind %u len %u byte_len %u imm %d: bad size, kind, "
-                 "immediate or checksum", h.seq, h.kind, h.len, w.byte_len, with_imm);
+          report("SEND seq %" PRIu64
+                 " kind %u len %u byte_len %u imm %d: bad size, kind, "
+                 "immediate or checksum",
+                 h.seq, h.kind, h.len, w.byte_len, with_imm);
           ++got.corrupt;
         }
         ++(h.kind == kSendImm ? got.send_imms : got.sends);
@@ -500,8 +521,10 @@ int run_server(int port, int gid_index) {
       }
       if (seq != expect) {
         report("message seq %" PRIu64 " where %" PRIu64 " was expected", seq, expect);
-        if (seq > expect) got.lost += seq - expect;
-        else ++got.corrupt;
+        if (seq > expect)
+          got.lost += seq - expect;
+        else
+          ++got.corrupt;
       }
       expect = seq + 1;
       ++got.msgs;
@@ -530,14 +553,15 @@ int run_server(int port, int gid_index) {
     if (got.msgs != want.msgs || got.sends != want.sends || got.send_imms != want.send_imms ||
         got.write_imms != want.write_imms || got.msg_bytes != want.msg_bytes)
       report("received %" PRIu64 " messages (%" PRIu64 " bytes), the client sent %" PRIu64
-             " (%" PRIu64 " bytes)", got.msgs, got.msg_bytes, want.msgs, want.msg_bytes);
+             " (%" PRIu64 " bytes)",
+             got.msgs, got.msg_bytes, want.msgs, want.msg_bytes);
     if (got.msgs > want.msgs) ++got.corrupt;
     uint64_t faa, cas;
     std::memcpy(&faa, r.buf + L.atom, 8);
     std::memcpy(&cas, r.buf + L.atom + 8, 8);
     if (faa != want.faa_total || cas != want.cas_final) {
-      report("atomic words hold %#" PRIx64 "/%#" PRIx64 ", expected %#" PRIx64 "/%#" PRIx64,
-             faa, cas, want.faa_total, want.cas_final);
+      report("atomic words hold %#" PRIx64 "/%#" PRIx64 ", expected %#" PRIx64 "/%#" PRIx64, faa,
+             cas, want.faa_total, want.cas_final);
       ++got.corrupt;
     }
     // What the server cannot see, as the client reports it, for the summary line (the
@@ -558,8 +582,9 @@ int run_server(int port, int gid_index) {
     return 1;
   }
   if (!clean(got) || (have_want && !clean(want))) {
-    std::fprintf(stderr, "vrdma_stress: FAILED (server errors=%" PRIu64 " corrupt=%" PRIu64
-                 " lost=%" PRIu64 "; client errors=%" PRIu64 " corrupt=%" PRIu64 " lost=%" PRIu64 ")\n",
+    std::fprintf(stderr,
+                 "vrdma_stress: FAILED (server errors=%" PRIu64 " corrupt=%" PRIu64 " lost=%" PRIu64
+                 "; client errors=%" PRIu64 " corrupt=%" PRIu64 " lost=%" PRIu64 ")\n",
                  got.errors, got.corrupt, got.lost, want.errors, want.corrupt, want.lost);
     return 1;
   }
@@ -570,8 +595,8 @@ int run_server(int port, int gid_index) {
 
 // One operation in flight: a slot owns its parts of the buffer until all its WRs complete.
 struct Op {
-  int opcode = -1;    // the first WR's opcode; -1 = free
-  int pending = 0;    // WRs not yet completed
+  int opcode = -1;  // the first WR's opcode; -1 = free
+  int pending = 0;  // WRs not yet completed
   uint32_t len = 0;
   uint64_t expect = 0;  // atomics: the old value the server must return
   uint64_t seq = 0;     // messages
@@ -579,8 +604,8 @@ struct Op {
 
 int run_client(const char* server_ip, int port, int gid_index, uint32_t size, int seconds) {
   const Layout L(size);
-  uint64_t seed = static_cast<uint64_t>(Clock::now().time_since_epoch().count()) ^
-                  (uint64_t(::getpid()) << 32);
+  uint64_t seed =
+      static_cast<uint64_t>(Clock::now().time_since_epoch().count()) ^ (uint64_t(::getpid()) << 32);
   uint64_t rng = seed * 31 + 7;
 
   Rdma r;
@@ -737,8 +762,7 @@ int run_client(const char* server_ip, int port, int gid_index, uint32_t size, in
         ++c.reads;
         c.bytes += 2ull * op.len;
         if (w.opcode != IBV_WC_RDMA_READ || std::memcmp(data, back, op.len) != 0) {
-          report("RDMA_READ of %u bytes returned other data than the RDMA_WRITE before it",
-                 op.len);
+          report("RDMA_READ of %u bytes returned other data than the RDMA_WRITE before it", op.len);
           ++c.corrupt;
         }
         break;
@@ -766,7 +790,7 @@ int run_client(const char* server_ip, int port, int gid_index, uint32_t size, in
   ibv_wc wc[32];
   for (;;) {
     auto now = Clock::now();
-    if (!stopping && (now >= end || failed)) stopping = true;
+    if (!stopping && (now >= end || failed || g_interrupted)) stopping = true;
     if (!stopping)
       for (uint32_t s = 0; s < kDepth; ++s)
         if (ops[s].opcode < 0) start_op(s);
@@ -795,7 +819,8 @@ int run_client(const char* server_ip, int port, int gid_index, uint32_t size, in
   if (why.empty()) {
     if (srv.msgs != c.msgs || srv.msg_bytes != c.msg_bytes || srv.sends != c.sends ||
         srv.send_imms != c.send_imms || srv.write_imms != c.write_imms) {
-      std::fprintf(stderr, "vrdma_stress: the server received %" PRIu64 " messages (%" PRIu64
+      std::fprintf(stderr,
+                   "vrdma_stress: the server received %" PRIu64 " messages (%" PRIu64
                    " bytes) of the %" PRIu64 " (%" PRIu64 " bytes) sent\n",
                    srv.msgs, srv.msg_bytes, c.msgs, c.msg_bytes);
       c.lost += c.msgs > srv.msgs ? c.msgs - srv.msgs : 1;
@@ -810,15 +835,18 @@ int run_client(const char* server_ip, int port, int gid_index, uint32_t size, in
     return 1;
   }
   if (!clean(c)) {
-    std::fprintf(stderr, "vrdma_stress: FAILED: errors=%" PRIu64 " corrupt=%" PRIu64
-                 " lost=%" PRIu64 " (server and client together)\n", c.errors, c.corrupt, c.lost);
+    std::fprintf(stderr,
+                 "vrdma_stress: FAILED: errors=%" PRIu64 " corrupt=%" PRIu64 " lost=%" PRIu64
+                 " (server and client together)\n",
+                 c.errors, c.corrupt, c.lost);
     return 1;
   }
   return 0;
 }
 
 void usage(FILE* out) {
-  std::fprintf(out,
+  std::fprintf(
+      out,
       "usage: vrdma_stress [options]            server: waits for one client\n"
       "       vrdma_stress [options] SERVER_IP  client: drives the load, then both check\n"
       "\n"
@@ -831,7 +859,8 @@ void usage(FILE* out) {
       "and exit 0 only when everything matched, 1 otherwise.\n"
       "\n"
       "  -p, --port P        TCP port for the exchange (default 18600)\n"
-      "  -t, --seconds S     how long the client runs the load (default 10; client only)\n"
+      "  -t, --seconds S     how long the client runs the load (default 10; client only); SIGINT\n"
+      "                      or SIGTERM ends it sooner, with the usual checks and report\n"
       "  -s, --size N        largest payload in bytes, 1..%u (default 8192; client only)\n"
       "  -g, --gid-index I   local GID index (default 0)\n"
       "  -h, --help          this text\n",
@@ -843,28 +872,43 @@ void usage(FILE* out) {
 int main(int argc, char** argv) {
   int port = 18600, seconds = 10, gid_index = 0;
   long size = 8192;
-  static const option longopts[] = {{"port", required_argument, nullptr, 'p'},
-                                    {"seconds", required_argument, nullptr, 't'},
-                                    {"size", required_argument, nullptr, 's'},
-                                    {"gid-index", required_argument, nullptr, 'g'},
-                                    {"help", no_argument, nullptr, 'h'},
-                                    {nullptr, 0, nullptr, 0}};
+  static const option longopts[] = {
+      {"port", required_argument, nullptr, 'p'}, {"seconds", required_argument, nullptr, 't'},
+      {"size", required_argument, nullptr, 's'}, {"gid-index", required_argument, nullptr, 'g'},
+      {"help", no_argument, nullptr, 'h'},       {nullptr, 0, nullptr, 0}};
   for (int o; (o = getopt_long(argc, argv, "p:t:s:g:h", longopts, nullptr)) != -1;) {
     switch (o) {
-      case 'p': port = std::atoi(optarg); break;
-      case 't': seconds = std::atoi(optarg); break;
-      case 's': size = std::atol(optarg); break;
-      case 'g': gid_index = std::atoi(optarg); break;
-      case 'h': usage(stdout); return 0;
-      default: usage(stderr); return 2;
+      case 'p':
+        port = std::atoi(optarg);
+        break;
+      case 't':
+        seconds = std::atoi(optarg);
+        break;
+      case 's':
+        size = std::atol(optarg);
+        break;
+      case 'g':
+        gid_index = std::atoi(optarg);
+        break;
+      case 'h':
+        usage(stdout);
+        return 0;
+      default:
+        usage(stderr);
+        return 2;
     }
   }
-  if (port <= 0 || port > 65535 || seconds < 1 || seconds > 86400 || size < 1 ||
-      size > kMaxSize || gid_index < 0 || argc - optind > 1) {
+  if (port <= 0 || port > 65535 || seconds < 1 || seconds > 86400 || size < 1 || size > kMaxSize ||
+      gid_index < 0 || argc - optind > 1) {
     usage(stderr);
     return 2;
   }
   setvbuf(stdout, nullptr, _IOLBF, 0);
+  struct sigaction sa {};
+  sa.sa_handler = on_interrupt;
+  sigemptyset(&sa.sa_mask);
+  ::sigaction(SIGINT, &sa, nullptr);
+  ::sigaction(SIGTERM, &sa, nullptr);
   if (optind < argc)
     return run_client(argv[optind], port, gid_index, static_cast<uint32_t>(size), seconds);
   return run_server(port, gid_index);

@@ -39,7 +39,8 @@ class NsProcess {
       if (::read(sv[1], &cmd, 1) != 1) ::_exit(1);
       int fd = unix_connect(socket_);
       if (fd < 0) ::_exit(2);
-      if (send_packet(sv[1], proto::Op::kHello, 0, 0, nullptr, 0, std::span<const int>(&fd, 1)) < 0)
+      if (send_packet(sv[1], proto::Op::kHello, 0, 0, nullptr, 0, std::span<const int>(&fd, 1)) !=
+          0)
         ::_exit(3);
       if (::read(sv[1], &cmd, 1) < 0) ::_exit(4);  // wait until released (or the test dies)
       ::_exit(0);

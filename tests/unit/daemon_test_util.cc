@@ -92,7 +92,7 @@ bool Conn::recv(Packet& p, int timeout_ms, int* err) {
 bool Conn::call(proto::Op op, const void* payload, size_t len, Packet& reply,
                 std::span<const int> fds) {
   uint32_t seq = seq_++;
-  if (int rc = send_packet(fd_, op, seq, 0, payload, len, fds); rc < 0) return false;
+  if (send_packet(fd_, op, seq, 0, payload, len, fds) != 0) return false;
   auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kTimeoutMs);
   for (;;) {
     int left = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <memory>
 
+#include "common/address.h"
 #include "compat/verbs/handles.h"
 #include "engine/device.h"
 
@@ -36,8 +37,8 @@ int query_port_op(ibv_context*, uint8_t port, ibv_port_attr* attr, size_t len) {
   return 0;
 }
 
-int query_device_ex_op(ibv_context* ctx, const ibv_query_device_ex_input*,
-                       ibv_device_attr_ex* attr, size_t size) {
+int query_device_ex_op(ibv_context* ctx, const ibv_query_device_ex_input*, ibv_device_attr_ex* attr,
+                       size_t size) {
   if (size < sizeof(ibv_device_attr)) return EINVAL;
   ibv_device_attr_ex full{};
   fill_device_attr(ctx, full.orig_attr);
@@ -49,11 +50,7 @@ int query_device_ex_op(ibv_context* ctx, const ibv_query_device_ex_input*,
 }  // namespace
 
 void fill_gid(ibv_context* ctx, ibv_gid& gid) {
-  memset(&gid, 0, sizeof(gid));
-  gid.raw[10] = 0xff;
-  gid.raw[11] = 0xff;
-  uint32_t ip = engine_of(ctx)->device().info().ipv4;
-  memcpy(gid.raw + 12, &ip, 4);
+  vrdma::ipv4_to_gid(engine_of(ctx)->device().info().ipv4, gid.raw);
 }
 
 void fill_device_attr(ibv_context* ctx, ibv_device_attr& a) {
@@ -141,14 +138,18 @@ VRDMA_EXPORT void ibv_free_device_list(ibv_device** list) {
   free(list);  // the device itself stays valid (see ibv_get_device_list)
 }
 
-VRDMA_EXPORT const char* ibv_get_device_name(ibv_device* device) { return device->name; }
+VRDMA_EXPORT const char* ibv_get_device_name(ibv_device* device) {
+  return device->name;
+}
 
 VRDMA_EXPORT __be64 ibv_get_device_guid(ibv_device*) {
   auto dev = Device::get();
   return dev ? dev->info().node_guid : 0;
 }
 
-VRDMA_EXPORT int ibv_get_device_index(ibv_device*) { return 0; }
+VRDMA_EXPORT int ibv_get_device_index(ibv_device*) {
+  return 0;
+}
 
 VRDMA_EXPORT ibv_context* ibv_open_device(ibv_device* device) {
   auto dev = Device::get();
@@ -232,8 +233,8 @@ VRDMA_EXPORT int _ibv_query_gid_ex(ibv_context* ctx, uint32_t port, uint32_t ind
   return 0;
 }
 
-VRDMA_EXPORT ssize_t _ibv_query_gid_table(ibv_context* ctx, ibv_gid_entry* entries,
-                                          size_t max, uint32_t flags, size_t size) {
+VRDMA_EXPORT ssize_t _ibv_query_gid_table(ibv_context* ctx, ibv_gid_entry* entries, size_t max,
+                                          uint32_t flags, size_t size) {
   if (flags) return -EINVAL;
   if (max < 1) return -EINVAL;
   int e = _ibv_query_gid_ex(ctx, 1, 0, entries, 0, size);
@@ -262,13 +263,25 @@ VRDMA_EXPORT int ibv_get_pkey_index(ibv_context*, uint8_t port, __be16 pkey) {
 }
 
 // No sysfs: every attribute file is absent.
-VRDMA_EXPORT int ibv_read_sysfs_file(const char*, const char*, char*, size_t) { return -1; }
+VRDMA_EXPORT int ibv_read_sysfs_file(const char*, const char*, char*, size_t) {
+  return -1;
+}
 
-VRDMA_EXPORT const char* ibv_get_sysfs_path(void) { return "/sys"; }
+VRDMA_EXPORT const char* ibv_get_sysfs_path(void) {
+  return "/sys";
+}
 
-VRDMA_EXPORT int ibv_fork_init(void) { return 0; }
+VRDMA_EXPORT int ibv_fork_init(void) {
+  return 0;
+}
 
-VRDMA_EXPORT ibv_fork_status ibv_is_fork_initialized(void) { return IBV_FORK_UNNEEDED; }
+VRDMA_EXPORT ibv_fork_status ibv_is_fork_initialized(void) {
+  return IBV_FORK_UNNEEDED;
+}
 
-VRDMA_EXPORT int ibv_dontfork_range(void*, size_t) { return 0; }
-VRDMA_EXPORT int ibv_dofork_range(void*, size_t) { return 0; }
+VRDMA_EXPORT int ibv_dontfork_range(void*, size_t) {
+  return 0;
+}
+VRDMA_EXPORT int ibv_dofork_range(void*, size_t) {
+  return 0;
+}

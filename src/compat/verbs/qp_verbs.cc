@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/address.h"
 #include "compat/verbs/handles.h"
 
 using namespace vrdma;
@@ -25,8 +26,11 @@ VRDMA_EXPORT ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* attr) {
   if (!attr || !attr->send_cq || !attr->recv_cq) return fail<ibv_qp>(EINVAL);
   auto* h = static_cast<QpHandle*>(calloc(1, sizeof(QpHandle)));
   if (!h) return fail<ibv_qp>(ENOMEM);
-  QpConfig cfg{engine_of(pd), engine_of(attr->send_cq), engine_of(attr->recv_cq),
-               attr->srq ? engine_of(attr->srq) : nullptr, attr->qp_type,
+  QpConfig cfg{engine_of(pd),
+               engine_of(attr->send_cq),
+               engine_of(attr->recv_cq),
+               attr->srq ? engine_of(attr->srq) : nullptr,
+               attr->qp_type,
                attr->sq_sig_all != 0};
   auto* qp = new Qp(cfg);
   if (int e = qp->init(attr->cap)) {
@@ -68,7 +72,9 @@ VRDMA_EXPORT int ibv_query_qp(ibv_qp* qp, ibv_qp_attr* attr, int, ibv_qp_init_at
   return 0;
 }
 
-VRDMA_EXPORT int ibv_query_qp_data_in_order(ibv_qp*, ibv_wr_opcode, uint32_t) { return 1; }
+VRDMA_EXPORT int ibv_query_qp_data_in_order(ibv_qp*, ibv_wr_opcode, uint32_t) {
+  return 1;
+}
 
 VRDMA_EXPORT int ibv_destroy_qp(ibv_qp* qp) {
   auto* h = handle_of<QpHandle>(qp);
@@ -80,13 +86,23 @@ VRDMA_EXPORT int ibv_destroy_qp(ibv_qp* qp) {
 }
 
 // Only QPs created through the extended API have the new posting interface.
-VRDMA_EXPORT ibv_qp_ex* ibv_qp_to_qp_ex(ibv_qp*) { return fail<ibv_qp_ex>(EOPNOTSUPP); }
+VRDMA_EXPORT ibv_qp_ex* ibv_qp_to_qp_ex(ibv_qp*) {
+  return fail<ibv_qp_ex>(EOPNOTSUPP);
+}
 
-VRDMA_EXPORT int ibv_query_ece(ibv_qp*, ibv_ece*) { return EOPNOTSUPP; }
-VRDMA_EXPORT int ibv_set_ece(ibv_qp*, ibv_ece*) { return EOPNOTSUPP; }
+VRDMA_EXPORT int ibv_query_ece(ibv_qp*, ibv_ece*) {
+  return EOPNOTSUPP;
+}
+VRDMA_EXPORT int ibv_set_ece(ibv_qp*, ibv_ece*) {
+  return EOPNOTSUPP;
+}
 
-VRDMA_EXPORT int ibv_attach_mcast(ibv_qp*, const ibv_gid*, uint16_t) { return EOPNOTSUPP; }
-VRDMA_EXPORT int ibv_detach_mcast(ibv_qp*, const ibv_gid*, uint16_t) { return EOPNOTSUPP; }
+VRDMA_EXPORT int ibv_attach_mcast(ibv_qp*, const ibv_gid*, uint16_t) {
+  return EOPNOTSUPP;
+}
+VRDMA_EXPORT int ibv_detach_mcast(ibv_qp*, const ibv_gid*, uint16_t) {
+  return EOPNOTSUPP;
+}
 
 // ---- address handles ------------------------------------------------------------
 
@@ -116,9 +132,10 @@ VRDMA_EXPORT int ibv_init_ah_from_wc(ibv_context*, uint8_t port, ibv_wc* wc, ibv
   if (wc->wc_flags & IBV_WC_GRH) {
     const uint8_t* raw = reinterpret_cast<const uint8_t*>(grh);
     attr->is_global = 1;
-    attr->grh.dgid.raw[10] = 0xff;
-    attr->grh.dgid.raw[11] = 0xff;
-    memcpy(attr->grh.dgid.raw + 12, raw + 20 + 12, 4);
+    // The GRH of a RoCEv2 datagram over IPv4: an IPv4 header 20 bytes in, source at 12.
+    uint32_t src_ipv4;
+    memcpy(&src_ipv4, raw + 20 + 12, 4);
+    vrdma::ipv4_to_gid(src_ipv4, attr->grh.dgid.raw);
     attr->grh.sgid_index = 0;
     attr->grh.hop_limit = 64;
   }

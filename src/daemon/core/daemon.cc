@@ -69,6 +69,29 @@ int Daemon::start() {
     LOG_ERROR("cannot open the daemon's own network namespace: %s", strerror(err));
     return err;
   }
+  if (int err = listen_on_socket()) return err;
+  epoll_.reset(::epoll_create1(EPOLL_CLOEXEC));
+  if (!epoll_) return errno;
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u64 = kListenTag;
+  if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, listen_.get(), &ev) < 0) return errno;
+  ev.data.u64 = kWakeTag;
+  if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, wake_.get(), &ev) < 0) return errno;
+  spare_.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+  if (int err = start_services()) return err;
+  started_at_ = std::chrono::steady_clock::now();
+  started_ = true;
+
+  std::string tenants;
+  for (const auto& t : cfg_.tenants) tenants += " " + t.name + "=" + cidr_text(t);
+  LOG_INFO("listening on %s host_id=%u boot=%016llx tenants:%s", cfg_.socket_path.c_str(),
+           cfg_.host_id, static_cast<unsigned long long>(boot_),
+           tenants.empty() ? " (none)" : tenants.c_str());
+  return 0;
+}
+
+int Daemon::listen_on_socket() {
   // Another daemon still serving this path? Do not steal its socket.
   if (int probe = unix_connect(cfg_.socket_path); probe >= 0) {
     ::close(probe);
@@ -91,16 +114,10 @@ int Daemon::start() {
     socket_dev_ = st.st_dev;
     socket_ino_ = st.st_ino;
   }
-  epoll_.reset(::epoll_create1(EPOLL_CLOEXEC));
-  if (!epoll_) return errno;
-  epoll_event ev{};
-  ev.events = EPOLLIN;
-  ev.data.u64 = kListenTag;
-  if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, listen_.get(), &ev) < 0) return errno;
-  ev.data.u64 = kWakeTag;
-  if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, wake_.get(), &ev) < 0) return errno;
-  spare_.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+  return 0;
+}
 
+int Daemon::start_services() {
   std::string dir_error;
   directory_ = make_directory(cfg_.directory_config(), &dir_error);
   if (!directory_) {
@@ -112,23 +129,11 @@ int Daemon::start() {
     return err;
   }
   cm_ = std::make_unique<CmService>(static_cast<CmPort&>(*this), *directory_);
-  if (!cfg_.router_listen.empty()) {
-    router_ = std::make_unique<Router>(cfg_.router_config(), *directory_, router_hooks(), boot_);
-    if (cfg_.router_nice && ::setpriority(PRIO_PROCESS, 0, cfg_.router_nice) < 0)
-      LOG_WARN("router: cannot set priority %d: %s", cfg_.router_nice, strerror(errno));
-    if (int err = router_->start(epoll_.get())) return err;
-  }
-  started_at_ = std::chrono::steady_clock::now();
-  started_ = true;
-
-  std::string tenants;
-  for (const auto& t : cfg_.tenants)
-    tenants += " " + t.name + "=" + ipv4_text(htonl(t.network)) + "/" +
-               std::to_string(__builtin_popcount(t.mask));
-  LOG_INFO("listening on %s host_id=%u boot=%016llx tenants:%s", cfg_.socket_path.c_str(),
-           cfg_.host_id, static_cast<unsigned long long>(boot_),
-           tenants.empty() ? " (none)" : tenants.c_str());
-  return 0;
+  if (cfg_.router_listen.empty()) return 0;
+  router_ = std::make_unique<Router>(cfg_.router_config(), *directory_, router_hooks(), boot_);
+  if (cfg_.router_nice && ::setpriority(PRIO_PROCESS, 0, cfg_.router_nice) < 0)
+    LOG_WARN("router: cannot set priority %d: %s", cfg_.router_nice, strerror(errno));
+  return router_->start(epoll_.get());
 }
 
 void Daemon::stop() {
@@ -281,7 +286,8 @@ void Daemon::on_client_event(uint32_t id, uint32_t events) {
       if (n == -EAGAIN || n == -EWOULDBLOCK) return;
       if (n < 0) {
         packet_->close_fds();
-        schedule_drop(*c, n == -ECONNRESET ? "disconnected" : std::string("receive: ") + strerror(-n));
+        schedule_drop(*c,
+                      n == -ECONNRESET ? "disconnected" : std::string("receive: ") + strerror(-n));
         return;
       }
       handle_packet(*c, *packet_, n);
@@ -296,7 +302,7 @@ bool Daemon::send(Client& c, proto::Op op, uint32_t seq, int32_t status, const v
   if (c.doomed) return false;
   int rc = send_packet(c.sock.get(), op, seq, status, payload, len, fds);
   if (rc == 0) return true;
-  schedule_drop(c, std::string("send failed: ") + strerror(-rc));
+  schedule_drop(c, std::string("send failed: ") + strerror(rc));
   return false;
 }
 
@@ -367,4 +373,3 @@ void Daemon::drop(Client& c, const std::string& why, bool notify_peers) {
 }
 
 }  // namespace vrdma::daemon
-

@@ -57,6 +57,8 @@ class Daemon : private CmPort {
 
  private:
   // The event loop (daemon.cc).
+  int listen_on_socket();
+  int start_services();  // directory, rdma_cm, router
   void accept_clients();
   void on_client_event(uint32_t id, uint32_t events);
   void schedule_drop(Client& c, const std::string& why);

@@ -10,11 +10,11 @@
 #include <string>
 #include <vector>
 
+#include "common/log.h"
 #include "common/unix_socket.h"
 #include "daemon/core/config.h"
 #include "daemon/core/daemon.h"
 #include "daemon/directory/directory.h"
-#include "common/log.h"
 
 namespace {
 
@@ -32,7 +32,7 @@ int make_parent_dirs(const std::string& socket_path) {
   for (const auto& part : parent) {
     partial = (std::filesystem::path(partial) / part).string();
     if (partial == "/") continue;
-    if (::mkdir(partial.c_str(), 0755) < 0 && errno != EEXIST) return -errno;
+    if (::mkdir(partial.c_str(), 0755) < 0 && errno != EEXIST) return errno;
   }
   return 0;
 }
@@ -73,26 +73,23 @@ int check_cluster_options(const std::vector<std::string>& pod_cidr_args,
   return 0;
 }
 
-}  // namespace
+// What the command line gives beyond DaemonConfig's own fields, before it is checked.
+struct RawArgs {
+  std::vector<std::string> tenants;
+  std::vector<std::string> pod_cidrs;
+  std::string log_level = "info";
+};
 
-int main(int argc, char** argv) {
-  using namespace vrdma;
-  using namespace vrdma::daemon;
-  CLI::App app{"vrdmad: per-host daemon of vrdma (software RDMA for containers)"};
-  DaemonConfig cfg;
-  cfg.socket_path = vrdma::socket_path_from_env();
-  std::vector<std::string> tenant_args;
-  std::vector<std::string> pod_cidr_args;
-  std::string level = "info";
+void add_options(CLI::App& app, vrdma::daemon::DaemonConfig& cfg, RawArgs& raw) {
   app.add_option("--socket", cfg.socket_path,
                  "Unix socket to serve (default: $VRDMA_SOCKET or /run/vrdma/vrdmad.sock)");
   app.add_option("--host-id", cfg.host_id, "This host's number in the cluster")->default_val(0);
-  app.add_option("--tenant", tenant_args,
+  app.add_option("--tenant", raw.tenants,
                  "NAME=CIDR: clients whose IPv4 address is in CIDR belong to tenant NAME; the "
                  "first matching rule wins, unmatched clients are in tenant \"default\" "
                  "(repeatable)")
       ->allow_extra_args(false);
-  app.add_option("--log-level", level, "error, warn, info or debug")
+  app.add_option("--log-level", raw.log_level, "error, warn, info or debug")
       ->check(CLI::IsMember({"error", "warn", "info", "debug"}))
       ->default_val("info");
   app.add_option("--netns-dir", cfg.netns_dir,
@@ -107,7 +104,7 @@ int main(int argc, char** argv) {
   app.add_option("--router-listen", cfg.router_listen,
                  "ADDR:PORT (IPv4) where this host's router accepts links from other hosts; "
                  "without it the daemon serves its own host only");
-  app.add_option("--pod-cidr", pod_cidr_args,
+  app.add_option("--pod-cidr", raw.pod_cidrs,
                  "CIDR: a container network this host owns, published in the directory "
                  "(repeatable)")
       ->allow_extra_args(false);
@@ -122,24 +119,42 @@ int main(int argc, char** argv) {
   app.add_option("--directory-lease", cfg.directory_lease_s,
                  "Seconds after which a dead host's etcd entries expire")
       ->default_val(cfg.directory_lease_s);
-  CLI11_PARSE(app, argc, argv);
+}
 
-  set_log_level(*parse_log_level(level));
-  for (const auto& t : tenant_args) {
+// Checks what the options say and completes `cfg`. 0, or the exit status (2) after a message.
+int apply_options(const RawArgs& raw, vrdma::daemon::DaemonConfig* cfg) {
+  using namespace vrdma;
+  using namespace vrdma::daemon;
+  set_log_level(*parse_log_level(raw.log_level));
+  for (const auto& t : raw.tenants) {
     std::string error;
     auto rule = parse_tenant_rule(t, &error);
     if (!rule) {
       std::fprintf(stderr, "vrdmad: --tenant: %s\n", error.c_str());
       return 2;
     }
-    cfg.tenants.push_back(*rule);
+    cfg->tenants.push_back(*rule);
   }
-  if (int rc = check_cluster_options(pod_cidr_args, &cfg); rc != 0) return rc;
+  return check_cluster_options(raw.pod_cidrs, cfg);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace vrdma;
+  using namespace vrdma::daemon;
+  CLI::App app{"vrdmad: per-host daemon of vrdma (software RDMA for containers)"};
+  DaemonConfig cfg;
+  cfg.socket_path = vrdma::socket_path_from_env();
+  RawArgs raw;
+  add_options(app, cfg, raw);
+  CLI11_PARSE(app, argc, argv);
+  if (int rc = apply_options(raw, &cfg); rc != 0) return rc;
 
   ::signal(SIGPIPE, SIG_IGN);
   raise_fd_limit();
-  if (int rc = make_parent_dirs(cfg.socket_path); rc < 0) {
-    LOG_ERROR("cannot create the directory of %s: %s", cfg.socket_path.c_str(), strerror(-rc));
+  if (int err = make_parent_dirs(cfg.socket_path)) {
+    LOG_ERROR("cannot create the directory of %s: %s", cfg.socket_path.c_str(), strerror(err));
     return 1;
   }
 
@@ -152,7 +167,7 @@ int main(int argc, char** argv) {
   ::sigaction(SIGINT, &sa, nullptr);
 
   if (daemon.start() != 0) return 1;
-  int rc = daemon.run();
+  int err = daemon.run();
   g_daemon = nullptr;
-  return rc < 0 ? 1 : 0;
+  return err != 0 ? 1 : 0;
 }

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
+#include "common/address.h"
 #include "common/protocol.h"
 
 namespace vrdma::daemon {
@@ -30,13 +31,6 @@ const char* qp_state_name(uint32_t state) {
 }
 
 namespace {
-
-std::string ip_text(uint32_t ipv4) {
-  char buf[INET_ADDRSTRLEN] = {};
-  in_addr a{ipv4};
-  ::inet_ntop(AF_INET, &a, buf, sizeof(buf));
-  return buf;
-}
 
 std::string hex32(uint32_t v) {
   char buf[16];
@@ -74,7 +68,7 @@ json build(const StatusInput& in, size_t list_cap, size_t client_cap, bool trunc
                        {"pid", c.pid},
                        {"uid", c.uid},
                        {"container", c.container},
-                       {"ip", ip_text(c.ipv4)},
+                       {"ip", ipv4_text(c.ipv4)},
                        {"tenant", c.tenant},
                        {"kind", c.kind},
                        {"qps", std::move(qps)},
@@ -89,22 +83,22 @@ json build(const StatusInput& in, size_t list_cap, size_t client_cap, bool trunc
                      {"addr", l.addr},
                      {"bytes_in", l.bytes_in},
                      {"bytes_out", l.bytes_out}});
-  return json{{"daemon",
-               {{"pid", in.pid},
-                {"socket", in.socket},
-                {"host_id", in.host_id},
-                {"uptime_s", in.uptime_s},
-                {"clients", in.clients_connected},
-                {"directory",
-                 {{"backend", in.directory},
-                  {"available", in.directory_available},
-                  {"hosts", in.directory_hosts}}},
-                {"router",
-                 {{"enabled", in.router}, {"routed_qps", in.routed_qps}, {"links", links}}}}},
-              {"scope", in.scope},
-              {"clients", std::move(clients)},
-              {"totals", {{"qps", total_qps}, {"mrs", total_mrs}, {"clients", in.clients.size()}}},
-              {"truncated", truncated}};
+  return json{
+      {"daemon",
+       {{"pid", in.pid},
+        {"socket", in.socket},
+        {"host_id", in.host_id},
+        {"uptime_s", in.uptime_s},
+        {"clients", in.clients_connected},
+        {"directory",
+         {{"backend", in.directory},
+          {"available", in.directory_available},
+          {"hosts", in.directory_hosts}}},
+        {"router", {{"enabled", in.router}, {"routed_qps", in.routed_qps}, {"links", links}}}}},
+      {"scope", in.scope},
+      {"clients", std::move(clients)},
+      {"totals", {{"qps", total_qps}, {"mrs", total_mrs}, {"clients", in.clients.size()}}},
+      {"truncated", truncated}};
 }
 
 std::string dump(const json& j) {

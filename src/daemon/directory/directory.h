@@ -20,8 +20,8 @@ namespace vrdma::daemon {
 
 struct HostEntry {
   uint32_t host_id = 0;
-  std::string router;             // "a.b.c.d:port"; empty: the host has no router
-  std::vector<Ipv4Cidr> cidrs;    // the container networks it owns
+  std::string router;           // "a.b.c.d:port"; empty: the host has no router
+  std::vector<Ipv4Cidr> cidrs;  // the container networks it owns
 };
 
 enum class Lookup {
@@ -35,7 +35,8 @@ class Directory {
   virtual ~Directory() = default;
 
   // Starts talking to the backend. A backend that is down at start is not an error: the
-  // directory reports kUnavailable until it comes back. 0 or -errno for a bad configuration.
+  // directory reports kUnavailable until it comes back. 0 or a positive errno for a bad
+  // configuration.
   virtual int start(const HostEntry& self) = 0;
   // Withdraws this host's entries (etcd: revokes the lease, best effort, bounded in time) and
   // ends the backend's thread. Also done by the destructor.

@@ -19,7 +19,7 @@ class EmbeddedDirectory final : public Directory {
 
   int start(const HostEntry& self) override {
     std::lock_guard lock(mu_);
-    if (peers_.count(self.host_id)) return -EINVAL;  // make_directory rules this out
+    if (peers_.count(self.host_id)) return EINVAL;  // make_directory rules this out
     self_ = self;
     return 0;
   }

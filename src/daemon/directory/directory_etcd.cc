@@ -26,10 +26,11 @@
 #include <set>
 #include <thread>
 
-#include "daemon/directory/directory_backends.h"
-#include "daemon/directory/etcd_client.h"
+#include "common/address.h"
 #include "common/log.h"
 #include "common/unique_fd.h"
+#include "daemon/directory/directory_backends.h"
+#include "daemon/directory/etcd_client.h"
 
 namespace vrdma::daemon {
 
@@ -48,19 +49,6 @@ constexpr int kMinBackoffMs = 200;
 constexpr int kMaxBackoffMs = 1000;
 constexpr size_t kOpsPerTxn = 100;  // etcd takes at most 128 by default
 
-std::string ipv4_text(uint32_t ipv4_net) {
-  in_addr in{ipv4_net};
-  char buf[INET_ADDRSTRLEN] = {};
-  ::inet_ntop(AF_INET, &in, buf, sizeof(buf));
-  return buf;
-}
-
-std::optional<uint32_t> parse_ipv4(std::string_view text) {
-  in_addr in{};
-  if (::inet_pton(AF_INET, std::string(text).c_str(), &in) != 1) return std::nullopt;
-  return in.s_addr;
-}
-
 std::string host_key(uint32_t id) {
   return std::string(kHostsPrefix) + std::to_string(id);
 }
@@ -68,7 +56,7 @@ std::string container_key(uint32_t ip) {
   return std::string(kContainersPrefix) + ipv4_text(ip);
 }
 std::string listener_key(uint32_t ip, uint16_t port) {
-  return std::string(kListenersPrefix) + ipv4_text(ip) + ":" + std::to_string(port);
+  return std::string(kListenersPrefix) + ip_port_text(ip, port);
 }
 
 std::string host_value(const HostEntry& h) {
@@ -130,9 +118,9 @@ class EtcdDirectory final : public Directory {
 
   int start(const HostEntry& self) override {
     std::lock_guard lock(mu_);
-    if (started_) return -EALREADY;
+    if (started_) return EALREADY;
     wake_.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
-    if (!wake_) return -errno;
+    if (!wake_) return errno;
     self_ = self;
     started_ = true;
     thread_ = std::thread([this] { run(); });
@@ -506,10 +494,10 @@ void EtcdDirectory::apply_locked(const EtcdEvent& e) {
       LOG_DEBUG("directory: ignoring malformed %s", e.key.c_str());
     }
   } else if (key.starts_with(kContainersPrefix)) {
-    auto ip = parse_ipv4(key.substr(kContainersPrefix.size()));
-    if (!ip) return;
+    uint32_t ip;
+    if (!parse_ipv4(std::string(key.substr(kContainersPrefix.size())), &ip)) return;
     if (e.deleted) {
-      containers_.erase(*ip);
+      containers_.erase(ip);
       return;
     }
     json j = json::parse(e.value, nullptr, false);
@@ -519,7 +507,7 @@ void EtcdDirectory::apply_locked(const EtcdEvent& e) {
       return;
     }
     std::string name = j.is_object() ? j.value("name", std::string()) : std::string();
-    containers_[*ip] = Container{*host, std::move(name)};
+    containers_[ip] = Container{*host, std::move(name)};
   }
   // Listeners are not cached: a connection request goes to the host that owns the address,
   // which knows its own listeners.

@@ -32,7 +32,7 @@ constexpr const char* kNamePrefix = "vrdma-";
 
 int stat_netns(const char* path, NetnsId* out) {
   struct stat st {};
-  if (::stat(path, &st) < 0) return -errno;
+  if (::stat(path, &st) < 0) return errno;
   *out = NetnsId{static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino)};
   return 0;
 }
@@ -80,10 +80,10 @@ IdentityResolver::IdentityResolver(std::string netns_dir) : netns_dir_(std::move
 
 int IdentityResolver::init() {
   int fd = ::open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return -errno;
+  if (fd < 0) return errno;
   own_fd_.reset(fd);
   struct stat st {};
-  if (::fstat(fd, &st) < 0) return -errno;
+  if (::fstat(fd, &st) < 0) return errno;
   own_ = NetnsId{static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino)};
   return 0;
 }
@@ -115,18 +115,18 @@ int IdentityResolver::resolve_foreign(pid_t pid, const NetnsId& ns, Entry* out, 
   if (!fd) {
     int err = errno;
     *why = "open " + path + ": " + strerror(err);
-    return -err;
+    return err;
   }
   struct stat st {};
   if (::fstat(fd.get(), &st) < 0 || static_cast<uint64_t>(st.st_dev) != ns.dev ||
       static_cast<uint64_t>(st.st_ino) != ns.ino) {
     *why = "network namespace of pid " + std::to_string(pid) + " changed while identifying it";
-    return -ESRCH;
+    return ESRCH;
   }
   if (::setns(fd.get(), CLONE_NEWNET) < 0) {
     int err = errno;
     *why = "setns into the client's network namespace: " + std::string(strerror(err));
-    return -err;
+    return err;
   }
   out->ipv4 = first_ipv4_of_current_netns();
   if (::setns(own_fd_.get(), CLONE_NEWNET) < 0) {
@@ -146,11 +146,11 @@ int IdentityResolver::identify(int sock, Identity* out, std::string* why) {
   if (::getsockopt(sock, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0) {
     int err = errno;
     *why = "SO_PEERCRED: " + std::string(strerror(err));
-    return -err;
+    return err;
   }
   if (cred.pid <= 0) {
     *why = "peer pid is not visible from the daemon's pid namespace";
-    return -ESRCH;
+    return ESRCH;
   }
   int pidfd = -1;
   len = sizeof(pidfd);
@@ -177,12 +177,12 @@ int IdentityResolver::identify(int sock, Identity* out, std::string* why) {
     }
     if (!peer_still_alive(pidfd)) {
       *why = "client exited while it was being identified";
-      return -ESRCH;
+      return ESRCH;
     }
     it = cache_.emplace(ns, std::move(e)).first;
   } else if (!peer_still_alive(pidfd)) {
     *why = "client exited while it was being identified";
-    return -ESRCH;
+    return ESRCH;
   }
   ++it->second.refs;
 

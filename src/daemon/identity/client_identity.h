@@ -44,13 +44,13 @@ class IdentityResolver {
   IdentityResolver(const IdentityResolver&) = delete;
   IdentityResolver& operator=(const IdentityResolver&) = delete;
 
-  // Remembers the calling thread's network namespace as the daemon's own. 0 or -errno.
+  // Remembers the calling thread's network namespace as the daemon's own. 0 or a positive errno.
   int init();
 
-  // Identifies the peer of a connected AF_UNIX socket. Returns 0, or -errno with *why set.
-  // May switch the calling thread into the client's network namespace for a moment; it
-  // always switches back (and aborts the process if it cannot, rather than run in the wrong
-  // namespace). Results are cached per namespace while some client of it is known.
+  // Identifies the peer of a connected AF_UNIX socket. Returns 0, or a positive errno with *why
+  // set. May switch the calling thread into the client's network namespace for a moment; it always
+  // switches back (and aborts the process if it cannot, rather than run in the wrong namespace).
+  // Results are cached per namespace while some client of it is known.
   int identify(int sock, Identity* out, std::string* why);
 
   // A client identified earlier is gone; forget its namespace when it was the last one.

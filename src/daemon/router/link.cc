@@ -9,33 +9,8 @@
 namespace vrdma::daemon {
 
 namespace {
-constexpr size_t kRecvBuffer = 256 * 1024;
-constexpr uint64_t kDirectRead = 16 * 1024;  // payloads this large skip the receive buffer
 constexpr int kIovBatch = 64;
 }  // namespace
-
-uint32_t body_size(wire::Type t) {
-  switch (t) {
-    case wire::Type::kHello:
-      return sizeof(wire::Hello);
-    case wire::Type::kPing:
-    case wire::Type::kPong:
-      return sizeof(wire::Ping);
-    case wire::Type::kConnect:
-      return sizeof(wire::Connect);
-    case wire::Type::kConnectRep:
-      return sizeof(wire::ConnectRep);
-    case wire::Type::kRequest:
-      return sizeof(wire::Request);
-    case wire::Type::kResponse:
-      return sizeof(wire::Response);
-    case wire::Type::kCm:
-      return sizeof(wire::Cm);
-    case wire::Type::kPeerGone:
-      return sizeof(wire::PeerGone);
-  }
-  return 0;
-}
 
 Link::Link(uint32_t id, UniqueFd fd, bool outbound)
     : id_(id),
@@ -47,8 +22,8 @@ Link::Link(uint32_t id, UniqueFd fd, bool outbound)
 
 Link::~Link() = default;
 
-bool Link::send(wire::Type type, const void* body, uint32_t body_len, const shm::Seg* payload, int nseg,
-                uint64_t payload_len, bool copy) {
+bool Link::send(wire::Type type, const void* body, uint32_t body_len, const shm::Seg* payload,
+                int nseg, uint64_t payload_len, bool copy) {
   if (!has_room() || body_len > sizeof(Out::hdr) - sizeof(wire::Header)) return false;
   uint32_t slot = static_cast<uint32_t>(head_ % kRing);
   Out& o = ring_[slot];
@@ -135,19 +110,18 @@ bool Link::flush() {
   return true;
 }
 
-bool Link::consume_payload(LinkHandler& h, const char** why) {
-  (void)why;
+void Link::consume_payload(LinkHandler& h) {
   while (payload_left_ && rpos_ < rlen_) {
     uint64_t n = std::min<uint64_t>(payload_left_, rlen_ - rpos_);
-    if (!sink_.discard) {
+    if (!dest_.discard) {
       uint64_t done = 0;
-      while (done < n && sink_i_ < sink_.nsegs) {
-        shm::Seg& s = sink_.segs[sink_i_];
-        uint64_t m = std::min(n - done, s.len - sink_off_);
-        memcpy(s.p + sink_off_, rbuf_.get() + rpos_ + done, m);
+      while (done < n && dest_seg_ < dest_.nsegs) {
+        shm::Seg& s = dest_.segs[dest_seg_];
+        uint64_t m = std::min(n - done, s.len - dest_off_);
+        memcpy(s.p + dest_off_, rbuf_.get() + rpos_ + done, m);
         done += m;
-        sink_off_ += m;
-        if (sink_off_ == s.len) ++sink_i_, sink_off_ = 0;
+        dest_off_ += m;
+        if (dest_off_ == s.len) ++dest_seg_, dest_off_ = 0;
       }
     }
     rpos_ += n;
@@ -157,105 +131,112 @@ bool Link::consume_payload(LinkHandler& h, const char** why) {
     rx_ = Rx::kHeader;
     h.on_payload(*this);
   }
-  return true;
+}
+
+bool Link::dispatch_buffered(LinkHandler& h, const char** why) {
+  for (;;) {
+    size_t avail = rlen_ - rpos_;
+    switch (rx_) {
+      case Rx::kHeader:
+        if (avail < sizeof(wire::Header)) return true;
+        memcpy(&rhdr_, rbuf_.get() + rpos_, sizeof(rhdr_));
+        rpos_ += sizeof(rhdr_);
+        body_len_ = wire::body_size(static_cast<wire::Type>(rhdr_.type));
+        if (!body_len_) {
+          *why = "unknown frame type";
+          return false;
+        }
+        if (rhdr_.payload > wire::kMaxPayload) {
+          *why = "oversized frame";
+          return false;
+        }
+        rx_ = Rx::kBody;
+        break;
+      case Rx::kBody:
+        if (avail < body_len_) return true;
+        dest_ = PayloadDest{};
+        h.on_frame(*this, static_cast<wire::Type>(rhdr_.type), rbuf_.get() + rpos_, rhdr_.payload,
+                   dest_);
+        rpos_ += body_len_;
+        payload_left_ = rhdr_.payload;
+        dest_seg_ = 0;
+        dest_off_ = 0;
+        rx_ = payload_left_ ? Rx::kPayload : Rx::kHeader;
+        break;
+      case Rx::kPayload:
+        if (avail == 0) return true;
+        consume_payload(h);
+        break;
+    }
+  }
+}
+
+void Link::compact_buffer() {
+  if (rpos_ == rlen_) {
+    rpos_ = rlen_ = 0;
+  } else if (rpos_ > kRecvBuffer / 2) {
+    memmove(rbuf_.get(), rbuf_.get() + rpos_, rlen_ - rpos_);
+    rlen_ -= rpos_;
+    rpos_ = 0;
+  }
+}
+
+bool Link::wants_direct_read() const {
+  return rx_ == Rx::kPayload && rpos_ == rlen_ && payload_left_ >= kDirectRead && !dest_.discard &&
+         dest_seg_ < dest_.nsegs;
+}
+
+ssize_t Link::read_direct(LinkHandler& h) {
+  iovec iov[shm::kMaxRecvSge + 1];
+  int k = 0;
+  uint64_t want = payload_left_;
+  for (int i = dest_seg_; i < dest_.nsegs && want; ++i) {
+    uint64_t off = i == dest_seg_ ? dest_off_ : 0;
+    uint64_t m = std::min(dest_.segs[i].len - off, want);
+    iov[k++] = iovec{dest_.segs[i].p + off, m};
+    want -= m;
+  }
+  msghdr mh{};
+  mh.msg_iov = iov;
+  mh.msg_iovlen = static_cast<size_t>(k);
+  ssize_t n = ::recvmsg(fd_.get(), &mh, MSG_DONTWAIT);
+  if (n <= 0) return n;
+  uint64_t left = static_cast<uint64_t>(n);
+  while (left) {
+    uint64_t m = std::min(left, dest_.segs[dest_seg_].len - dest_off_);
+    dest_off_ += m;
+    left -= m;
+    if (dest_off_ == dest_.segs[dest_seg_].len) ++dest_seg_, dest_off_ = 0;
+  }
+  payload_left_ -= static_cast<uint64_t>(n);
+  if (payload_left_ == 0) {
+    rx_ = Rx::kHeader;
+    h.on_payload(*this);
+  }
+  return n;
 }
 
 bool Link::receive(LinkHandler& h, size_t budget, const char** why) {
   size_t got = 0;
   for (;;) {
-    // Dispatch what is buffered.
-    for (bool more = true; more;) {
-      more = false;
-      size_t avail = rlen_ - rpos_;
-      switch (rx_) {
-        case Rx::kHeader:
-          if (avail < sizeof(wire::Header)) break;
-          memcpy(&rhdr_, rbuf_.get() + rpos_, sizeof(rhdr_));
-          rpos_ += sizeof(rhdr_);
-          body_len_ = body_size(static_cast<wire::Type>(rhdr_.type));
-          if (!body_len_) {
-            *why = "unknown frame type";
-            return false;
-          }
-          if (rhdr_.payload > wire::kMaxPayload) {
-            *why = "oversized frame";
-            return false;
-          }
-          rx_ = Rx::kBody;
-          more = true;
-          break;
-        case Rx::kBody:
-          if (avail < body_len_) break;
-          sink_ = Sink{};
-          h.on_frame(*this, static_cast<wire::Type>(rhdr_.type), rbuf_.get() + rpos_, rhdr_.payload,
-                     sink_);
-          rpos_ += body_len_;
-          payload_left_ = rhdr_.payload;
-          sink_i_ = 0;
-          sink_off_ = 0;
-          rx_ = payload_left_ ? Rx::kPayload : Rx::kHeader;
-          more = true;
-          break;
-        case Rx::kPayload:
-          if (avail == 0) break;
-          consume_payload(h, why);
-          more = true;
-          break;
-      }
-    }
-    if (rpos_ == rlen_) {
-      rpos_ = rlen_ = 0;
-    } else if (rpos_ > kRecvBuffer / 2) {
-      memmove(rbuf_.get(), rbuf_.get() + rpos_, rlen_ - rpos_);
-      rlen_ -= rpos_;
-      rpos_ = 0;
-    }
+    if (!dispatch_buffered(h, why)) return false;
+    compact_buffer();
     if (got >= budget) return true;
     ssize_t n;
-    if (rx_ == Rx::kPayload && rpos_ == rlen_ && payload_left_ >= kDirectRead && !sink_.discard &&
-        sink_i_ < sink_.nsegs) {
+    if (wants_direct_read()) {
       // Large payload: straight from the socket into its destination.
-      iovec iov[shm::kMaxRecvSge + 1];
-      int k = 0;
-      uint64_t want = payload_left_;
-      for (int i = sink_i_; i < sink_.nsegs && want; ++i) {
-        uint64_t off = i == sink_i_ ? sink_off_ : 0;
-        uint64_t m = std::min(sink_.segs[i].len - off, want);
-        iov[k++] = iovec{sink_.segs[i].p + off, m};
-        want -= m;
-      }
-      msghdr mh{};
-      mh.msg_iov = iov;
-      mh.msg_iovlen = static_cast<size_t>(k);
-      n = ::recvmsg(fd_.get(), &mh, MSG_DONTWAIT);
-      if (n > 0) {
-        uint64_t left = static_cast<uint64_t>(n);
-        while (left) {
-          uint64_t m = std::min(left, sink_.segs[sink_i_].len - sink_off_);
-          sink_off_ += m;
-          left -= m;
-          if (sink_off_ == sink_.segs[sink_i_].len) ++sink_i_, sink_off_ = 0;
-        }
-        payload_left_ -= static_cast<uint64_t>(n);
-        got += static_cast<size_t>(n);
-        bytes_in += static_cast<uint64_t>(n);
-        if (payload_left_ == 0) {
-          rx_ = Rx::kHeader;
-          h.on_payload(*this);
-        }
-        continue;
-      }
+      n = read_direct(h);
     } else {
       // At most what is left of the budget: the caller bounds how many frames one call
       // dispatches.
       size_t want = std::min(kRecvBuffer - rlen_, budget - got);
       n = ::recv(fd_.get(), rbuf_.get() + rlen_, want, MSG_DONTWAIT);
-      if (n > 0) {
-        rlen_ += static_cast<size_t>(n);
-        got += static_cast<size_t>(n);
-        bytes_in += static_cast<uint64_t>(n);
-        continue;
-      }
+      if (n > 0) rlen_ += static_cast<size_t>(n);
+    }
+    if (n > 0) {
+      got += static_cast<size_t>(n);
+      bytes_in += static_cast<uint64_t>(n);
+      continue;
     }
     if (n == 0) {
       *why = "closed by the peer";

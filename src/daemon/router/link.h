@@ -21,7 +21,7 @@ namespace vrdma::daemon {
 class Link;
 
 // Where an incoming frame's payload goes: up to kMaxRecvSge segments, or nowhere (discard).
-struct Sink {
+struct PayloadDest {
   shm::Seg segs[shm::kMaxRecvSge + 1];
   int nsegs = 0;
   bool discard = true;
@@ -30,17 +30,17 @@ struct Sink {
 class LinkHandler {
  public:
   virtual ~LinkHandler() = default;
-  // A frame's header and body arrived; fill `sink` for its payload (if any).
+  // A frame's header and body arrived; fill `dest` for its payload (if any).
   virtual void on_frame(Link& link, wire::Type type, const uint8_t* body, uint32_t payload,
-                        Sink& sink) = 0;
+                        PayloadDest& dest) = 0;
   // The payload of the last frame is in place (called for frames with a payload only).
   virtual void on_payload(Link& link) = 0;
 };
 
 class Link {
  public:
-  static constexpr uint32_t kRing = 4096;       // outgoing frames in flight
-  static constexpr uint32_t kOwnedBytes = 4096; // per frame, for data that must be copied
+  static constexpr uint32_t kRing = 4096;        // outgoing frames in flight
+  static constexpr uint32_t kOwnedBytes = 4096;  // per frame, for data that must be copied
 
   Link(uint32_t id, UniqueFd fd, bool outbound);
   ~Link();
@@ -58,7 +58,7 @@ class Link {
   int64_t connect_deadline_ns = 0;
   int64_t last_rx_ns = 0;
   int64_t last_ping_ns = 0;
-  uint32_t users = 0;  // routes that send on this link
+  uint32_t routed_qps = 0;  // local RC/UC QPs whose requests go out on this link
 
   // Queues a frame: header+body copied, payload referenced (must stay valid until written)
   // or copied into the frame's own buffer (`copy`, at most kOwnedBytes). False when full.
@@ -82,7 +82,17 @@ class Link {
     int niov;
     iovec iov[shm::kMaxSendSge + 1];
   };
-  bool consume_payload(LinkHandler& h, const char** why);
+  static constexpr size_t kRecvBuffer = 256 * 1024;
+  static constexpr uint64_t kDirectRead = 16 * 1024;  // payloads this large skip the buffer
+
+  // Dispatches the frames (and the payload bytes) that are in the receive buffer. False when
+  // the stream is broken (*why says how).
+  bool dispatch_buffered(LinkHandler& h, const char** why);
+  void consume_payload(LinkHandler& h);  // what of a payload the buffer holds
+  void compact_buffer();
+  // A large payload with a destination: read straight into it (recvmsg's result).
+  bool wants_direct_read() const;
+  ssize_t read_direct(LinkHandler& h);
 
   uint32_t id_;
   UniqueFd fd_;
@@ -101,12 +111,9 @@ class Link {
   wire::Header rhdr_{};
   uint32_t body_len_ = 0;
   uint64_t payload_left_ = 0;
-  Sink sink_;
-  int sink_i_ = 0;
-  uint64_t sink_off_ = 0;
+  PayloadDest dest_;
+  int dest_seg_ = 0;
+  uint64_t dest_off_ = 0;
 };
-
-// Size of a frame type's body, or 0 for an unknown type.
-uint32_t body_size(wire::Type t);
 
 }  // namespace vrdma::daemon

@@ -23,7 +23,7 @@ namespace {
 
 constexpr int64_t kConnectTimeoutNs = 2'000'000'000;
 constexpr size_t kReceiveBudget = 128 * 1024;  // < kRoomToReceive of the smallest frames
-constexpr uint32_t kRoomToReceive = 2048;  // every frame received may need a reply slot
+constexpr uint32_t kRoomToReceive = 2048;      // every frame received may need a reply slot
 constexpr uint64_t kTagListen = 0;
 constexpr uint64_t kTagDoorbell = 1;
 constexpr uint64_t kTagLinks = 2;
@@ -62,29 +62,29 @@ Router::~Router() = default;
 int Router::start(int epoll_fd) {
   epoll_ = epoll_fd;
   doorbell_.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
-  if (!doorbell_) return -errno;
+  if (!doorbell_) return errno;
   epoll_event ev{};
   ev.events = EPOLLIN;
   ev.data.u64 = kTagBase | kTagDoorbell;
-  if (::epoll_ctl(epoll_, EPOLL_CTL_ADD, doorbell_.get(), &ev) < 0) return -errno;
+  if (::epoll_ctl(epoll_, EPOLL_CTL_ADD, doorbell_.get(), &ev) < 0) return errno;
   if (cfg_.listen.empty()) return 0;
   sockaddr_in sa;
   if (!parse_addr(cfg_.listen, &sa)) {
     LOG_ERROR("router: bad listen address %s (want a.b.c.d:port)", cfg_.listen.c_str());
-    return -EINVAL;
+    return EINVAL;
   }
   listen_.reset(::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
-  if (!listen_) return -errno;
+  if (!listen_) return errno;
   int one = 1;
   setsockopt(listen_.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
   if (::bind(listen_.get(), reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) < 0 ||
       ::listen(listen_.get(), 64) < 0) {
     int err = errno;
     LOG_ERROR("router: cannot listen on %s: %s", cfg_.listen.c_str(), strerror(err));
-    return -err;
+    return err;
   }
   ev.data.u64 = kTagBase | kTagListen;
-  if (::epoll_ctl(epoll_, EPOLL_CTL_ADD, listen_.get(), &ev) < 0) return -errno;
+  if (::epoll_ctl(epoll_, EPOLL_CTL_ADD, listen_.get(), &ev) < 0) return errno;
   LOG_INFO("router: listening on %s", cfg_.listen.c_str());
   return 0;
 }
@@ -204,7 +204,7 @@ void Router::close_link(Link& link, const char* why) {
         it = it->second == id ? o->ud_links.erase(it) : std::next(it);
       continue;
     }
-    fail(*o, o->done < o->sent ? IBV_WC_RETRY_EXC_ERR : IBV_WC_WR_FLUSH_ERR, true);
+    abort_qp(*o, o->done < o->sent ? IBV_WC_RETRY_EXC_ERR : IBV_WC_WR_FLUSH_ERR, true);
   }
   // Remote QPs that sent to ours: our QPs lost their peer.
   for (auto it = inbound_.begin(); it != inbound_.end();) {
@@ -332,15 +332,15 @@ void Router::connect_qp(uint32_t qpn, const LocalQp& qp, uint32_t dst_ipv4, uint
   wire::Connect c{id, qp.ipv4, dst_ipv4, qpn, dst_qpn, qp.type, 0};
   if (!link->send(wire::Type::kConnect, &c, sizeof(c))) return done(EAGAIN, 0);
   int64_t now = now_ns();
-  connects_[id] = PendingConnect{link->id(), dst_ipv4, qpn, qp, dst_qpn,
-                                 now + 3 * kConnectTimeoutNs / 2, std::move(done)};
+  connects_[id] = PendingConnect{
+      link->id(), dst_ipv4, qpn, qp, dst_qpn, now + 3 * kConnectTimeoutNs / 2, std::move(done)};
 }
 
 void Router::qp_freed(uint32_t qpn) {
   auto it = outbound_.find(qpn);
   if (it != outbound_.end()) {
     Outbound& o = *it->second;
-    if (Link* l = find_link(o.link_id); l && l->users) --l->users;
+    if (Link* l = find_link(o.link_id); l && l->routed_qps) --l->routed_qps;
     outbound_.erase(it);
   }
 }
@@ -354,7 +354,7 @@ void Router::client_gone(uint32_t client) {
         wire::PeerGone g{it->second->qpn, 0};
         l->send(wire::Type::kPeerGone, &g, sizeof(g));
       }
-      if (l && l->users) --l->users;
+      if (l && l->routed_qps) --l->routed_qps;
       it = outbound_.erase(it);
     } else {
       ++it;
@@ -401,138 +401,122 @@ int Router::send_cm_to_host(uint32_t host_id, const wire::Cm& m) {
 std::vector<Router::LinkInfo> Router::links() const {
   std::vector<LinkInfo> out;
   for (auto& [id, l] : links_)
-    out.push_back({l->host_id, l->outbound(), l->connected(), l->peer_addr, l->bytes_in,
-                   l->bytes_out});
+    out.push_back(
+        {l->host_id, l->outbound(), l->connected(), l->peer_addr, l->bytes_in, l->bytes_out});
   return out;
 }
 
 void Router::on_frame(Link& link, wire::Type type, const uint8_t* body, uint32_t payload,
-                      Sink& sink) {
+                      PayloadDest& dest) {
   switch (type) {
-    case wire::Type::kHello: {
-      wire::Hello h;
-      memcpy(&h, body, sizeof(h));
-      if (h.magic == wire::kMagic && h.version == wire::kVersion) {
-        link.host_id = h.host_id;
-        link.peer_boot = h.boot;
-        LOG_INFO("router: link %u from host %u", link.id(), h.host_id);
-      }
-      return;
-    }
-    case wire::Type::kPing: {
+    case wire::Type::kHello:
+      return on_hello(link, wire::read<wire::Hello>(body));
+    case wire::Type::kPing:
       link.send(wire::Type::kPong, body, sizeof(wire::Ping));
       return;
-    }
     case wire::Type::kPong:
       return;
-    case wire::Type::kConnect: {
-      wire::Connect c;
-      memcpy(&c, body, sizeof(c));
-      return on_connect(link, c);
-    }
-    case wire::Type::kConnectRep: {
-      wire::ConnectRep r;
-      memcpy(&r, body, sizeof(r));
-      auto it = connects_.find(r.req_id);
-      if (it == connects_.end()) return;
-      PendingConnect pc = std::move(it->second);
-      connects_.erase(it);
-      if (r.status == 0 && pc.qp.type == IBV_QPT_UD) {
-        if (auto ex = outbound_.find(pc.qpn); ex != outbound_.end()) {
-          // UD: one queue for every destination; this one is reached on this link.
-          ex->second->ud_links[pc.dst_ipv4] = link.id();
-          pc.done(0, r.qp_type);
-          return;
-        }
-      }
-      if (r.status == 0) {
-        // The QP's work goes to the router from now on.
-        auto o = std::make_unique<Outbound>();
-        o->qpn = pc.qpn;
-        o->info = pc.qp;
-        o->dst_qpn = pc.dst_qpn;
-        auto p = peer(pc.qp.owner);
-        int err = p ? 0 : EIO;
-        if (p) {
-          o->peer = p;
-          uint8_t* base = p->base();
-          uint64_t size = p->size();
-          o->qp = reinterpret_cast<shm::QpShared*>(base + pc.qp.arena_offset);
-          uint32_t sq_off = o->qp->sq_offset, cq_off = o->qp->send_cq_offset;
-          if (!shm::offset_ok(size, sq_off, sizeof(shm::SendQueue)) ||
-              shm::attach_cq(p, cq_off, o->cq, o->cq_efd) != 0) {
-            err = EPROTO;
-          } else {
-            o->sq = reinterpret_cast<shm::SendQueue*>(base + sq_off);
-            uint32_t cap = o->sq->capacity, esz = o->sq->entry_size;
-            uint32_t max_sge = o->sq->max_sge, max_inline = o->sq->max_inline;
-            if (cap == 0 || (cap & (cap - 1)) || max_sge > shm::kMaxSendSge ||
-                max_inline > 4096 || esz != shm::route_wqe_size(max_sge, max_inline) ||
-                !shm::offset_ok(size, sq_off, sizeof(shm::SendQueue) + uint64_t(cap) * esz))
-              err = EPROTO;
-            o->sq_mask = cap - 1;
-            o->esz = esz;
-            o->max_sge = max_sge;
-            o->max_inline = max_inline;
-          }
-        }
-        if (err) {
-          pc.done(err, 0);
-          return;
-        }
-        // Continue where the QP is now: anything it posted before goes out in order.
-        o->sent = o->done = o->sq->done.load(std::memory_order_acquire);
-        if (pc.qp.type != IBV_QPT_UD) {
-          o->link_id = link.id();
-          ++link.users;
-        } else {
-          o->ud_links[pc.dst_ipv4] = link.id();
-        }
-        outbound_[pc.qpn] = std::move(o);
-      }
-      pc.done(r.status, r.qp_type);
-      return;
-    }
-    case wire::Type::kRequest: {
-      wire::Request r;
-      memcpy(&r, body, sizeof(r));
-      return on_request(link, r, payload, sink);
-    }
-    case wire::Type::kResponse: {
-      wire::Response r;
-      memcpy(&r, body, sizeof(r));
-      return on_response(link, r, payload, sink);
-    }
-    case wire::Type::kPeerGone: {
-      wire::PeerGone g;
-      memcpy(&g, body, sizeof(g));
-      if (link.outbound()) {
-        // The destination of our QP died.
-        auto it = outbound_.find(g.qpn);
-        if (it != outbound_.end() && it->second->link_id == link.id()) {
-          LOG_INFO("router: QP 0x%x: its peer on host %u is gone", g.qpn, link.host_id);
-          fail(*it->second, IBV_WC_WR_FLUSH_ERR, true);
-        }
-      } else {
-        // A QP of the other host that sent to ours died.
-        auto it = inbound_.find(inbound_key(link.id(), g.qpn));
-        if (it != inbound_.end()) {
-          LocalQp q;
-          if (hooks_.find_qp(it->second->dst_qpn, &q))
-            hooks_.qp_fatal(q.owner, it->second->dst_qpn, proto::FatalReason::kPeerGone);
-          held_count_ -= it->second->held.size();
-          inbound_.erase(it);
-        }
-      }
-      return;
-    }
+    case wire::Type::kConnect:
+      return on_connect(link, wire::read<wire::Connect>(body));
+    case wire::Type::kConnectRep:
+      return on_connect_rep(link, wire::read<wire::ConnectRep>(body));
+    case wire::Type::kRequest:
+      return on_request(link, wire::read<wire::Request>(body), payload, dest);
+    case wire::Type::kResponse:
+      return on_response(link, wire::read<wire::Response>(body), payload, dest);
+    case wire::Type::kPeerGone:
+      return on_peer_gone(link, wire::read<wire::PeerGone>(body));
     case wire::Type::kCm: {
-      wire::Cm m;
-      memcpy(&m, body, sizeof(m));
+      wire::Cm m = wire::read<wire::Cm>(body);
       if (m.len <= sizeof(m.body) && hooks_.on_cm) hooks_.on_cm(link.host_id, m);
       return;
     }
   }
+}
+
+void Router::on_hello(Link& link, const wire::Hello& h) {
+  if (h.magic != wire::kMagic || h.version != wire::kVersion) return;
+  link.host_id = h.host_id;
+  link.peer_boot = h.boot;
+  LOG_INFO("router: link %u from host %u", link.id(), h.host_id);
+}
+
+void Router::on_connect_rep(Link& link, const wire::ConnectRep& r) {
+  auto it = connects_.find(r.req_id);
+  if (it == connects_.end()) return;
+  PendingConnect pc = std::move(it->second);
+  connects_.erase(it);
+  if (r.status != 0) return pc.done(r.status, r.qp_type);
+  if (pc.qp.type == IBV_QPT_UD) {
+    if (auto ex = outbound_.find(pc.qpn); ex != outbound_.end()) {
+      // UD: one queue for every destination; this one is reached on this link.
+      ex->second->ud_links[pc.dst_ipv4] = link.id();
+      return pc.done(0, r.qp_type);
+    }
+  }
+  // The QP's work goes to the router from now on.
+  std::unique_ptr<Outbound> o;
+  if (int err = attach_outbound(pc, &o)) return pc.done(err, 0);
+  if (pc.qp.type != IBV_QPT_UD) {
+    o->link_id = link.id();
+    ++link.routed_qps;
+  } else {
+    o->ud_links[pc.dst_ipv4] = link.id();
+  }
+  outbound_[pc.qpn] = std::move(o);
+  pc.done(0, r.qp_type);
+}
+
+int Router::attach_outbound(const PendingConnect& pc, std::unique_ptr<Outbound>* out) {
+  auto o = std::make_unique<Outbound>();
+  o->qpn = pc.qpn;
+  o->info = pc.qp;
+  o->dst_qpn = pc.dst_qpn;
+  auto p = peer(pc.qp.owner);
+  if (!p) return EIO;
+  o->peer = p;
+  uint8_t* base = p->base();
+  uint64_t size = p->size();
+  o->qp = reinterpret_cast<shm::QpShared*>(base + pc.qp.arena_offset);
+  uint32_t sq_off = o->qp->sq_offset, cq_off = o->qp->send_cq_offset;
+  if (!shm::offset_ok(size, sq_off, sizeof(shm::SendQueue)) ||
+      shm::attach_cq(p, cq_off, o->cq, o->cq_efd) != 0)
+    return EPROTO;
+  o->sq = reinterpret_cast<shm::SendQueue*>(base + sq_off);
+  uint32_t cap = o->sq->capacity, esz = o->sq->entry_size;
+  uint32_t max_sge = o->sq->max_sge, max_inline = o->sq->max_inline;
+  if (cap == 0 || (cap & (cap - 1)) || max_sge > shm::kMaxSendSge || max_inline > 4096 ||
+      esz != shm::route_wqe_size(max_sge, max_inline) ||
+      !shm::offset_ok(size, sq_off, sizeof(shm::SendQueue) + uint64_t(cap) * esz))
+    return EPROTO;
+  o->sq_mask = cap - 1;
+  o->esz = esz;
+  o->max_sge = max_sge;
+  o->max_inline = max_inline;
+  // Continue where the QP is now: anything it posted before goes out in order.
+  o->sent = o->done = o->sq->done.load(std::memory_order_acquire);
+  *out = std::move(o);
+  return 0;
+}
+
+void Router::on_peer_gone(Link& link, const wire::PeerGone& g) {
+  if (link.outbound()) {
+    // The destination of our QP died.
+    auto it = outbound_.find(g.qpn);
+    if (it != outbound_.end() && it->second->link_id == link.id()) {
+      LOG_INFO("router: QP 0x%x: its peer on host %u is gone", g.qpn, link.host_id);
+      abort_qp(*it->second, IBV_WC_WR_FLUSH_ERR, true);
+    }
+    return;
+  }
+  // A QP of the other host that sent to ours died.
+  auto it = inbound_.find(inbound_key(link.id(), g.qpn));
+  if (it == inbound_.end()) return;
+  LocalQp q;
+  if (hooks_.find_qp(it->second->dst_qpn, &q))
+    hooks_.qp_fatal(q.owner, it->second->dst_qpn, proto::FatalReason::kPeerGone);
+  held_count_ -= it->second->held.size();
+  inbound_.erase(it);
 }
 
 }  // namespace vrdma::daemon

@@ -27,10 +27,10 @@
 #include <unordered_map>
 #include <vector>
 
-#include "daemon/router/router_config.h"
+#include "common/unique_fd.h"
 #include "daemon/directory/directory.h"
 #include "daemon/router/link.h"
-#include "common/unique_fd.h"
+#include "daemon/router/router_config.h"
 #include "daemon/router/wire.h"
 #include "shm/peer.h"
 #include "shm/respond.h"
@@ -66,7 +66,7 @@ class Router : public LinkHandler {
   ~Router() override;
 
   // Listens for links and registers the listening socket and the doorbell with epoll under
-  // tags (kTagBase | n). 0 or -errno.
+  // tags (kTagBase | n). 0 or a positive errno.
   int start(int epoll_fd);
   static constexpr uint64_t kTagBase = 3ull << 32;
   static bool is_tag(uint64_t tag) { return (tag >> 32) == 3; }
@@ -103,16 +103,16 @@ class Router : public LinkHandler {
 
   // LinkHandler.
   void on_frame(Link& link, wire::Type type, const uint8_t* body, uint32_t payload,
-                Sink& sink) override;
+                PayloadDest& dest) override;
   void on_payload(Link& link) override;
 
  private:
   class ClientFds;
-  struct Wqe;        // a RouteWqe copied out of shared memory and validated
-  struct Outbound;   // requester state of one local QP
-  struct Inbound;    // responder state of one remote source QP
-  struct Held;
-  struct RxFrame;    // what the payload being received on a link is for
+  struct Wqe;       // a RouteWqe copied out of shared memory and validated
+  struct Outbound;  // requester state of one local QP
+  struct Inbound;   // responder state of one remote source QP
+  struct HeldRequest;
+  struct RxFrame;  // what the payload being received on a link is for
   struct PendingConnect {
     uint32_t link_id;
     uint32_t dst_ipv4;
@@ -127,22 +127,32 @@ class Router : public LinkHandler {
   Link* outbound_link(uint32_t host_id, int* err);
   Link* find_link(uint32_t id);
   void accept_links();
+  void on_hello(Link& link, const wire::Hello& h);
+  void on_connect_rep(Link& link, const wire::ConnectRep& r);
+  void on_peer_gone(Link& link, const wire::PeerGone& g);
   void close_link(Link& link, const char* why);
   void check_connecting(Link& link, int64_t now);
   std::shared_ptr<shm::Peer> peer(uint32_t client);
 
   // Requester (router_requester.cc).
+  int attach_outbound(const PendingConnect& pc, std::unique_ptr<Outbound>* out);
   bool pump(Outbound& o, int64_t now);
   bool read_wqe(const Outbound& o, uint64_t pos, Wqe& w) const;
   bool send_wqe(Outbound& o, const Wqe& w, int64_t now);
   void complete(Outbound& o, const Wqe& w, ibv_wc_status st, uint32_t byte_len);
-  void fail(Outbound& o, ibv_wc_status first, bool tell_owner);
-  void on_response(Link& link, const wire::Response& r, uint32_t payload, Sink& sink);
+  void abort_qp(Outbound& o, ibv_wc_status first, bool tell_owner);
+  void on_response(Link& link, const wire::Response& r, uint32_t payload, PayloadDest& dest);
   void check_timeouts(int64_t now);
   Link* ud_link(Outbound& o, const uint8_t* dgid);
 
   // Responder (router_responder.cc).
-  void on_request(Link& link, const wire::Request& r, uint32_t payload, Sink& sink);
+  void on_request(Link& link, const wire::Request& r, uint32_t payload, PayloadDest& dest);
+  void on_datagram(const wire::Request& r, uint32_t payload, PayloadDest& dest, RxFrame& f);
+  // The request fails (or is dropped, UC) with `st`, once its payload has passed.
+  void discard_and_reply(Link& link, RxFrame& f, ibv_wc_status st, uint32_t payload);
+  // Keeps the request (its payload, as it arrives) until `next_ns`: RNR, or not ready yet.
+  void hold(Inbound& ib, const wire::Request& r, uint32_t payload, PayloadDest& dest, RxFrame& f,
+            int64_t next_ns);
   void on_connect(Link& link, const wire::Connect& c);
   bool target(uint32_t qpn, shm::PeerQp& out);
   const shm::PeerQp* ud_target(const wire::Request& r);

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "common/address.h"
 #include "common/log.h"
 #include "daemon/router/router_state.h"
 
@@ -15,29 +16,8 @@ namespace {
 constexpr int64_t kPingIntervalNs = 50'000'000;
 constexpr int64_t kMinSilenceNs = 150'000'000;  // never declare a link dead sooner
 
-bool is_atomic(uint32_t op) {
-  return op == IBV_WR_ATOMIC_CMP_AND_SWP || op == IBV_WR_ATOMIC_FETCH_AND_ADD;
-}
-bool carries_data(uint32_t op) {
-  return op == IBV_WR_SEND || op == IBV_WR_SEND_WITH_IMM || op == IBV_WR_RDMA_WRITE ||
-         op == IBV_WR_RDMA_WRITE_WITH_IMM;
-}
-
-ibv_wc_opcode wc_opcode(uint32_t op) {
-  switch (op) {
-    case IBV_WR_RDMA_WRITE:
-    case IBV_WR_RDMA_WRITE_WITH_IMM:
-      return IBV_WC_RDMA_WRITE;
-    case IBV_WR_RDMA_READ:
-      return IBV_WC_RDMA_READ;
-    case IBV_WR_ATOMIC_CMP_AND_SWP:
-      return IBV_WC_COMP_SWAP;
-    case IBV_WR_ATOMIC_FETCH_AND_ADD:
-      return IBV_WC_FETCH_ADD;
-    default:
-      return IBV_WC_SEND;
-  }
-}
+using shm::carries_data;
+using shm::is_atomic;
 
 }  // namespace
 
@@ -61,20 +41,8 @@ bool Router::read_wqe(const Outbound& o, uint64_t pos, Wqe& w) const {
   w.inline_data = reinterpret_cast<const uint8_t*>(e->sge + o.max_sge);
   if (w.num_sge > o.max_sge || w.inline_len > o.max_inline) return false;
   memcpy(w.sge, e->sge, sizeof(ibv_sge) * w.num_sge);
-  switch (w.opcode) {
-    case IBV_WR_SEND:
-    case IBV_WR_SEND_WITH_IMM:
-      return true;
-    case IBV_WR_RDMA_WRITE:
-    case IBV_WR_RDMA_WRITE_WITH_IMM:
-      return o.info.type != IBV_QPT_UD;
-    case IBV_WR_RDMA_READ:
-    case IBV_WR_ATOMIC_CMP_AND_SWP:
-    case IBV_WR_ATOMIC_FETCH_AND_ADD:
-      return o.info.type == IBV_QPT_RC && !w.inline_len;
-    default:
-      return false;
-  }
+  return shm::opcode_allowed(o.info.type, w.opcode) &&
+         !(shm::returns_data(w.opcode) && w.inline_len);
 }
 
 void Router::complete(Outbound& o, const Wqe& w, ibv_wc_status st, uint32_t byte_len) {
@@ -94,7 +62,7 @@ void Router::complete(Outbound& o, const Wqe& w, ibv_wc_status st, uint32_t byte
     ibv_wc wc{};
     wc.wr_id = w.wr_id;
     wc.status = st;
-    wc.opcode = wc_opcode(w.opcode);
+    wc.opcode = shm::completion_opcode(w.opcode);
     wc.qp_num = o.qpn;
     if (w.opcode == IBV_WR_RDMA_READ || is_atomic(w.opcode)) wc.byte_len = byte_len;
     shm::cq_push(o.cq, wc);
@@ -105,7 +73,7 @@ void Router::complete(Outbound& o, const Wqe& w, ibv_wc_status st, uint32_t byte
   }
 }
 
-void Router::fail(Outbound& o, ibv_wc_status first, bool tell_owner) {
+void Router::abort_qp(Outbound& o, ibv_wc_status first, bool tell_owner) {
   if (o.failed) return;
   o.failed = true;
   o.qp->state.store(IBV_QPS_ERR, std::memory_order_release);
@@ -123,14 +91,14 @@ void Router::fail(Outbound& o, ibv_wc_status first, bool tell_owner) {
     LOG_INFO("router: QP 0x%x to QP 0x%x failed: completion status %d", o.qpn, o.dst_qpn,
              static_cast<int>(first));
   if (tell_owner)
-    hooks_.qp_fatal(o.info.owner, o.qpn,
-                    first == IBV_WC_WR_FLUSH_ERR ? proto::FatalReason::kPeerGone
-                                                 : proto::FatalReason::kRouted);
+    hooks_.qp_fatal(
+        o.info.owner, o.qpn,
+        first == IBV_WC_WR_FLUSH_ERR ? proto::FatalReason::kPeerGone : proto::FatalReason::kRouted);
 }
 
 Link* Router::ud_link(Outbound& o, const uint8_t* dgid) {
-  uint32_t ip;
-  memcpy(&ip, dgid + 12, 4);
+  uint32_t ip = 0;
+  gid_to_ipv4(dgid, &ip);
   auto it = o.ud_links.find(ip);
   if (it != o.ud_links.end())
     if (Link* l = find_link(it->second)) return l;
@@ -152,7 +120,7 @@ bool Router::send_wqe(Outbound& o, const Wqe& w, int64_t now) {
       ++o.sent;
       return true;
     }
-    fail(o, IBV_WC_RETRY_EXC_ERR, true);
+    abort_qp(o, IBV_WC_RETRY_EXC_ERR, true);
     return false;
   }
   if (!link->has_room(1)) return false;
@@ -169,7 +137,7 @@ bool Router::send_wqe(Outbound& o, const Wqe& w, int64_t now) {
   r.swap = w.swap;
   r.qkey = w.ud_qkey;
   r.src_ipv4 = o.info.ipv4;
-  if (ud) memcpy(&r.dst_ipv4, w.dgid + 12, 4);
+  if (ud) gid_to_ipv4(w.dgid, &r.dst_ipv4);
   r.solicited = (w.send_flags & IBV_SEND_SOLICITED) != 0;
   r.rnr_retry = static_cast<uint8_t>(o.qp->rnr_retry.load(std::memory_order_relaxed) & 7);
   r.timeout = static_cast<uint8_t>(o.qp->timeout.load(std::memory_order_relaxed) & 31);
@@ -191,7 +159,7 @@ bool Router::send_wqe(Outbound& o, const Wqe& w, int64_t now) {
         if (o.done != o.sent) return false;
         complete(o, w, IBV_WC_LOC_PROT_ERR, 0);
         ++o.sent;
-        fail(o, IBV_WC_WR_FLUSH_ERR, true);
+        abort_qp(o, IBV_WC_WR_FLUSH_ERR, true);
         return false;
       }
       data[nseg++] = shm::Seg{p, s.length};
@@ -231,7 +199,7 @@ bool Router::pump(Outbound& o, int64_t now) {
   }
   bool work = false;
   if (st == IBV_QPS_ERR && !o.failed) {
-    fail(o, IBV_WC_WR_FLUSH_ERR, false);
+    abort_qp(o, IBV_WC_WR_FLUSH_ERR, false);
     work = true;
   }
   if (o.failed) {
@@ -252,7 +220,7 @@ bool Router::pump(Outbound& o, int64_t now) {
       if (o.done != o.sent) break;
       complete(o, w, ok ? static_cast<ibv_wc_status>(w.status) : IBV_WC_LOC_QP_OP_ERR, 0);
       ++o.sent;
-      fail(o, IBV_WC_WR_FLUSH_ERR, true);
+      abort_qp(o, IBV_WC_WR_FLUSH_ERR, true);
       return true;
     }
     if (!send_wqe(o, w, now)) break;
@@ -262,7 +230,7 @@ bool Router::pump(Outbound& o, int64_t now) {
   return work;
 }
 
-void Router::on_response(Link& link, const wire::Response& r, uint32_t payload, Sink& sink) {
+void Router::on_response(Link& link, const wire::Response& r, uint32_t payload, PayloadDest& dest) {
   auto it = outbound_.find(r.src_qpn);
   if (it == outbound_.end()) return;
   Outbound& o = *it->second;
@@ -280,21 +248,21 @@ void Router::on_response(Link& link, const wire::Response& r, uint32_t payload, 
     uint64_t room = 0;
     for (uint32_t i = 0; i < w.num_sge; ++i) {
       const ibv_sge& s = w.sge[i];
-      uint8_t* p = s.length ? o.peer->translate(s.lkey, s.addr, s.length, IBV_ACCESS_LOCAL_WRITE)
-                            : nullptr;
+      uint8_t* p =
+          s.length ? o.peer->translate(s.lkey, s.addr, s.length, IBV_ACCESS_LOCAL_WRITE) : nullptr;
       if (s.length && !p) {
         f.status = IBV_WC_LOC_PROT_ERR;
         return;  // discard the data
       }
-      sink.segs[sink.nsegs++] = shm::Seg{p, s.length};
+      dest.segs[dest.nsegs++] = shm::Seg{p, s.length};
       room += s.length;
     }
     if (room < payload) {
       f.status = IBV_WC_LOC_LEN_ERR;
-      sink.nsegs = 0;
+      dest.nsegs = 0;
       return;
     }
-    sink.discard = false;
+    dest.discard = false;
     return;
   }
   if (st == IBV_WC_SUCCESS && is_atomic(w.opcode)) {
@@ -309,7 +277,7 @@ void Router::on_response(Link& link, const wire::Response& r, uint32_t payload, 
   uint32_t len = static_cast<uint32_t>(r.byte_len);
   complete(o, w, st, len);
   if (st != IBV_WC_SUCCESS) {
-    fail(o, IBV_WC_WR_FLUSH_ERR, true);
+    abort_qp(o, IBV_WC_WR_FLUSH_ERR, true);
     return;
   }
   o.oldest_ns = now_;

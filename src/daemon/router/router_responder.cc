@@ -27,11 +27,6 @@ shm::Incoming incoming_of(const wire::Request& r) {
   return in;
 }
 
-bool carries_data(uint32_t op) {
-  return op == IBV_WR_SEND || op == IBV_WR_SEND_WITH_IMM || op == IBV_WR_RDMA_WRITE ||
-         op == IBV_WR_RDMA_WRITE_WITH_IMM;
-}
-
 }  // namespace
 
 Router::RxFrame& Router::frame(uint32_t link_id) {
@@ -66,8 +61,8 @@ void Router::on_connect(Link& link, const wire::Connect& c) {
   if (!hooks_.find_qp(c.dst_qpn, &q) || q.ipv4 != c.dst_ipv4) {
     rep.status = ENOENT;
   } else if (hooks_.tenant_of(c.src_ipv4) != q.tenant) {
-    LOG_INFO("router: host %u QP 0x%x -> QP 0x%x refused: tenant %s -> %s", link.host_id,
-             c.src_qpn, c.dst_qpn, hooks_.tenant_of(c.src_ipv4).c_str(), q.tenant.c_str());
+    LOG_INFO("router: host %u QP 0x%x -> QP 0x%x refused: tenant %s -> %s", link.host_id, c.src_qpn,
+             c.dst_qpn, hooks_.tenant_of(c.src_ipv4).c_str(), q.tenant.c_str());
     rep.status = EACCES;
   } else if (q.type != c.qp_type) {
     rep.status = EINVAL;
@@ -83,8 +78,7 @@ void Router::on_connect(Link& link, const wire::Connect& c) {
       in->owner = q.owner;
       target(c.dst_qpn, in->target);  // may not be ready yet; retried per request
     }
-    LOG_DEBUG("router: host %u QP 0x%x connected to QP 0x%x", link.host_id, c.src_qpn,
-              c.dst_qpn);
+    LOG_DEBUG("router: host %u QP 0x%x connected to QP 0x%x", link.host_id, c.src_qpn, c.dst_qpn);
   }
   link.send(wire::Type::kConnectRep, &rep, sizeof(rep));
 }
@@ -97,88 +91,56 @@ void Router::respond(Link& link, const wire::Request& r, ibv_wc_status st, uint6
   link.send(wire::Type::kResponse, &rep, sizeof(rep), data, nseg, payload, false);
 }
 
-void Router::on_request(Link& link, const wire::Request& r, uint32_t payload, Sink& sink) {
+namespace {
+
+// The payload of the frame being received goes to the placement's segments.
+void place_into(const shm::Placement& pl, PayloadDest& dest) {
+  for (int i = 0; i < pl.nsegs; ++i) dest.segs[i] = pl.segs[i];
+  dest.nsegs = pl.nsegs;
+  dest.discard = false;
+}
+
+}  // namespace
+
+void Router::on_request(Link& link, const wire::Request& r, uint32_t payload, PayloadDest& dest) {
   RxFrame& f = frame(link.id());
   f.kind = RxFrame::Kind::kNone;
   f.req = r;
   f.reply = true;
-  const bool data = carries_data(r.opcode);
+  const bool data = shm::carries_data(r.opcode);
   if ((data && payload != r.length) || (!data && payload)) return;  // malformed: drop
-  shm::Incoming in = incoming_of(r);
-
-  if (r.qp_type == IBV_QPT_UD) {
-    const shm::PeerQp* t = ud_target(r);
-    if (!t || !data) return;
-    shm::admit_request(*t, in, f.pl);
-    if (f.pl.admission != shm::Admission::kDone || f.pl.status != IBV_WC_SUCCESS) return;
-    f.target = *t;
-    f.reply = false;
-    if (!payload) return shm::commit_request(*t, f.pl, 0);
-    f.kind = RxFrame::Kind::kPlace;
-    for (int i = 0; i < f.pl.nsegs; ++i) sink.segs[i] = f.pl.segs[i];
-    sink.nsegs = f.pl.nsegs;
-    sink.discard = false;
-    return;
-  }
+  if (r.qp_type == IBV_QPT_UD) return on_datagram(r, payload, dest, f);
 
   auto it = inbound_.find(inbound_key(link.id(), r.src_qpn));
   if (it == inbound_.end()) {
     // Not connected through this link (the destination's host restarted?).
-    f.kind = RxFrame::Kind::kDiscardReply;
-    f.status = IBV_WC_REM_INV_REQ_ERR;
-    if (!payload) on_payload(link);
-    return;
+    return discard_and_reply(link, f, IBV_WC_REM_INV_REQ_ERR, payload);
   }
   Inbound& ib = *it->second;
   if (ib.failed) return;
-
-  auto hold = [&](int64_t next) {
-    Held h;
-    h.req = r;
-    h.next_ns = next;
-    h.rnr_left = r.rnr_retry;
-    int64_t bound = shm::ack_timeout_ns(r.timeout) * (int64_t(r.retry_cnt) + 1);
-    h.deadline_ns = r.timeout ? now_ + bound : INT64_MAX;
-    h.data.resize(payload);
-    ib.held.push_back(std::move(h));
-    ++held_count_;
-    Held& b = ib.held.back();
-    if (payload) {
-      sink.segs[0] = shm::Seg{b.data.data(), payload};
-      sink.nsegs = 1;
-      sink.discard = false;
-      f.kind = RxFrame::Kind::kHold;
-      f.in = &ib;
-    }
-  };
-  if (!ib.held.empty()) return hold(0);
+  if (!ib.held.empty()) return hold(ib, r, payload, dest, f, 0);
 
   if (!ib.target.valid() || !shm::peer_qp_ready(ib.target)) target(ib.dst_qpn, ib.target);
   if (!ib.target.valid()) {
     f.pl = shm::Placement{};
     f.pl.admission = shm::Admission::kNotReady;
   } else {
-    shm::admit_request(ib.target, in, f.pl);
+    shm::admit_request(ib.target, incoming_of(r), f.pl);
   }
   switch (f.pl.admission) {
     case shm::Admission::kRnr:
-      return hold(now_ + shm::rnr_timer_ns(ib.target.qp->min_rnr_timer.load() & 31));
+      return hold(ib, r, payload, dest, f,
+                  now_ + shm::rnr_timer_ns(ib.target.qp->min_rnr_timer.load() & 31));
     case shm::Admission::kNotReady:
-      return hold(now_ + 1'000'000);
+      return hold(ib, r, payload, dest, f, now_ + 1'000'000);
     case shm::Admission::kDrop:
-      f.kind = RxFrame::Kind::kDiscardReply;
-      f.status = IBV_WC_SUCCESS;
-      if (!payload) on_payload(link);
-      return;
+      return discard_and_reply(link, f, IBV_WC_SUCCESS, payload);
     case shm::Admission::kDone:
       break;
   }
   if (f.pl.status != IBV_WC_SUCCESS) {
     if (r.qp_type == IBV_QPT_RC) ib.failed = true;
-    f.kind = RxFrame::Kind::kDiscardReply;
-    f.status = f.pl.status;
-    if (!payload) on_payload(link);
-    return;
+    return discard_and_reply(link, f, f.pl.status, payload);
   }
   switch (r.opcode) {
     case IBV_WR_RDMA_READ:
@@ -192,9 +154,45 @@ void Router::on_request(Link& link, const wire::Request& r, uint32_t payload, Si
   f.target = ib.target;
   f.kind = RxFrame::Kind::kPlace;
   if (!payload) return on_payload(link);
-  for (int i = 0; i < f.pl.nsegs; ++i) sink.segs[i] = f.pl.segs[i];
-  sink.nsegs = f.pl.nsegs;
-  sink.discard = false;
+  place_into(f.pl, dest);
+}
+
+void Router::on_datagram(const wire::Request& r, uint32_t payload, PayloadDest& dest, RxFrame& f) {
+  const shm::PeerQp* t = ud_target(r);
+  if (!t || !shm::carries_data(r.opcode)) return;
+  shm::admit_request(*t, incoming_of(r), f.pl);
+  if (f.pl.admission != shm::Admission::kDone || f.pl.status != IBV_WC_SUCCESS) return;
+  f.target = *t;
+  f.reply = false;
+  if (!payload) return shm::commit_request(*t, f.pl, 0);
+  f.kind = RxFrame::Kind::kPlace;
+  place_into(f.pl, dest);
+}
+
+void Router::discard_and_reply(Link& link, RxFrame& f, ibv_wc_status st, uint32_t payload) {
+  f.kind = RxFrame::Kind::kDiscardReply;
+  f.status = st;
+  if (!payload) on_payload(link);
+}
+
+void Router::hold(Inbound& ib, const wire::Request& r, uint32_t payload, PayloadDest& dest,
+                  RxFrame& f, int64_t next_ns) {
+  HeldRequest h;
+  h.req = r;
+  h.next_ns = next_ns;
+  h.rnr_left = r.rnr_retry;
+  int64_t bound = shm::ack_timeout_ns(r.timeout) * (int64_t(r.retry_cnt) + 1);
+  h.deadline_ns = r.timeout ? now_ + bound : INT64_MAX;
+  h.data.resize(payload);
+  ib.held.push_back(std::move(h));
+  ++held_count_;
+  if (!payload) return;
+  HeldRequest& b = ib.held.back();
+  dest.segs[0] = shm::Seg{b.data.data(), payload};
+  dest.nsegs = 1;
+  dest.discard = false;
+  f.kind = RxFrame::Kind::kHold;
+  f.in = &ib;
 }
 
 void Router::on_payload(Link& link) {
@@ -221,7 +219,7 @@ void Router::on_payload(Link& link) {
       if (!read_wqe(o, o.done, w)) break;
       complete(o, w, f.status, static_cast<uint32_t>(f.byte_len));
       if (f.status != IBV_WC_SUCCESS) {
-        fail(o, IBV_WC_WR_FLUSH_ERR, true);
+        abort_qp(o, IBV_WC_WR_FLUSH_ERR, true);
       } else {
         o.oldest_ns = now_;
       }
@@ -232,7 +230,7 @@ void Router::on_payload(Link& link) {
 }
 
 bool Router::execute_held(Link& link, Inbound& ib, int64_t now) {
-  Held& h = ib.held.front();
+  HeldRequest& h = ib.held.front();
   auto drop_all = [&](ibv_wc_status st) {
     respond(link, h.req, st, 0, 0, nullptr, 0);
     held_count_ -= ib.held.size();
@@ -286,7 +284,7 @@ void Router::retry_held(int64_t now) {
     Link* l = find_link(ib.link_id);
     if (!l) continue;
     while (!ib.held.empty() && l->has_room(64)) {
-      Held& h = ib.held.front();
+      HeldRequest& h = ib.held.front();
       // Its payload may still be arriving (the frame being received on the link).
       auto f = rx_.find(ib.link_id);
       if (f != rx_.end() && f->second->kind == RxFrame::Kind::kHold && ib.held.size() == 1 &&

@@ -40,15 +40,15 @@ struct Router::Outbound {
   uint32_t sq_mask = 0, esz = 0, max_sge = 0, max_inline = 0;
   shm::CqView cq;
   int cq_efd = -1;
-  uint64_t sent = 0;  // next entry to send
-  uint64_t done = 0;  // next entry to complete (mirrors sq->done)
+  uint64_t sent = 0;      // next entry to send
+  uint64_t done = 0;      // next entry to complete (mirrors sq->done)
   int64_t oldest_ns = 0;  // when the oldest outstanding request was sent
   bool failed = false;
   uint32_t last_state = 0;
   std::map<uint32_t, uint32_t> ud_links;  // UD: destination address -> link id
 };
 
-struct Router::Held {
+struct Router::HeldRequest {
   wire::Request req;
   std::vector<uint8_t> data;
   int64_t next_ns = 0;
@@ -63,16 +63,16 @@ struct Router::Inbound {
   uint32_t owner = 0;  // the destination QP's client
   shm::PeerQp target;
   bool failed = false;  // a request failed: later ones are dropped as the requester flushes
-  std::deque<Held> held;
+  std::deque<HeldRequest> held;
 };
 
 // The frame whose payload a link is receiving.
 struct Router::RxFrame {
   enum class Kind { kNone, kPlace, kHold, kDiscardReply, kReadData } kind = Kind::kNone;
   wire::Request req{};
-  Inbound* in = nullptr;  // kPlace (RC/UC), kHold
-  shm::PeerQp target;          // kPlace
-  shm::Placement pl;           // kPlace
+  Inbound* in = nullptr;                  // kPlace (RC/UC), kHold
+  shm::PeerQp target;                     // kPlace
+  shm::Placement pl;                      // kPlace
   ibv_wc_status status = IBV_WC_SUCCESS;  // kDiscardReply
   bool reply = true;
   // kReadData (requester side): the READ response being scattered.

@@ -7,6 +7,8 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
+#include <type_traits>
 
 #include "common/protocol.h"
 
@@ -18,15 +20,15 @@ inline constexpr uint16_t kDefaultPort = 7471;
 inline constexpr uint32_t kMaxPayload = 1u << 31;
 
 enum class Type : uint8_t {
-  kHello = 1,       // first frame on a link, from the connecting side
-  kPing = 2,        // answered with kPong; keeps a link with work in flight provably alive
+  kHello = 1,  // first frame on a link, from the connecting side
+  kPing = 2,   // answered with kPong; keeps a link with work in flight provably alive
   kPong = 3,
-  kConnect = 4,     // a QP on the sender's host wants to reach a QP here
+  kConnect = 4,  // a QP on the sender's host wants to reach a QP here
   kConnectRep = 5,
-  kRequest = 6,     // a work request (RC, UC) or a datagram (UD); payload: SEND/WRITE data
-  kResponse = 7,    // the outcome of a request; payload: READ data
-  kCm = 8,          // an rdma_cm message, forwarded between the two hosts' daemons
-  kPeerGone = 9,    // the program owning a connected QP died: its peer's QP fails
+  kRequest = 6,   // a work request (RC, UC) or a datagram (UD); payload: SEND/WRITE data
+  kResponse = 7,  // the outcome of a request; payload: READ data
+  kCm = 8,        // an rdma_cm message, forwarded between the two hosts' daemons
+  kPeerGone = 9,  // the program owning a connected QP died: its peer's QP fails
 };
 
 struct Header {
@@ -108,5 +110,47 @@ struct Cm {
   uint32_t len;
   uint8_t body[256];
 };
+
+// Every frame body is plain bytes of a fixed size: pin them.
+static_assert(sizeof(Header) == 8);
+static_assert(sizeof(Hello) == 24 && sizeof(Ping) == 8);
+static_assert(sizeof(Connect) == 32 && sizeof(ConnectRep) == 16);
+static_assert(sizeof(Request) == 80 && sizeof(Response) == 32);
+static_assert(sizeof(PeerGone) == 8 && sizeof(Cm) == 264);
+
+// The size of a frame type's body, or 0 for a type that does not exist: what a receiver
+// checks before it reads a body.
+constexpr uint32_t body_size(Type t) {
+  switch (t) {
+    case Type::kHello:
+      return sizeof(Hello);
+    case Type::kPing:
+    case Type::kPong:
+      return sizeof(Ping);
+    case Type::kConnect:
+      return sizeof(Connect);
+    case Type::kConnectRep:
+      return sizeof(ConnectRep);
+    case Type::kRequest:
+      return sizeof(Request);
+    case Type::kResponse:
+      return sizeof(Response);
+    case Type::kCm:
+      return sizeof(Cm);
+    case Type::kPeerGone:
+      return sizeof(PeerGone);
+  }
+  return 0;
+}
+
+// The body of a frame, copied out of a receive buffer of at least sizeof(T) bytes (a buffer
+// need not be aligned).
+template <typename T>
+T read(const uint8_t* body) {
+  static_assert(std::is_trivially_copyable_v<T>);
+  T value;
+  std::memcpy(&value, body, sizeof(T));
+  return value;
+}
 
 }  // namespace vrdma::daemon::wire
