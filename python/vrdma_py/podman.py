@@ -318,6 +318,7 @@ class PodmanBed:
         self.rootfs = HostRootfs(os.path.join(self.dir, "rootfs"))
         self.socket = os.path.join(self.dir, "vrdmad", "vrdmad.sock")
         self.log = os.path.join(self.dir, "vrdmad", "vrdmad.log")
+        self.pid_file = os.path.join(self.dir, "vrdmad", "vrdmad.pid")
         self.vrdmad_bin = sandbox.VRDMAD
         self.vrdmad_args = list(vrdmad_args)
         self.vrdmad = None
@@ -373,6 +374,8 @@ class PodmanBed:
         self.vrdmad = subprocess.Popen([self.vrdmad_bin, "--socket", self.socket, *self.vrdmad_args],
                                        stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         log.close()
+        with open(self.pid_file, "w") as f:
+            f.write(f"{self.vrdmad.pid}\n")
         end = time.monotonic() + timeout
         while time.monotonic() < end:
             if self.vrdmad.poll() is not None:
@@ -392,6 +395,27 @@ class PodmanBed:
                 self.vrdmad.kill()
                 self.vrdmad.wait(10)
         self.vrdmad = None
+        self._stop_stale_vrdmad()
+
+    def _stop_stale_vrdmad(self):
+        """Stops the vrdmad a killed run of this bed left behind: the pid in its pid file, if
+        that process still is a vrdmad serving this bed's socket."""
+        try:
+            with open(self.pid_file) as f:
+                pid = int(f.read().strip())
+            os.unlink(self.pid_file)
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+        except (FileNotFoundError, ProcessLookupError, ValueError):
+            return
+        if self.socket.encode() not in argv or not argv[0].endswith(b"vrdmad"):
+            return
+        os.kill(pid, signal.SIGTERM)
+        end = time.monotonic() + 10
+        while os.path.exists(f"/proc/{pid}") and time.monotonic() < end:
+            time.sleep(0.05)
+        if os.path.exists(f"/proc/{pid}"):
+            os.kill(pid, signal.SIGKILL)
 
     def daemon_log(self):
         try:
