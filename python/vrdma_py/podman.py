@@ -108,7 +108,8 @@ class HostRootfs:
                 os.symlink(f"usr/{link}", os.path.join(self.path, link))
         etc = os.path.join(self.path, "etc")
         with open(os.path.join(etc, "passwd"), "w") as f:
-            f.write("root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n")
+            f.write("root:x:0:0:root:/root:/bin/sh\n"
+                    "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n")
         with open(os.path.join(etc, "group"), "w") as f:
             f.write("root:x:0:\nnogroup:x:65534:\n")
         # Debian keeps its libraries in /usr/lib/<triplet>: the loader finds them through the cache.
@@ -139,7 +140,8 @@ class ContainerProc(Proc):
 
     def kill(self, sig=signal.SIGKILL):
         if self.popen.poll() is None:
-            self.host.podman("rm", "--force", "--time", "0", self.container, check=False, timeout=60)
+            self.host.podman("rm", "--force", "--time", "0", self.container, check=False,
+                             timeout=60)
         super().kill(sig)
 
 
@@ -195,7 +197,8 @@ class PodmanHost:
         self._write_config()
         if self.netns:
             subprocess.run(["ip", "netns", "add", self.netns], check=True, timeout=30)
-            subprocess.run(["ip", "-n", self.netns, "link", "set", "lo", "up"], check=True, timeout=30)
+            subprocess.run(["ip", "-n", self.netns, "link", "set", "lo", "up"], check=True,
+                           timeout=30)
         if not self._registered:
             atexit.register(self.down)
             self._registered = True
@@ -241,7 +244,8 @@ class PodmanHost:
         p = subprocess.run(self.cmd(*args), env=self.env(), capture_output=True, text=True,
                            timeout=timeout)
         if check and p.returncode != 0:
-            raise RuntimeError(f"podman {' '.join(args)} failed ({p.returncode}):\n{p.stdout}\n{p.stderr}")
+            raise RuntimeError(
+                f"podman {' '.join(args)} failed ({p.returncode}):\n{p.stdout}\n{p.stderr}")
         return p
 
     def network_create(self, name, subnet):
@@ -371,15 +375,17 @@ class PodmanBed:
         if os.path.exists(self.socket):
             os.unlink(self.socket)
         log = open(self.log, "a")
-        self.vrdmad = subprocess.Popen([self.vrdmad_bin, "--socket", self.socket, *self.vrdmad_args],
-                                       stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.vrdmad = subprocess.Popen(
+            [self.vrdmad_bin, "--socket", self.socket, *self.vrdmad_args],
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         log.close()
         with open(self.pid_file, "w") as f:
             f.write(f"{self.vrdmad.pid}\n")
         end = time.monotonic() + timeout
         while time.monotonic() < end:
             if self.vrdmad.poll() is not None:
-                raise RuntimeError(f"vrdmad exited ({self.vrdmad.returncode}):\n{self.daemon_log()}")
+                raise RuntimeError(
+                    f"vrdmad exited ({self.vrdmad.returncode}):\n{self.daemon_log()}")
             if os.path.exists(self.socket):
                 return
             time.sleep(0.02)
@@ -429,7 +435,8 @@ class PodmanBed:
         """Starts `command` in container `name` at address `ip` of the bed's network, with
         the vrdma device (and nothing else) when `device`."""
         opts = (["--device", self.device] if device else []) + list(options)
-        return self.host.start(command, self.rootfs, name, network=self.network, ip=ip, options=opts)
+        return self.host.start(command, self.rootfs, name, network=self.network, ip=ip,
+                               options=opts)
 
     def run(self, name, command, ip, device=True, options=(), timeout=60):
         p = self.start(name, command, ip, device, options)

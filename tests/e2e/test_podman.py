@@ -91,8 +91,8 @@ class Device(unittest.TestCase):
     def test_container_runs_with_default_confinement(self):
         # What the container has beyond the spec: podman's defaults, no more. vrdma needs no
         # capability, no /dev/infiniband node and no locked-memory allowance; seccomp is on.
-        rc, out, err = BED.run("conf", ["sh", "-c", "grep -E '^(CapEff|Seccomp):' /proc/self/status;"
-                                        " ls /dev; ulimit -l"], OTHER_IP)
+        script = "grep -E '^(CapEff|Seccomp):' /proc/self/status; ls /dev; ulimit -l"
+        rc, out, err = BED.run("conf", ["sh", "-c", script], OTHER_IP)
         self.assertEqual(rc, 0, err)
         self.assertRegex(out, r"Seccomp:\s+2")
         caps = int(re.search(r"CapEff:\s+([0-9a-f]+)", out).group(1), 16)
