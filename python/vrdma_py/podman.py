@@ -7,7 +7,7 @@ stay as they are. The configuration comes from deploy/podman/ (containers.conf.i
 storage.conf.in, crun-hybrid-cgroups); deploy/podman/README.md says why each setting is there.
 
 No image registry is needed: containers run an unpacked root filesystem (`podman run
---rootfs`) built in a second from the host's own files (see HostRootfs).
+--rootfs`) built in milliseconds from the host's own files (see HostRootfs).
 
 Outside the base directory podman uses only its standard per-container and per-network
 entries, removed with the containers and networks: /run/netns/netns-* (container network
