@@ -35,6 +35,8 @@ packages=(
   iproute2 iputils-ping procps strace python3
   # the cluster directory of a multi-host sandbox; plots of the evaluation suite
   etcd-server python3-matplotlib
+  # real OCI containers in the tests: rootful podman with crun, netavark bridges (iptables)
+  podman crun conmon netavark iptables
 )
 missing=()
 for p in "${packages[@]}"; do

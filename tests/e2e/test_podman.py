@@ -1,0 +1,245 @@
+"""Unmodified verbs and rdma_cm programs in real OCI containers: two rootful podman containers
+on a podman bridge network, given vrdma by nothing but `--device vrdma.io/hca=<name>` (a CDI
+spec), served by a vrdmad on the host that identifies them by their network namespaces.
+A container without the device sees no vrdma device. See python/vrdma_py/podman.py for the
+test bed and deploy/podman/ for the podman configuration."""
+
+import json
+import os
+import re
+import select
+import subprocess
+import threading
+import time
+import unittest
+
+import conftest_path  # noqa: F401
+from vrdma_py.perftest_output import bw_rows, lat_rows
+from vrdma_py.podman import PodmanBed
+from vrdma_py.sandbox import VRDMA
+
+BED = PodmanBed()
+SERVER_IP, CLIENT_IP, OTHER_IP = BED.ip(10), BED.ip(11), BED.ip(12)
+
+
+def setUpModule():
+    BED.up()
+
+
+def tearDownModule():
+    BED.down()
+
+
+def node_guid(ip):
+    """The node GUID vrdmad gives the container at `ip` (02:76:72:64 then the address)."""
+    return "02767264" + "".join(f"{int(x):02x}" for x in ip.split("."))
+
+
+def pair(test, server_cmd, client_cmd, port=18515, timeout=120, device=True, options=()):
+    """Runs server_cmd in container `srv` (SERVER_IP), waits for its TCP port, then
+    client_cmd in container `cli` (CLIENT_IP); returns both outputs, server first."""
+    s = BED.start("srv", server_cmd, SERVER_IP, device=device, options=options)
+    try:
+        if not BED.host.wait_listening("srv", port, proc=s):
+            s.kill()
+            s.wait(30)
+            test.fail(f"server never listened on {port}:\n{s.out}\n{s.err}")
+        crc, cout, cerr = BED.run("cli", client_cmd, CLIENT_IP, device=device, options=options,
+                                  timeout=timeout)
+        src = s.wait(timeout)
+    finally:
+        s.kill()
+    test.assertEqual(crc, 0, f"client failed:\n{cout}\n{cerr}")
+    test.assertEqual(src, 0, f"server failed:\n{s.out}\n{s.err}")
+    return s.out + s.err, cout + cerr
+
+
+class Device(unittest.TestCase):
+    def test_device_lists_vrdma0_with_the_containers_address(self):
+        rc, out, err = BED.run("dev", ["ibv_devinfo", "-v"], OTHER_IP)
+        self.assertEqual(rc, 0, err)
+        self.assertIn("hca_id:\tvrdma0", out)
+        self.assertRegex(out, r"state:\s+PORT_ACTIVE")
+        g = node_guid(OTHER_IP)
+        self.assertRegex(out, rf"node_guid:\s+{g[0:4]}:{g[4:8]}:{g[8:12]}:{g[12:16]}")
+        self.assertRegex(out, rf"GID\[\s*0\]:\s+::ffff:{re.escape(OTHER_IP)}, RoCE v2")
+
+    def test_no_device_without_the_cdi_device(self):
+        # Same image, same network, no --device: the host's own libibverbs finds no device.
+        rc, out, err = BED.run("nodev", ["sh", "-c", "env; ls /run/vrdma/; ibv_devices"], OTHER_IP,
+                               device=False)
+        self.assertNotEqual(rc, 0, out)
+        self.assertNotIn("vrdma0", out)
+        self.assertNotIn("VRDMA_SOCKET", out)
+        self.assertIn("/run/vrdma", err)  # ls: cannot access
+        self.assertIn("Failed to get IB devices list", err)
+
+    def test_library_without_the_device_cannot_reach_vrdmad(self):
+        # The drop-in library mounted by hand is not enough: vrdmad's socket comes only with the
+        # device, and a container without it gets no device either.
+        libdir = self.spec_mount("/usr/local/lib/vrdma")
+        rc, out, err = BED.run("nodev", ["ibv_devices"], OTHER_IP, device=False,
+                               options=["-v", f"{libdir}:/usr/local/lib/vrdma:ro",
+                                        "-e", "LD_LIBRARY_PATH=/usr/local/lib/vrdma"])
+        self.assertNotIn("vrdma0", out)
+        self.assertIn("cannot reach vrdmad", err)
+
+    def spec_mount(self, container_path):
+        edits = BED.spec["devices"][0]["containerEdits"]
+        return next(m["hostPath"] for m in edits["mounts"] if m["containerPath"] == container_path)
+
+    def test_container_runs_with_default_confinement(self):
+        # What the container has beyond the spec: podman's defaults, no more. vrdma needs no
+        # capability, no /dev/infiniband node and no locked-memory allowance; seccomp is on.
+        script = "grep -E '^(CapEff|Seccomp):' /proc/self/status; ls /dev; ulimit -l"
+        rc, out, err = BED.run("conf", ["sh", "-c", script], OTHER_IP)
+        self.assertEqual(rc, 0, err)
+        self.assertRegex(out, r"Seccomp:\s+2")
+        caps = int(re.search(r"CapEff:\s+([0-9a-f]+)", out).group(1), 16)
+        self.assertFalse(caps & (1 << 14), "CAP_IPC_LOCK should not be needed")
+        self.assertNotIn("infiniband", out)
+
+    def test_restarted_vrdmad_is_reached_by_a_running_container(self):
+        # The spec mounts vrdmad's directory, not its socket file: a vrdmad that restarts (and
+        # makes a new socket file) serves containers that were started before it. The container
+        # lists its devices every 0.2 s while vrdmad stops and starts again.
+        c = BED.start("long", ["sh", "-c", "for i in $(seq 600); do echo \"== $i\";"
+                               " ibv_devices 2>&1; sleep 0.2; done"], OTHER_IP)
+        try:
+            self.assertTrue(wait_output(c, r"vrdma0"), "vrdma0 never listed")
+            BED.stop_vrdmad()
+            self.assertTrue(wait_output(c, r"cannot reach vrdmad"), "vrdmad's absence not seen")
+            BED.start_vrdmad()
+            self.assertTrue(wait_output(c, r"vrdma0"), "vrdma0 not listed after vrdmad restarted")
+        finally:
+            c.kill()
+            c.wait(30)
+
+
+def wait_output(proc, pattern, timeout=20):
+    """Reads a running container's output until a line matches `pattern` (bounded)."""
+    end = time.monotonic() + timeout
+    fd = proc.popen.stdout.fileno()
+    buf = b""
+    while time.monotonic() < end:
+        ready, _, _ = select.select([fd], [], [], max(0.0, end - time.monotonic()))
+        if not ready:
+            break
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            return False
+        buf += chunk
+        lines = buf.split(b"\n")
+        buf = lines.pop()
+        if any(re.search(pattern, line.decode(errors="replace")) for line in lines):
+            return True
+    return False
+
+
+class Programs(unittest.TestCase):
+    def test_rc_pingpong_checks_its_data(self):
+        for size, iters in ((1, 500), (4096, 500), (1 << 20, 50)):
+            with self.subTest(size=size):
+                args = ["ibv_rc_pingpong", "-c", "-s", str(size), "-n", str(iters)]
+                sout, cout = pair(self, args, args + [SERVER_IP])
+                for out in (sout, cout):
+                    self.assertRegex(out, rf"{size * iters * 2} bytes in [\d.]+ seconds")
+                self.assertNotIn("invalid data", sout + cout)
+
+    def test_vrdmad_identifies_containers_by_network_namespace(self):
+        # While the server waits for its client, vrdmad shows it under its podman network
+        # namespace with its address on the podman network.
+        s = BED.start("srv", ["ibv_rc_pingpong", "-n", "10"], SERVER_IP)
+        try:
+            self.assertTrue(BED.host.wait_listening("srv", 18515, proc=s), s.err)
+            status = json.loads(subprocess.run(
+                [VRDMA, "status", "--socket", BED.socket, "--json"], capture_output=True,
+                text=True, timeout=30, check=True).stdout)
+            pid = BED.host.podman("inspect", "--format", "{{.State.Pid}}", "srv").stdout.strip()
+            netns = os.readlink(f"/proc/{pid}/ns/net")
+            pinned = [n for n in os.listdir("/run/netns") if n.startswith("netns-") and
+                      os.stat(f"/run/netns/{n}").st_ino == os.stat(f"/proc/{pid}/ns/net").st_ino]
+            self.assertEqual(len(pinned), 1, netns)
+            clients = [c for c in status["clients"] if c["ip"] == SERVER_IP]
+            self.assertEqual(len(clients), 1, status)
+            self.assertEqual(clients[0]["container"], pinned[0])
+            self.assertEqual(clients[0]["tenant"], "default")
+            crc, cout, cerr = BED.run("cli", ["ibv_rc_pingpong", "-n", "10", SERVER_IP], CLIENT_IP)
+            self.assertEqual(crc, 0, cerr)
+            self.assertEqual(s.wait(60), 0, s.err)
+        finally:
+            s.kill()
+        log = BED.daemon_log()
+        self.assertRegex(log, rf"connected: pid=\d+ uid=0 container={pinned[0]} "
+                              rf"ip={re.escape(SERVER_IP)} tenant=default")
+        self.assertRegex(log, rf"connected: pid=\d+ uid=0 container=netns-[0-9a-f-]+ "
+                              rf"ip={re.escape(CLIENT_IP)} tenant=default")
+
+    def test_ib_write_bw(self):
+        sout, cout = pair(self, ["ib_write_bw"], ["ib_write_bw", SERVER_IP])
+        rows = bw_rows(cout)
+        self.assertEqual([r[0] for r in rows], [65536], cout)
+        size, iters, peak, avg, rate = rows[0]
+        self.assertGreater(avg, 0.0)
+        self.assertIn("Device         : vrdma0", cout)
+        print(f"\nib_write_bw between podman containers: {size} B, {avg:.0f} MB/s average, "
+              f"{rate:.3f} Mpps")
+
+    def test_ib_send_lat(self):
+        sout, cout = pair(self, ["ib_send_lat"], ["ib_send_lat", SERVER_IP])
+        rows = lat_rows(cout)
+        self.assertEqual([r[0] for r in rows], [2], cout)
+        size, iters, tmin, tmax, typical, avg, stdev, p99, p999 = rows[0]
+        self.assertGreater(typical, 0.0)
+        print(f"\nib_send_lat between podman containers: {size} B, t_typical {typical} us, "
+              f"p99 {p99} us")
+
+    def test_large_registrations_need_no_memlock(self):
+        # 32 MiB buffers on each side, in containers whose locked-memory limit is 64 KiB and
+        # that have no capability at all.
+        # Any --ulimit makes podman set RLIMIT_NOFILE and RLIMIT_NPROC too, to defaults above
+        # what this kind of machine lets it raise them to: lower ones are always allowed.
+        opts = ["--ulimit", "memlock=65536:65536", "--ulimit", "nofile=1024:1024",
+                "--ulimit", "nproc=4096:4096", "--cap-drop", "all"]
+        rc, out, err = BED.run("limits", ["sh", "-c", "ulimit -l; grep CapEff /proc/self/status"],
+                               OTHER_IP, options=opts)
+        self.assertEqual(rc, 0, err)
+        self.assertRegex(out, r"^64\nCapEff:\s+0+\n")
+        args = ["ib_write_bw", "-s", str(32 << 20), "-n", "20"]
+        sout, cout = pair(self, args, args + [SERVER_IP], options=opts)
+        self.assertEqual([r[0] for r in bw_rows(cout)], [32 << 20], cout)
+
+    def test_rping_checks_its_data(self):
+        n = 200
+        server = ["rping", "-s", "-a", SERVER_IP, "-v", "-C", str(n)]
+        client = ["rping", "-c", "-a", SERVER_IP, "-v", "-C", str(n)]
+        s = BED.start("srv", server, SERVER_IP)
+        done = []
+        reader = threading.Thread(target=lambda: done.append(s.wait(180)))
+        reader.start()
+        try:
+            # rdma_cm listeners are no kernel sockets: a client that came before the server
+            # listened is rejected at once and started again (bounded).
+            for _ in range(60):
+                crc, cout, cerr = BED.run("cli", client, CLIENT_IP, timeout=120)
+                if crc == 0 or s.popen.poll() is not None:
+                    break
+                time.sleep(0.2)
+            reader.join(150)
+        finally:
+            s.kill()
+            reader.join(30)
+        self.assertEqual(crc, 0, f"client failed:\n{cout}\n{cerr}")
+        self.assertEqual(done, [0], f"server failed:\n{s.out}\n{s.err}")
+        for who, out in (("client", cout), ("server", s.out)):
+            lines = re.findall(r"rdma-ping-(\d+): ([\x20-\x7e]+)", out)
+            self.assertEqual(sorted(int(i) for i, _ in lines), list(range(n)), f"{who}:\n{out}")
+            for i, data in lines:
+                # ping i starts with chr(65 + i % 58) and counts up, wrapping from 'z' to 'A'.
+                c = int(i) % 58
+                want = "".join(chr(65 + (c + k) % 58) for k in range(40))
+                self.assertEqual(data[:40], want, f"{who}: ping {i}")
+
+
+if __name__ == "__main__":
+    unittest.main()
