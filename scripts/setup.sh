@@ -29,8 +29,13 @@ packages=(
   build-essential cmake pkg-config libgtest-dev
   libibverbs-dev librdmacm-dev libcli11-dev nlohmann-json3-dev
   clang libclang-rt-14-dev
+  # Debian's own rdma-core libraries: the drop-in libraries are compared with them
+  # (abi_exports) and the direct-verbs headers give the provider prototypes
+  libibverbs1 librdmacm1 ibverbs-providers libibumad3 libibumad-dev
   # the unmodified programs vrdma runs, and the baselines it is measured against
   ibverbs-utils rdmacm-utils perftest ucx-utils iperf3 sockperf
+  # programs that link the RDMA libraries, loaded by e2e_library_load
+  libfabric1 libfabric-bin openmpi-bin libopenmpi-dev python3-pyverbs
   # test bed and tests
   iproute2 iputils-ping procps strace python3
   # the cluster directory of a multi-host sandbox; plots of the evaluation suite

@@ -12,7 +12,6 @@ using vrdma::compat::fail;
 struct ib_uverbs_qp_attr;
 struct ib_uverbs_ah_attr;
 struct ib_user_path_rec;
-struct verbs_device_ops;
 
 VRDMA_EXPORT void ibv_copy_qp_attr_from_kern(ibv_qp_attr* dst, ib_uverbs_qp_attr*) {
   memset(dst, 0, sizeof(*dst));
@@ -28,8 +27,6 @@ VRDMA_EXPORT void ibv_copy_path_rec_to_kern(ib_user_path_rec*, ibv_sa_path_rec*)
 VRDMA_EXPORT int ibv_resolve_eth_l2_from_gid(ibv_context*, ibv_ah_attr*, uint8_t[6], uint16_t*) {
   return EOPNOTSUPP;
 }
-
-VRDMA_EXPORT void ibv_register_driver(const char*, void*) {}
 
 VRDMA_EXPORT ibv_context* ibv_import_device(int) { return fail<ibv_context>(EOPNOTSUPP); }
 VRDMA_EXPORT ibv_pd* ibv_import_pd(ibv_context*, uint32_t) { return fail<ibv_pd>(EOPNOTSUPP); }
