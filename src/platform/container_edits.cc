@@ -52,8 +52,8 @@ ContainerEdits container_edits(const EditsConfig& config) {
   // new socket there, which a bind of the old file would not show. Read-only is enough to
   // connect (connect(2) needs write access to the socket inode, which a read-only mount does not
   // take away) and keeps the container from replacing the socket.
-  e.mounts.push_back({lib_dir, ctr_lib, true});
-  e.mounts.push_back({socket_dir, ctr_sock, true});
+  e.mounts.push_back({lib_dir, ctr_lib, true, false});
+  e.mounts.push_back({socket_dir, ctr_sock, true, true});
   e.devices.push_back({uverbs_path(config.uverbs_index), config.device_host_path, "rw"});
   e.env.push_back({"LD_LIBRARY_PATH", ctr_lib});
   e.env.push_back({proto::kSocketEnv, ctr_sock + "/" + config.socket_name});
@@ -70,7 +70,8 @@ nlohmann::json to_json(const ContainerEdits& edits) {
   for (const auto& m : edits.mounts)
     j["mounts"].push_back({{"host_path", m.host_path},
                            {"container_path", m.container_path},
-                           {"read_only", m.read_only}});
+                           {"read_only", m.read_only},
+                           {"noexec", m.noexec}});
   j["devices"] = nlohmann::json::array();
   for (const auto& d : edits.devices)
     j["devices"].push_back({{"container_path", d.container_path},

@@ -33,6 +33,7 @@ struct Mount {
   std::string host_path;
   std::string container_path;
   bool read_only = true;
+  bool noexec = false;  // where the engine can say so (CDI); the libraries must stay executable
   bool operator==(const Mount&) const = default;
 };
 
