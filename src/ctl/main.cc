@@ -7,6 +7,7 @@
 
 #include "ctl/cdi_cmd.h"
 #include "ctl/cdi_spec.h"
+#include "ctl/device_plugin_cmd.h"
 #include "ctl/error.h"
 #include "ctl/sandbox.h"
 #include "ctl/sandbox_state.h"
@@ -216,6 +217,12 @@ int main(int argc, char** argv) {
       "network namespace which device it gets, and shows it under /sys/class/infiniband and\n"
       "/sys/class/infiniband_verbs in the container's mount namespace. Needs root.");
 
+  CLI::App* device_plugin = app.add_subcommand(
+      "device-plugin",
+      "Run the Kubernetes device plugin (vrdma device-plugin --help for its options)");
+  device_plugin->prefix_command();  // every argument goes to vrdma-device-plugin,
+  device_plugin->set_help_flag();   // --help included
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -235,6 +242,7 @@ int main(int argc, char** argv) {
     if (etcd_stop->parsed()) return sandbox_etcd_stop();
     if (etcd_start->parsed()) return sandbox_etcd_start();
     if (status->parsed()) return status_command(status_opts);
+    if (device_plugin->parsed()) return run_device_plugin(device_plugin->remaining());
     if (edits->parsed()) return edits_command(edits_opts, edits_engine_args);
     if (cdi_gen->parsed()) return cdi_generate(cdi_opts);
     if (cdi_lst->parsed()) return cdi_list(cdi_list_path);
