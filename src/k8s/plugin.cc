@@ -147,6 +147,9 @@ int Plugin::run() {
   start_server();
   bool want_register = true;
   auto next_register = Clock::now();
+  // A socket file exists a moment before its server listens: retry soon, then less often.
+  constexpr int kFirstRetryMs = 100;
+  int retry_ms = kFirstRetryMs;
   auto next_health = Clock::now() + std::chrono::milliseconds(options_.health_interval_ms);
   for (;;) {
     auto now = Clock::now();
@@ -175,6 +178,7 @@ int Plugin::run() {
             log("kubelet.sock was created: registering again");
             want_register = true;
             next_register = Clock::now();
+            retry_ms = kFirstRetryMs;
           }
           if (ev->mask & (IN_DELETE_SELF | IN_MOVE_SELF | IN_IGNORED)) watching = false;
           p += sizeof(inotify_event) + ev->len;
@@ -191,6 +195,7 @@ int Plugin::run() {
       start_server();
       want_register = true;
       next_register = Clock::now();
+      retry_ms = kFirstRetryMs;
     }
     now = Clock::now();
     if (now >= next_health) {
@@ -202,7 +207,8 @@ int Plugin::run() {
       if (::stat(kubelet_path().c_str(), &st) == 0 && try_register()) {
         want_register = false;
       } else {
-        next_register = Clock::now() + std::chrono::milliseconds(options_.register_retry_ms);
+        next_register = Clock::now() + std::chrono::milliseconds(retry_ms);
+        retry_ms = std::min(retry_ms * 2, options_.register_retry_ms);
       }
     }
   }
