@@ -53,7 +53,8 @@ int open_ns(pid_t pid, const char* kind) {
 }
 
 bool same_file(const std::string& a, const std::string& b) {
-  struct stat sa {}, sb {};
+  struct stat sa {
+  }, sb{};
   return ::stat(a.c_str(), &sa) == 0 && ::stat(b.c_str(), &sb) == 0 && sa.st_dev == sb.st_dev &&
          sa.st_ino == sb.st_ino;
 }
@@ -111,8 +112,8 @@ int cdi_generate(const CdiGenerateOptions& o) {
   if (slash != std::string::npos && slash > 0) make_dirs(o.output.substr(0, slash));
   write_file_atomic(o.output, text);
   ::chmod(o.output.c_str(), 0644);
-  std::cout << "wrote " << o.output << " (CDI " << cdi.version << "): use --device "
-            << kCdiKind << "=" << edits.device_name << "\n";
+  std::cout << "wrote " << o.output << " (CDI " << cdi.version << "): use --device " << kCdiKind
+            << "=" << edits.device_name << "\n";
   return kExitOk;
 }
 
@@ -217,9 +218,8 @@ int cdi_hook(const std::string& socket_arg) {
   ::close(mnt_fd);
   // Before pivot_root (createRuntime, createContainer) the container's root is the bundle's
   // rootfs in this namespace; after it (startContainer) it is "/".
-  std::string prefix = root != "/" && ::access(root.c_str(), F_OK) == 0 && !same_file(root, "/")
-                           ? root
-                           : "/";
+  std::string prefix =
+      root != "/" && ::access(root.c_str(), F_OK) == 0 && !same_file(root, "/") ? root : "/";
   platform::mount_device_view(host, prefix, platform::device_view(id));
   return kExitOk;
 }

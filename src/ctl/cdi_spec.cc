@@ -8,8 +8,7 @@ namespace vrdma::ctl {
 
 namespace {
 
-constexpr const char* kVersions[] = {"0.3.0", "0.4.0", "0.5.0", "0.6.0",
-                                     "0.7.0", "0.8.0", "1.0.0"};
+constexpr const char* kVersions[] = {"0.3.0", "0.4.0", "0.5.0", "0.6.0", "0.7.0", "0.8.0", "1.0.0"};
 
 std::vector<int> parts(const std::string& v) {
   std::vector<int> out;
@@ -56,8 +55,8 @@ nlohmann::json cdi_spec(const platform::ContainerEdits& edits, const CdiOptions&
     nlohmann::json opts = {m.read_only ? "ro" : "rw", "nosuid", "nodev"};
     if (m.noexec) opts.push_back("noexec");
     opts.push_back("bind");
-    nlohmann::json j = {{"hostPath", m.host_path}, {"containerPath", m.container_path},
-                        {"options", opts}};
+    nlohmann::json j = {
+        {"hostPath", m.host_path}, {"containerPath", m.container_path}, {"options", opts}};
     if (has_mount_type) j["type"] = "bind";
     ce["mounts"].push_back(j);
   }

@@ -19,8 +19,8 @@ inline constexpr const char* kCdiDefaultVersion = "0.5.0";
 
 struct CdiOptions {
   std::string version = kCdiDefaultVersion;
-  std::string hook_path;  // the vrdma binary run as the createContainer hook; empty: no hook
-  std::string socket;     // vrdmad's socket on the host, passed to the hook
+  std::string hook_path;    // the vrdma binary run as the createContainer hook; empty: no hook
+  std::string socket;       // vrdmad's socket on the host, passed to the hook
   unsigned node_major = 1;  // of the edits' device host node (filled in from stat)
   unsigned node_minor = 3;
 };

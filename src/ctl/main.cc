@@ -5,10 +5,8 @@
 #include <CLI/CLI.hpp>
 #include <iostream>
 
-#include "ctl/cdi_cmd.h"
-#include "ctl/cdi_spec.h"
-#include "ctl/device_plugin_cmd.h"
 #include "ctl/error.h"
+#include "ctl/platform_cli.h"
 #include "ctl/sandbox.h"
 #include "ctl/sandbox_state.h"
 #include "ctl/script_cmd.h"
@@ -168,60 +166,7 @@ int main(int argc, char** argv) {
       "from inside the host's namespace, where root sees every client; from a container\n"
       "(vrdma sandbox exec h0c0 -- vrdma status) it shows that container's tenant only.");
 
-  // vrdma edits, vrdma cdi ...
-  EditsOptions edits_opts;
-  bool edits_engine_args = false;
-  CLI::App* edits = app.add_subcommand(
-      "edits", "Print what a container needs to use vrdma (mounts, device node, environment)");
-  edits->add_option("--lib-dir", edits_opts.lib_dir,
-                    "Host directory of the drop-in libraries (default: $VRDMA_LIBDIR, else " VRDMA_LIBDIR ")");
-  edits->add_option("--socket", edits_opts.socket,
-                    "vrdmad's socket on the host (default: $VRDMA_SOCKET, else /run/vrdma/vrdmad.sock)");
-  edits->add_flag("--engine-args", edits_engine_args,
-                  "Print podman/docker run arguments (--volume, --device, --env), one a line");
-  edits->footer(
-      "The same edits make the sandbox's containers, the CDI spec (vrdma cdi generate) and the\n"
-      "device plugin's Allocate answers. The device view under /sys/class/infiniband depends on\n"
-      "the container's address and is built when the container exists (sandbox, CDI hook).");
-
-  CLI::App* cdi = app.add_subcommand(
-      "cdi", "Container Device Interface: a spec for engines that take --device " +
-                 std::string(kCdiKind) + "=vrdma0");
-  cdi->require_subcommand(1);
-  CdiGenerateOptions cdi_opts;
-  cdi_opts.output = kCdiDefaultOutput;
-  CLI::App* cdi_gen = cdi->add_subcommand("generate", "Write the CDI spec of vrdma's device");
-  cdi_gen->add_option("--output,-o", cdi_opts.output, "Spec file, or - for stdout")
-      ->capture_default_str();
-  cdi_gen->add_option("--cdi-version", cdi_opts.version,
-                      "auto (0.5.0: the newest Debian 12's podman accepts) or a CDI version")
-      ->capture_default_str();
-  cdi_gen->add_option("--lib-dir", cdi_opts.edits.lib_dir, "As for vrdma edits");
-  cdi_gen->add_option("--socket", cdi_opts.edits.socket, "As for vrdma edits");
-  cdi_gen->add_flag("--no-hook", cdi_opts.no_hook,
-                    "Leave out the createContainer hook that builds the device view");
-  cdi_gen->footer(
-      "Use: podman run --device " + std::string(kCdiKind) +
-      "=vrdma0 IMAGE ib_write_bw ...\n"
-      "The hook runs this vrdma as `vrdma cdi hook` when a container is created.");
-  std::string cdi_list_path = kCdiDefaultOutput;
-  CLI::App* cdi_lst = cdi->add_subcommand("list", "Show the device names of a CDI spec");
-  cdi_lst->add_option("path", cdi_list_path, "Spec file or directory (every *.json in it)")
-      ->capture_default_str();
-  std::string hook_socket;
-  CLI::App* cdi_hook_cmd = cdi->add_subcommand(
-      "hook", "OCI hook (run by the container runtime): build a container's device view");
-  cdi_hook_cmd->add_option("--socket", hook_socket, "vrdmad's socket on the host");
-  cdi_hook_cmd->footer(
-      "Reads the container's state (OCI runtime spec) on stdin, asks vrdmad from the container's\n"
-      "network namespace which device it gets, and shows it under /sys/class/infiniband and\n"
-      "/sys/class/infiniband_verbs in the container's mount namespace. Needs root.");
-
-  CLI::App* device_plugin = app.add_subcommand(
-      "device-plugin",
-      "Run the Kubernetes device plugin (vrdma device-plugin --help for its options)");
-  device_plugin->prefix_command();  // every argument goes to vrdma-device-plugin,
-  device_plugin->set_help_flag();   // --help included
+  PlatformCommands platform(app);  // vrdma edits, cdi, device-plugin
 
   try {
     app.parse(argc, argv);
@@ -242,11 +187,7 @@ int main(int argc, char** argv) {
     if (etcd_stop->parsed()) return sandbox_etcd_stop();
     if (etcd_start->parsed()) return sandbox_etcd_start();
     if (status->parsed()) return status_command(status_opts);
-    if (device_plugin->parsed()) return run_device_plugin(device_plugin->remaining());
-    if (edits->parsed()) return edits_command(edits_opts, edits_engine_args);
-    if (cdi_gen->parsed()) return cdi_generate(cdi_opts);
-    if (cdi_lst->parsed()) return cdi_list(cdi_list_path);
-    if (cdi_hook_cmd->parsed()) return cdi_hook(hook_socket);
+    if (platform.parsed()) return platform.run();
     if (demo->parsed()) return run_script("bench/demo.py", demo->remaining());
     if (bench->parsed()) return run_script("bench/suite.py", bench->remaining());
   } catch (const UsageError& e) {

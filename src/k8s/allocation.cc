@@ -89,15 +89,13 @@ std::vector<std::string> engine_run_args(const v1beta1::ContainerAllocateRespons
     args.push_back("--volume=" + m.host_path() + ":" + m.container_path() +
                    (m.read_only() ? ":ro" : ":rw"));
   for (const auto& d : r.devices())
-    args.push_back("--device=" + d.host_path() + ":" + d.container_path() + ":" +
-                   d.permissions());
+    args.push_back("--device=" + d.host_path() + ":" + d.container_path() + ":" + d.permissions());
   std::vector<std::string> env;
   for (const auto& [k, v] : r.envs()) env.push_back("--env=" + k + "=" + v);
   std::sort(env.begin(), env.end());  // map order is unspecified
   args.insert(args.end(), env.begin(), env.end());
   for (const auto& c : r.cdi_devices()) args.push_back("--device=" + c.name());
-  for (const auto& [k, v] : r.annotations())
-    args.push_back("--annotation=" + k + "=" + v);
+  for (const auto& [k, v] : r.annotations()) args.push_back("--annotation=" + k + "=" + v);
   return args;
 }
 

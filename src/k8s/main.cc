@@ -20,9 +20,10 @@ constexpr int kHealthTimeoutMs = 1000;
 
 int main(int argc, char** argv) {
   using namespace vrdma;
-  CLI::App app{"vrdma device-plugin: advertise vrdma's device to the kubelet (device plugin API "
-               "v1beta1)",
-               "vrdma device-plugin"};
+  CLI::App app{
+      "vrdma device-plugin: advertise vrdma's device to the kubelet (device plugin API "
+      "v1beta1)",
+      "vrdma device-plugin"};
   k8s::PluginOptions o;
   platform::EditsConfig edits_config = platform::default_edits_config();
   std::string socket = edits_config.socket_dir + "/" + edits_config.socket_name;

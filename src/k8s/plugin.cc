@@ -99,8 +99,8 @@ void Plugin::stop_server() {
 
 bool Plugin::socket_is_ours() const {
   struct stat st {};
-  return socket_ino_ != 0 && ::stat(socket_path().c_str(), &st) == 0 &&
-         st.st_dev == socket_dev_ && st.st_ino == socket_ino_;
+  return socket_ino_ != 0 && ::stat(socket_path().c_str(), &st) == 0 && st.st_dev == socket_dev_ &&
+         st.st_ino == socket_ino_;
 }
 
 bool Plugin::try_register() {
@@ -140,8 +140,8 @@ int Plugin::run() {
   Fd watch(::inotify_init1(IN_CLOEXEC | IN_NONBLOCK));
   if (watch.get() < 0) throw std::runtime_error(std::string("inotify: ") + std::strerror(errno));
   bool watching = ::inotify_add_watch(watch.get(), options_.plugin_dir.c_str(), kWatchMask) >= 0;
-  if (!watching) throw std::runtime_error("cannot watch " + options_.plugin_dir + ": " +
-                                          std::strerror(errno));
+  if (!watching)
+    throw std::runtime_error("cannot watch " + options_.plugin_dir + ": " + std::strerror(errno));
 
   check_health();
   start_server();
@@ -155,9 +155,8 @@ int Plugin::run() {
     auto now = Clock::now();
     auto wake = next_health;
     if (want_register && next_register < wake) wake = next_register;
-    int timeout = static_cast<int>(
-        std::max<int64_t>(0, std::chrono::duration_cast<std::chrono::milliseconds>(wake - now)
-                                 .count()));
+    int timeout = static_cast<int>(std::max<int64_t>(
+        0, std::chrono::duration_cast<std::chrono::milliseconds>(wake - now).count()));
     pollfd fds[2] = {{sig.get(), POLLIN, 0}, {watch.get(), POLLIN, 0}};
     int n = ::poll(fds, 2, std::min(timeout, 1000));
     if (n < 0 && errno != EINTR) throw std::runtime_error(std::string("poll: ") + strerror(errno));

@@ -97,8 +97,7 @@ grpc::Status DevicePluginService::Allocate(grpc::ServerContext*,
     if (c.devices_ids().empty())
       return {grpc::StatusCode::INVALID_ARGUMENT, "a container request without device IDs"};
     for (const auto& id : c.devices_ids())
-      if (!known.count(id))
-        return {grpc::StatusCode::INVALID_ARGUMENT, "unknown device ID " + id};
+      if (!known.count(id)) return {grpc::StatusCode::INVALID_ARGUMENT, "unknown device ID " + id};
     // Every ID of this resource stands for the same shared device: one set of edits.
     *out->add_container_responses() = container_response(edits_, config_);
   }

@@ -13,11 +13,11 @@ namespace vrdma::platform {
 // Where things are on the host and where they appear in the container. The defaults are those
 // of an installed vrdma (VRDMA_LIBDIR of the build, vrdmad's default socket).
 struct EditsConfig {
-  std::string lib_dir;                // host directory of the drop-in libraries
-  std::string socket_dir;             // host directory holding vrdmad's socket
+  std::string lib_dir;     // host directory of the drop-in libraries
+  std::string socket_dir;  // host directory holding vrdmad's socket
   std::string socket_name = "vrdmad.sock";
-  std::string container_lib_dir;      // empty: same path as on the host
-  std::string container_socket_dir;   // empty: same path as on the host
+  std::string container_lib_dir;     // empty: same path as on the host
+  std::string container_socket_dir;  // empty: same path as on the host
   // The host node behind /dev/infiniband/uverbs<N>. /dev/null: a character device that any
   // program may open, read (EOF) and write (discarded), and that does nothing else.
   std::string device_host_path = "/dev/null";

@@ -78,15 +78,16 @@ ProbeResult probe_daemon(const std::string& socket, int timeout_ms) {
     if (packet->header.seq == 0) continue;  // a notification
     if (packet->header.op != static_cast<uint16_t>(proto::Op::kHello) ||
         packet->header.status != 0 || !packet->as<proto::HelloRep>()) {
-      r.error = "vrdmad at " + socket + " refused the Hello" +
-                (packet->header.status > 0 ? ": " + std::string(std::strerror(packet->header.status))
-                                           : std::string());
+      r.error =
+          "vrdmad at " + socket + " refused the Hello" +
+          (packet->header.status > 0 ? ": " + std::string(std::strerror(packet->header.status))
+                                     : std::string());
       return r;
     }
     r.hello = *packet->as<proto::HelloRep>();
     if (r.hello->version != proto::kVersion) {
-      r.error = "vrdmad at " + socket + " speaks protocol version " +
-                std::to_string(r.hello->version);
+      r.error =
+          "vrdmad at " + socket + " speaks protocol version " + std::to_string(r.hello->version);
       r.hello.reset();
     }
     return r;

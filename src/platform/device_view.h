@@ -16,9 +16,9 @@ namespace vrdma::platform {
 // view test compares the files built from them with what ibv_devinfo -v prints.
 inline constexpr const char* kFwVer = "vrdma 0.1.0";
 inline constexpr const char* kHcaType = "vrdma";
-inline constexpr int kPortState = 4;       // IBV_PORT_ACTIVE
-inline constexpr int kPortPhysState = 5;   // LinkUp
-inline constexpr int kActiveWidthX = 4;    // active_width 2 = 4X
+inline constexpr int kPortState = 4;         // IBV_PORT_ACTIVE
+inline constexpr int kPortPhysState = 5;     // LinkUp
+inline constexpr int kActiveWidthX = 4;      // active_width 2 = 4X
 inline constexpr int kActiveSpeedGbps = 25;  // active_speed 32 = EDR, 25 Gb/s per lane
 inline constexpr int kUverbsAbiVersion = 6;  // /sys/class/infiniband_verbs/abi_version
 inline constexpr int kDriverAbiVersion = 1;  // uverbs<N>/abi_version
@@ -26,9 +26,9 @@ inline constexpr int kDriverAbiVersion = 1;  // uverbs<N>/abi_version
 struct DeviceIdentity {
   std::string device_name = "vrdma0";
   int uverbs_index = 0;
-  uint64_t node_guid = 0;  // network byte order, as vrdmad's Hello and ibv_get_device_guid
-  uint32_t ipv4 = 0;       // network byte order: GID 0 is ::ffff:<ipv4>
-  std::string ifname;      // the container's interface holding ipv4 (device/net, ndevs/0)
+  uint64_t node_guid = 0;   // network byte order, as vrdmad's Hello and ibv_get_device_guid
+  uint32_t ipv4 = 0;        // network byte order: GID 0 is ::ffff:<ipv4>
+  std::string ifname;       // the container's interface holding ipv4 (device/net, ndevs/0)
   unsigned node_major = 1;  // the numbers of /dev/infiniband/uverbs<N> (uverbs<N>/dev)
   unsigned node_minor = 3;
 };

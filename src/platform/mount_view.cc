@@ -22,8 +22,8 @@ constexpr const char* kStagingName = ".vrdma-view";
   throw std::runtime_error(what + ": " + std::strerror(err));
 }
 
-void do_mount(const char* source, const std::string& target, const char* type,
-              unsigned long flags, const char* data) {
+void do_mount(const char* source, const std::string& target, const char* type, unsigned long flags,
+              const char* data) {
   if (::mount(source, target.c_str(), type, flags, data) < 0)
     fail(std::string("mount ") + (type ? type : source) + " on " + target, errno);
 }
@@ -64,9 +64,9 @@ MountNsId current_mount_ns() {
 void require_other_mount_ns(const MountNsId& host) {
   MountNsId self = current_mount_ns();
   struct stat init {};
-  bool is_init = ::stat("/proc/1/ns/mnt", &init) == 0 &&
-                 self == MountNsId{static_cast<uint64_t>(init.st_dev),
-                                   static_cast<uint64_t>(init.st_ino)};
+  bool is_init =
+      ::stat("/proc/1/ns/mnt", &init) == 0 &&
+      self == MountNsId{static_cast<uint64_t>(init.st_dev), static_cast<uint64_t>(init.st_ino)};
   if (self == host || is_init)
     throw std::runtime_error(
         "refusing to change the host's mount namespace (run inside the container's)");
@@ -79,8 +79,7 @@ void mount_device_view(const MountNsId& host, const std::string& root_arg,
   const std::string sys_class = root + "/sys/class";
   struct statfs fs {};
   if (::statfs((root + "/sys").c_str(), &fs) < 0) fail("statfs " + root + "/sys", errno);
-  if (fs.f_type != kSysfsMagic)
-    throw std::runtime_error(root + "/sys is not a sysfs mount (yet)");
+  if (fs.f_type != kSysfsMagic) throw std::runtime_error(root + "/sys is not a sysfs mount (yet)");
 
   const std::string staging = root + "/dev/" + kStagingName;
   if (::mkdir(staging.c_str(), 0700) < 0) fail("mkdir " + staging, errno);

@@ -37,16 +37,15 @@ TEST(ContainerEdits, MountsDirectoriesReadOnlyAndSetsEnvironment) {
   EXPECT_EQ(e.mounts[0], (platform::Mount{"/opt/vrdma/lib", "/opt/vrdma/lib", true, false}));
   EXPECT_EQ(e.mounts[1], (platform::Mount{"/run/vrdma", "/run/vrdma", true, true}));
   ASSERT_EQ(e.devices.size(), 1u);
-  EXPECT_EQ(e.devices[0],
-            (platform::DeviceNode{"/dev/infiniband/uverbs0", "/dev/null", "rw"}));
+  EXPECT_EQ(e.devices[0], (platform::DeviceNode{"/dev/infiniband/uverbs0", "/dev/null", "rw"}));
   EXPECT_EQ(e.env[0], (platform::EnvVar{"LD_LIBRARY_PATH", "/opt/vrdma/lib"}));
   EXPECT_EQ(e.env[1], (platform::EnvVar{"VRDMA_SOCKET", "/run/vrdma/vrdmad.sock"}));
-  EXPECT_EQ(platform::engine_run_args(e),
-            (std::vector<std::string>{"--volume=/opt/vrdma/lib:/opt/vrdma/lib:ro",
-                                      "--volume=/run/vrdma:/run/vrdma:ro",
-                                      "--device=/dev/null:/dev/infiniband/uverbs0:rw",
-                                      "--env=LD_LIBRARY_PATH=/opt/vrdma/lib",
-                                      "--env=VRDMA_SOCKET=/run/vrdma/vrdmad.sock"}));
+  EXPECT_EQ(
+      platform::engine_run_args(e),
+      (std::vector<std::string>{
+          "--volume=/opt/vrdma/lib:/opt/vrdma/lib:ro", "--volume=/run/vrdma:/run/vrdma:ro",
+          "--device=/dev/null:/dev/infiniband/uverbs0:rw", "--env=LD_LIBRARY_PATH=/opt/vrdma/lib",
+          "--env=VRDMA_SOCKET=/run/vrdma/vrdmad.sock"}));
 }
 
 TEST(ContainerEdits, ContainerPathsCanDiffer) {
