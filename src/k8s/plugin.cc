@@ -90,6 +90,7 @@ void Plugin::start_server() {
 
 void Plugin::stop_server() {
   if (!server_) return;
+  service_.end_streams();
   server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   server_->Wait();
   server_.reset();

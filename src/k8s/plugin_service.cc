@@ -31,6 +31,12 @@ bool DevicePluginService::healthy() const {
   return healthy_;
 }
 
+void DevicePluginService::end_streams() {
+  std::lock_guard lock(mu_);
+  ++epoch_;
+  cv_.notify_all();
+}
+
 void DevicePluginService::stop() {
   std::lock_guard lock(mu_);
   stopping_ = true;
@@ -60,7 +66,8 @@ grpc::Status DevicePluginService::ListAndWatch(
     grpc::ServerWriter<v1beta1::ListAndWatchResponse>* writer) {
   uint64_t sent = UINT64_MAX;
   std::unique_lock lock(mu_);
-  while (!stopping_ && !ctx->IsCancelled()) {
+  const uint64_t epoch = epoch_;
+  while (!stopping_ && epoch == epoch_ && !ctx->IsCancelled()) {
     if (generation_ != sent) {
       sent = generation_;
       auto response = list(healthy_);

@@ -22,8 +22,10 @@ class DevicePluginService final : public v1beta1::DevicePlugin::Service {
   // Called by the health loop; ListAndWatch streams send the new state when it changes.
   void set_healthy(bool healthy);
   bool healthy() const;
-  // Ends every ListAndWatch stream (before the server shuts down).
+  // Ends every ListAndWatch stream: for good (stop, before the plugin exits) or those open now
+  // (end_streams, before a server is replaced).
   void stop();
+  void end_streams();
 
   const std::vector<std::string>& ids() const { return ids_; }
 
@@ -50,6 +52,7 @@ class DevicePluginService final : public v1beta1::DevicePlugin::Service {
   bool healthy_ = false;
   bool stopping_ = false;
   uint64_t generation_ = 0;  // changes with every health change
+  uint64_t epoch_ = 0;       // changes when open streams must end
 };
 
 }  // namespace vrdma::k8s

@@ -76,6 +76,9 @@ void mount_device_view(const MountNsId& host, const std::string& root_arg,
                        const std::vector<ViewEntry>& entries) {
   require_other_mount_ns(host);
   const std::string root = strip_root(root_arg);
+  if (root.find_first_of(":,\\") != std::string::npos)
+    throw std::runtime_error("root " + root +
+                             ": an overlay cannot name paths with ':', ',' or '\\'");
   const std::string sys_class = root + "/sys/class";
   struct statfs fs {};
   if (::statfs((root + "/sys").c_str(), &fs) < 0) fail("statfs " + root + "/sys", errno);
