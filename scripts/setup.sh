@@ -28,6 +28,9 @@ packages=(
   # build
   build-essential cmake pkg-config libgtest-dev
   libibverbs-dev librdmacm-dev libcli11-dev nlohmann-json3-dev
+  # the Kubernetes device plugin (gRPC, protobuf) and its stand-in kubelet in the tests
+  libgrpc++-dev protobuf-compiler-grpc protobuf-compiler libprotobuf-dev
+  python3-grpcio python3-protobuf python3-yaml
   clang libclang-rt-14-dev
   # Debian's own rdma-core libraries: the drop-in libraries are compared with them
   # (abi_exports) and the direct-verbs headers give the provider prototypes
@@ -43,6 +46,9 @@ packages=(
   # real OCI containers in the tests: rootful podman with crun, netavark bridges (iptables)
   podman crun conmon netavark iptables
 )
+# kubectl parses the deployment files in the tests; any kubectl will do (Debian's is in
+# kubernetes-client, which cannot share /usr/bin/kubectl with another package).
+command -v kubectl >/dev/null 2>&1 || packages+=(kubernetes-client)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -59,6 +65,8 @@ cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build -j"$(nproc)"
 cmake --install build >/dev/null
 ldconfig
+# The CDI spec, for engines that take --device vrdma.io/hca=vrdma0 (podman >= 4.1 and others).
+vrdma cdi generate --output /etc/cdi/vrdma.json
 echo "setup.sh: installed $(command -v vrdma) and $(command -v vrdmad); libraries in /usr/local/lib/vrdma"
 
 if [ "$demo" = 1 ]; then

@@ -6,6 +6,7 @@
 #include <iostream>
 
 #include "ctl/error.h"
+#include "ctl/platform_cli.h"
 #include "ctl/sandbox.h"
 #include "ctl/sandbox_state.h"
 #include "ctl/script_cmd.h"
@@ -165,6 +166,8 @@ int main(int argc, char** argv) {
       "from inside the host's namespace, where root sees every client; from a container\n"
       "(vrdma sandbox exec h0c0 -- vrdma status) it shows that container's tenant only.");
 
+  PlatformCommands platform(app);  // vrdma edits, cdi, device-plugin
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -184,6 +187,7 @@ int main(int argc, char** argv) {
     if (etcd_stop->parsed()) return sandbox_etcd_stop();
     if (etcd_start->parsed()) return sandbox_etcd_start();
     if (status->parsed()) return status_command(status_opts);
+    if (platform.parsed()) return platform.run();
     if (demo->parsed()) return run_script("bench/demo.py", demo->remaining());
     if (bench->parsed()) return run_script("bench/suite.py", bench->remaining());
   } catch (const UsageError& e) {

@@ -13,6 +13,7 @@
 #include "ctl/proc.h"
 #include "ctl/sandbox.h"
 #include "ctl/sandbox_etcd.h"
+#include "ctl/sandbox_mounts.h"
 
 namespace vrdma::ctl {
 
@@ -73,6 +74,7 @@ TeardownResult teardown_sandbox(const std::string& run_dir) {
       result.errors.push_back("pid " + std::to_string(pid) + " (" + read_cmdline(pid) +
                               ") survived SIGKILL in a sandbox namespace");
 
+  const bool mounts = release_container_mounts(run_dir, result.errors);
   std::stable_sort(namespaces.begin(), namespaces.end(), [](const auto& a, const auto& b) {
     return teardown_rank(a) < teardown_rank(b);
   });
@@ -84,7 +86,7 @@ TeardownResult teardown_sandbox(const std::string& run_dir) {
       result.errors.push_back(e.what());
     }
   }
-  result.state = remove_state(run_dir, result.errors);
+  result.state = remove_state(run_dir, result.errors) || mounts;
   return result;
 }
 

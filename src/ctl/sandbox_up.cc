@@ -13,6 +13,7 @@
 #include "ctl/proc.h"
 #include "ctl/sandbox.h"
 #include "ctl/sandbox_etcd.h"
+#include "ctl/sandbox_mounts.h"
 #include "ctl/sandbox_net.h"
 
 namespace vrdma::ctl {
@@ -99,6 +100,7 @@ int sandbox_up(const SandboxUpOptions& options) {
       h.pid = start_daemon(h, sandbox.daemon, args);
     }
     wait_for_daemons(sandbox, InterruptGuard::check);
+    build_container_mounts(sandbox, InterruptGuard::check);
     save_sandbox(sandbox);
     wait_for_directory(sandbox, InterruptGuard::check);
   } catch (const Error& e) {

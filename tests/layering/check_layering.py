@@ -29,7 +29,7 @@ ALLOWED = {
     "daemon/cm": ["daemon/directory", "daemon/router/wire.h", "common"],
     "daemon/core": ["daemon/identity", "daemon/registry", "daemon/directory", "daemon/router",
                     "daemon/cm", "shm", "common"],
-    "ctl": ["common"],
+    "ctl": ["platform", "common"],
     "platform": ["common"],
     "k8s": ["platform", "common"],
 }
