@@ -80,7 +80,7 @@ int sandbox_up(const SandboxUpOptions& options) {
   RunDirLock lock(dir);
   if (std::filesystem::exists(state_path(dir)) || !list_sandbox_netns().empty())
     throw Error("sandbox already up (vrdma sandbox down first)");
-  std::vector<std::string> daemon_args;
+  std::vector<std::string> daemon_args = {"--netns-prefix", netns_prefix()};
   if (!options.log_level.empty())
     daemon_args.insert(daemon_args.end(), {"--log-level", options.log_level});
   for (const auto& t : options.tenants) daemon_args.insert(daemon_args.end(), {"--tenant", t});

@@ -28,6 +28,7 @@ struct DaemonConfig {
   // Where named network namespaces are pinned (`ip netns add`); a client's container name is
   // the entry there whose inode matches its namespace, without a leading "vrdma-".
   std::string netns_dir = "/run/netns";
+  std::string netns_prefix = "vrdma-";  // left out of container names
   // A namespace that is neither the daemon's own nor pinned in netns_dir can be made by any
   // unprivileged process (unshare -Urn) with any address in it, so by default its address
   // does not select a tenant: such clients are put in the "default" tenant.

@@ -51,7 +51,7 @@ uint64_t random64() {
 
 Daemon::Daemon(DaemonConfig config)
     : cfg_(std::move(config)),
-      identity_(cfg_.netns_dir),
+      identity_(cfg_.netns_dir, cfg_.netns_prefix),
       wake_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)),
       boot_(random64()),
       packet_(std::make_unique<Packet>()) {}

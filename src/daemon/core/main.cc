@@ -94,8 +94,11 @@ void add_options(CLI::App& app, vrdma::daemon::DaemonConfig& cfg, RawArgs& raw) 
       ->default_val("info");
   app.add_option("--netns-dir", cfg.netns_dir,
                  "Where named network namespaces are pinned; a client's container name is "
-                 "the entry whose inode matches its namespace, without a leading \"vrdma-\"")
+                 "the entry whose inode matches its namespace, without --netns-prefix")
       ->default_val("/run/netns");
+  app.add_option("--netns-prefix", cfg.netns_prefix,
+                 "Left out of container names taken from --netns-dir")
+      ->default_val("vrdma-");
   app.add_flag("--trust-unnamed-netns", cfg.trust_unnamed_netns,
                "Let the address of a client in a network namespace that is neither the "
                "host's nor pinned in --netns-dir select its tenant (such namespaces can be "

@@ -28,7 +28,6 @@ namespace vrdma::daemon {
 
 namespace {
 
-constexpr const char* kNamePrefix = "vrdma-";
 
 int stat_netns(const char* path, NetnsId* out) {
   struct stat st {};
@@ -76,7 +75,8 @@ uint64_t node_guid_for(uint32_t ipv4_net_order) {
   return guid;
 }
 
-IdentityResolver::IdentityResolver(std::string netns_dir) : netns_dir_(std::move(netns_dir)) {}
+IdentityResolver::IdentityResolver(std::string netns_dir, std::string name_prefix)
+    : netns_dir_(std::move(netns_dir)), name_prefix_(std::move(name_prefix)) {}
 
 int IdentityResolver::init() {
   int fd = ::open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
@@ -104,8 +104,8 @@ std::string IdentityResolver::lookup_name(const NetnsId& ns) const {
   std::string name = matches.front();
   for (const auto& m : matches)
     if (m < name) name = m;  // deterministic when a namespace is pinned twice
-  if (name.size() > strlen(kNamePrefix) && name.compare(0, strlen(kNamePrefix), kNamePrefix) == 0)
-    name.erase(0, strlen(kNamePrefix));
+  if (name.size() > name_prefix_.size() && name.compare(0, name_prefix_.size(), name_prefix_) == 0)
+    name.erase(0, name_prefix_.size());
   return name;
 }
 

@@ -40,7 +40,9 @@ uint64_t node_guid_for(uint32_t ipv4_net_order);
 
 class IdentityResolver {
  public:
-  explicit IdentityResolver(std::string netns_dir);
+  // A client's container name is the entry of `netns_dir` that pins its namespace, without
+  // `name_prefix` ("vrdma-h0c1" -> "h0c1").
+  IdentityResolver(std::string netns_dir, std::string name_prefix);
   IdentityResolver(const IdentityResolver&) = delete;
   IdentityResolver& operator=(const IdentityResolver&) = delete;
 
@@ -71,6 +73,7 @@ class IdentityResolver {
   std::string lookup_name(const NetnsId& ns) const;
 
   std::string netns_dir_;
+  std::string name_prefix_;
   UniqueFd own_fd_;
   NetnsId own_;
   std::map<NetnsId, Entry> cache_;
