@@ -247,3 +247,22 @@ TEST(DaemonStatus, NamesAndTruncation) {
 
 }  // namespace
 }  // namespace vrdma::daemon
+
+TEST(DaemonRegistry, RecordsWhatAQpsRtrNames) {
+  Registry r;
+  uint32_t a = 0, b = 0;
+  ASSERT_EQ(r.alloc_qpn(1, 2, 64, 100, &a), 0);
+  ASSERT_EQ(r.alloc_qpn(2, 2, 64, 100, &b), 0);
+  const uint32_t ip = inet_addr("10.77.1.10");
+  EXPECT_FALSE(r.names_peer(a, ip, 0x777)) << "nothing named yet";
+  r.set_peer(a, ip, 0x777);
+  EXPECT_TRUE(r.names_peer(a, ip, 0x777));
+  EXPECT_FALSE(r.names_peer(a, ip, 0x778)) << "another QPN";
+  EXPECT_FALSE(r.names_peer(a, inet_addr("10.77.1.11"), 0x777)) << "another address";
+  EXPECT_FALSE(r.names_peer(b, ip, 0x777)) << "another QP";
+  r.set_peer(a, ip, 0x778);  // an RTR again, to another destination
+  EXPECT_FALSE(r.names_peer(a, ip, 0x777));
+  EXPECT_TRUE(r.names_peer(a, ip, 0x778));
+  r.remove_client(1);
+  EXPECT_FALSE(r.names_peer(a, ip, 0x778)) << "the QP is gone";
+}

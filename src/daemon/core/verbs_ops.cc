@@ -146,6 +146,8 @@ void Daemon::connect_routed(Client& c, const Decoded& d, const proto::ConnectQpR
                           uint32_t dest_ipv4) {
   if (!router_) return void(reply_error(c, d, EHOSTUNREACH));
   const QpRecord* local = registry_.find_qp(r.local_qpn);
+  if (local->type != static_cast<uint32_t>(proto::QpType::kUd))
+    registry_.set_peer(r.local_qpn, dest_ipv4, r.dest_qpn);
   LocalQp q;
   q.owner = c.id;
   q.arena_offset = local->arena_offset;
@@ -196,6 +198,8 @@ void Daemon::handle(Client& c, const Decoded& d, const proto::ConnectQpReq& r) {
   }
   if (dest->type != local->type) return void(reply_error(c, d, EINVAL));
   registry_.link(r.local_qpn, r.dest_qpn);
+  if (local->type != static_cast<uint32_t>(proto::QpType::kUd))
+    registry_.set_peer(r.local_qpn, owner->ident.ipv4, r.dest_qpn);
   proto::ConnectQpRep rep{};
   rep.peer_client = owner->id;
   rep.peer_arena_offset = dest->arena_offset;

@@ -58,6 +58,19 @@ int Registry::alloc_qpn(uint32_t owner, uint32_t type, uint32_t arena_offset, si
   return ENOSPC;
 }
 
+void Registry::set_peer(uint32_t qpn, uint32_t peer_ipv4, uint32_t peer_qpn) {
+  auto it = qps_.find(qpn);
+  if (it == qps_.end()) return;
+  it->second.has_peer = true;
+  it->second.peer_ipv4 = peer_ipv4;
+  it->second.peer_qpn = peer_qpn;
+}
+
+bool Registry::names_peer(uint32_t qpn, uint32_t peer_ipv4, uint32_t peer_qpn) const {
+  const QpRecord* r = find_qp(qpn);
+  return r && r->has_peer && r->peer_ipv4 == peer_ipv4 && r->peer_qpn == peer_qpn;
+}
+
 const QpRecord* Registry::find_qp(uint32_t qpn) const {
   auto it = qps_.find(qpn);
   return it == qps_.end() ? nullptr : &it->second;

@@ -19,6 +19,11 @@ struct QpRecord {
   uint32_t arena_offset = 0;
   std::set<uint32_t> out;  // destination QPNs this QP was connected to
   std::set<uint32_t> in;   // QPNs (of any client) connected to this one
+  // What the QP's RTR names as its destination (RC, UC; set by ConnectQp): the peer's address
+  // (network order) and QP number, on this host or another.
+  bool has_peer = false;
+  uint32_t peer_ipv4 = 0;
+  uint32_t peer_qpn = 0;
 };
 
 struct KeyRecord {
@@ -60,6 +65,10 @@ class Registry {
   // replaces its earlier link; a UD QP collects links to every destination it resolves.
   // Both QPNs must exist.
   void link(uint32_t local_qpn, uint32_t dest_qpn);
+  // Records what QP `qpn`'s RTR names as its destination (replacing what an earlier RTR named).
+  void set_peer(uint32_t qpn, uint32_t peer_ipv4, uint32_t peer_qpn);
+  // Whether QP `qpn` exists and its RTR named (peer_ipv4, peer_qpn): the destination's consent.
+  bool names_peer(uint32_t qpn, uint32_t peer_ipv4, uint32_t peer_qpn) const;
   // Whether `client` holds a link from one of its QPs to a QP of `owner`.
   bool has_link_to(uint32_t client, uint32_t owner) const;
 
