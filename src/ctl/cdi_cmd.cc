@@ -204,14 +204,8 @@ int cdi_hook(const std::string& socket_arg) {
   ::close(net_fd);
   auto probe = platform::probe_daemon(socket_of(config), kHookHelloTimeoutMs);
   if (!probe.hello) throw Error("no device view: " + probe.error);
-  platform::DeviceIdentity id;
-  id.device_name = probe.hello->device_name;
-  id.uverbs_index = edits.uverbs_index;
-  id.node_guid = probe.hello->node_guid;
-  id.ipv4 = probe.hello->ipv4;
-  id.ifname = platform::interface_of(id.ipv4);
-  id.node_major = major(node.st_rdev);
-  id.node_minor = minor(node.st_rdev);
+  const platform::DeviceIdentity id =
+      platform::identity_from_hello(*probe.hello, edits.uverbs_index, node.st_rdev);
 
   if (::setns(mnt_fd, CLONE_NEWNS) < 0)
     throw Error(errno_text("cannot enter the container's mount namespace", errno));

@@ -68,17 +68,11 @@ std::string lib_dir() {
     platform::mount_private_dev(host, edits.devices);
     auto probe = platform::probe_daemon(c.socket, kHelloTimeoutMs);
     if (!probe.hello) throw Error(probe.error);
-    platform::DeviceIdentity id;
-    id.device_name = probe.hello->device_name;
-    id.uverbs_index = edits.uverbs_index;
-    id.node_guid = probe.hello->node_guid;
-    id.ipv4 = probe.hello->ipv4;
-    id.ifname = platform::interface_of(id.ipv4);
     struct stat st {};
     const std::string node = edits.devices.front().container_path;
     if (::stat(node.c_str(), &st) < 0) throw Error(errno_text("stat " + node, errno));
-    id.node_major = major(st.st_rdev);
-    id.node_minor = minor(st.st_rdev);
+    const platform::DeviceIdentity id =
+        platform::identity_from_hello(*probe.hello, edits.uverbs_index, st.st_rdev);
     platform::mount_device_view(host, "/", platform::device_view(id));
   } catch (const std::exception& e) {
     result = e.what();

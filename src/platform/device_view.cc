@@ -4,6 +4,7 @@
 #include <ifaddrs.h>
 #include <netinet/in.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -137,6 +138,18 @@ std::string interface_of(uint32_t ipv4_net_order) {
   }
   ::freeifaddrs(list);
   return name;
+}
+
+DeviceIdentity identity_from_hello(const proto::HelloRep& hello, int uverbs_index, dev_t node) {
+  DeviceIdentity id;
+  id.device_name = hello.device_name;
+  id.uverbs_index = uverbs_index;
+  id.node_guid = hello.node_guid;
+  id.ipv4 = hello.ipv4;
+  id.ifname = interface_of(id.ipv4);
+  id.node_major = major(node);
+  id.node_minor = minor(node);
+  return id;
 }
 
 }  // namespace vrdma::platform

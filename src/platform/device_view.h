@@ -6,9 +6,13 @@
 // vrdmad's Hello as that container sees it, so the view cannot disagree with the library.
 #pragma once
 
+#include <sys/types.h>
+
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include "common/protocol.h"
 
 namespace vrdma::platform {
 
@@ -39,6 +43,11 @@ struct ViewEntry {
   std::string path;     // relative to /sys/class
   std::string content;  // file text (with its newline) or symlink target
 };
+
+// The identity of the device a container sees: what vrdmad's Hello answered inside the
+// container's network namespace, the container's interface holding that address, and the
+// numbers of its device node `node` (st_rdev).
+DeviceIdentity identity_from_hello(const proto::HelloRep& hello, int uverbs_index, dev_t node);
 
 // Every directory, file and symlink of the view, parents before children.
 std::vector<ViewEntry> device_view(const DeviceIdentity& id);

@@ -1,0 +1,54 @@
+#include "ctl/operations_cli.h"
+
+#include "ctl/script_cmd.h"
+#include "ctl/status_cmd.h"
+
+namespace vrdma::ctl {
+
+struct OperationsCommands::State {
+  StatusOptions status_opts;
+  CLI::App *status = nullptr, *demo = nullptr, *bench = nullptr;
+};
+
+OperationsCommands::OperationsCommands(CLI::App& app) : s_(std::make_unique<State>()) {
+  s_->demo = app.add_subcommand(
+      "demo",
+      "Run the demo: unmodified ib_write_bw and ib_send_lat between two containers, next to\n"
+      "TCP (iperf3, sockperf) between the same containers (needs root)");
+  s_->demo->allow_extras();  // passed on to the demo program (vrdma demo --help-demo)
+
+  s_->bench = app.add_subcommand(
+      "bench",
+      "Run the evaluation suite in a sandbox of its own: vrdma against memcpy, UCX and TCP;\n"
+      "writes results.json, report.md and plots (needs root; vrdma bench --help for options)");
+  s_->bench->prefix_command();  // every argument goes to bench/suite.py,
+  s_->bench->set_help_flag();   // --help included
+
+  s_->status = app.add_subcommand("status", "Show a vrdmad's clients, QPs, MRs and counters");
+  auto* host_opt = s_->status->add_option("--host", s_->status_opts.host, "Sandbox host (h1 or 1)");
+  auto* socket_opt =
+      s_->status->add_option("--socket", s_->status_opts.socket, "vrdmad socket path");
+  auto* all_opt = s_->status->add_flag("--all", s_->status_opts.all, "Every sandbox host");
+  host_opt->excludes(socket_opt)->excludes(all_opt);
+  socket_opt->excludes(all_opt);
+  s_->status->add_flag("--json", s_->status_opts.json, "Print the daemon's JSON");
+  s_->status->footer(
+      "Default socket: $VRDMA_SOCKET, else the sandbox's h0 if a sandbox is up, else\n"
+      "/run/vrdma/vrdmad.sock. A sandbox host's daemon (--host, --all or that default) is asked\n"
+      "from inside the host's namespace, where root sees every client; from a container\n"
+      "(vrdma sandbox exec h0c0 -- vrdma status) it shows that container's tenant only.");
+}
+
+OperationsCommands::~OperationsCommands() = default;
+
+bool OperationsCommands::parsed() const {
+  return s_->status->parsed() || s_->demo->parsed() || s_->bench->parsed();
+}
+
+int OperationsCommands::run() const {
+  if (s_->status->parsed()) return status_command(s_->status_opts);
+  if (s_->demo->parsed()) return run_script("bench/demo.py", s_->demo->remaining());
+  return run_script("bench/suite.py", s_->bench->remaining());
+}
+
+}  // namespace vrdma::ctl
