@@ -245,9 +245,6 @@ TEST(DaemonStatus, NamesAndTruncation) {
   EXPECT_EQ(s["truncated"], false);
 }
 
-}  // namespace
-}  // namespace vrdma::daemon
-
 TEST(DaemonRegistry, RecordsWhatAQpsRtrNames) {
   Registry r;
   uint32_t a = 0, b = 0;
@@ -266,3 +263,6 @@ TEST(DaemonRegistry, RecordsWhatAQpsRtrNames) {
   r.remove_client(1);
   EXPECT_FALSE(r.names_peer(a, ip, 0x778)) << "the QP is gone";
 }
+
+}  // namespace
+}  // namespace vrdma::daemon
