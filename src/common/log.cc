@@ -11,6 +11,7 @@ namespace vrdma {
 
 namespace {
 std::atomic<int> g_level{static_cast<int>(LogLevel::kInfo)};
+std::atomic<const char*> g_program{"vrdmad"};
 
 const char* level_name(LogLevel level) {
   switch (level) {
@@ -26,6 +27,10 @@ const char* level_name(LogLevel level) {
   return "?";
 }
 }  // namespace
+
+void set_log_program(const char* name) {
+  g_program.store(name);
+}
 
 void set_log_level(LogLevel level) {
   g_level.store(static_cast<int>(level));
@@ -48,10 +53,10 @@ void log(LogLevel level, const char* fmt, ...) {
   ::clock_gettime(CLOCK_REALTIME, &ts);
   tm t{};
   ::gmtime_r(&ts.tv_sec, &t);
-  int n = std::snprintf(line, sizeof(line),
-                        "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ %-5s vrdmad[%d]: ", t.tm_year + 1900,
-                        t.tm_mon + 1, t.tm_mday, t.tm_hour, t.tm_min, t.tm_sec,
-                        ts.tv_nsec / 1000000, level_name(level), static_cast<int>(::getpid()));
+  int n = std::snprintf(
+      line, sizeof(line), "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ %-5s %s[%d]: ", t.tm_year + 1900,
+      t.tm_mon + 1, t.tm_mday, t.tm_hour, t.tm_min, t.tm_sec, ts.tv_nsec / 1000000,
+      level_name(level), g_program.load(), static_cast<int>(::getpid()));
   if (n < 0) return;
   size_t used = static_cast<size_t>(n) < sizeof(line) ? static_cast<size_t>(n) : sizeof(line) - 1;
   va_list ap;

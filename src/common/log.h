@@ -1,4 +1,5 @@
-// Logging (vrdmad and the tools): one line per event on stderr, "<UTC timestamp> <LEVEL> vrdmad[pid]: text".
+// Logging (vrdmad and the tools): one line per event on stderr,
+// "<UTC timestamp> <LEVEL> <program>[pid]: text".
 #pragma once
 
 #include <optional>
@@ -8,6 +9,8 @@ namespace vrdma {
 
 enum class LogLevel { kError = 0, kWarn = 1, kInfo = 2, kDebug = 3 };
 
+// The program name in every line ("vrdmad" unless set); `name` must outlive the process.
+void set_log_program(const char* name);
 void set_log_level(LogLevel level);
 LogLevel log_level();
 std::optional<LogLevel> parse_log_level(std::string_view name);
@@ -18,8 +21,8 @@ void log(LogLevel level, const char* fmt, ...) __attribute__((format(printf, 2, 
 
 }  // namespace vrdma
 
-#define VRDMAD_LOG(level, ...)                                                     \
-  do {                                                                             \
+#define VRDMAD_LOG(level, ...)                                             \
+  do {                                                                     \
     if (static_cast<int>(level) <= static_cast<int>(::vrdma::log_level())) \
       ::vrdma::log(level, __VA_ARGS__);                                    \
   } while (0)

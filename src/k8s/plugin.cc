@@ -15,6 +15,9 @@
 #include <iostream>
 #include <stdexcept>
 
+#include "common/log.h"
+#include "common/unique_fd.h"
+
 namespace vrdma::k8s {
 
 namespace {
@@ -22,29 +25,26 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 void log(const std::string& text) {
-  char stamp[32];
-  std::time_t now = std::time(nullptr);
-  std::strftime(stamp, sizeof(stamp), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
-  std::cerr << stamp << " vrdma-device-plugin: " << text << std::endl;
+  LOG_INFO("%s", text.c_str());
 }
 
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
+// Reads what inotify reports on the plugin directory. True when kubelet.sock was created;
+// *watching becomes false when the directory itself went away.
+bool read_watch_events(int fd, bool* watching) {
+  bool kubelet_created = false;
+  alignas(inotify_event) char buf[4096];
+  ssize_t len;
+  while ((len = ::read(fd, buf, sizeof(buf))) > 0) {
+    for (char* p = buf; p < buf + len;) {
+      auto* ev = reinterpret_cast<inotify_event*>(p);
+      std::string name = ev->len ? ev->name : "";
+      if (name == kKubeletSocket && (ev->mask & (IN_CREATE | IN_MOVED_TO))) kubelet_created = true;
+      if (ev->mask & (IN_DELETE_SELF | IN_MOVE_SELF | IN_IGNORED)) *watching = false;
+      p += sizeof(inotify_event) + ev->len;
+    }
   }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
-  void reset(int fd) {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = fd;
-  }
-
- private:
-  int fd_;
-};
+  return kubelet_created;
+}
 
 constexpr uint32_t kWatchMask =
     IN_CREATE | IN_DELETE | IN_MOVED_TO | IN_MOVED_FROM | IN_DELETE_SELF | IN_MOVE_SELF;
@@ -131,33 +131,44 @@ void Plugin::check_health() {
   service_.set_healthy(healthy);
 }
 
+void Plugin::register_soon() {
+  want_register_ = true;
+  next_register_ = Clock::now();
+  retry_ms_ = kFirstRetryMs;
+}
+
+void Plugin::maybe_register() {
+  if (!want_register_ || Clock::now() < next_register_) return;
+  struct stat st {};
+  if (::stat(kubelet_path().c_str(), &st) == 0 && try_register()) {
+    want_register_ = false;
+  } else {
+    next_register_ = Clock::now() + std::chrono::milliseconds(retry_ms_);
+    retry_ms_ = std::min(retry_ms_ * 2, options_.register_retry_ms);
+  }
+}
+
 int Plugin::run() {
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGTERM);
   sigaddset(&set, SIGINT);
-  Fd sig(::signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK));
-  if (sig.get() < 0) throw std::runtime_error(std::string("signalfd: ") + std::strerror(errno));
-  Fd watch(::inotify_init1(IN_CLOEXEC | IN_NONBLOCK));
-  if (watch.get() < 0) throw std::runtime_error(std::string("inotify: ") + std::strerror(errno));
+  UniqueFd sig(::signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK));
+  if (!sig) throw std::runtime_error(std::string("signalfd: ") + std::strerror(errno));
+  UniqueFd watch(::inotify_init1(IN_CLOEXEC | IN_NONBLOCK));
+  if (!watch) throw std::runtime_error(std::string("inotify: ") + std::strerror(errno));
   bool watching = ::inotify_add_watch(watch.get(), options_.plugin_dir.c_str(), kWatchMask) >= 0;
   if (!watching)
     throw std::runtime_error("cannot watch " + options_.plugin_dir + ": " + std::strerror(errno));
 
   check_health();
   start_server();
-  bool want_register = true;
-  auto next_register = Clock::now();
-  // A socket file exists a moment before its server listens: retry soon, then less often.
-  constexpr int kFirstRetryMs = 100;
-  int retry_ms = kFirstRetryMs;
+  register_soon();
   auto next_health = Clock::now() + std::chrono::milliseconds(options_.health_interval_ms);
   for (;;) {
-    auto now = Clock::now();
-    auto wake = next_health;
-    if (want_register && next_register < wake) wake = next_register;
+    auto wake = want_register_ ? std::min(next_health, next_register_) : next_health;
     int timeout = static_cast<int>(std::max<int64_t>(
-        0, std::chrono::duration_cast<std::chrono::milliseconds>(wake - now).count()));
+        0, std::chrono::duration_cast<std::chrono::milliseconds>(wake - Clock::now()).count()));
     pollfd fds[2] = {{sig.get(), POLLIN, 0}, {watch.get(), POLLIN, 0}};
     int n = ::poll(fds, 2, std::min(timeout, 1000));
     if (n < 0 && errno != EINTR) throw std::runtime_error(std::string("poll: ") + strerror(errno));
@@ -167,50 +178,25 @@ int Plugin::run() {
       log(std::string("stopping on ") + strsignal(static_cast<int>(info.ssi_signo)));
       break;
     }
-    if (n > 0 && (fds[1].revents & POLLIN)) {
-      alignas(inotify_event) char buf[4096];
-      ssize_t len;
-      while ((len = ::read(watch.get(), buf, sizeof(buf))) > 0) {
-        for (char* p = buf; p < buf + len;) {
-          auto* ev = reinterpret_cast<inotify_event*>(p);
-          std::string name = ev->len ? ev->name : "";
-          if (name == kKubeletSocket && (ev->mask & (IN_CREATE | IN_MOVED_TO))) {
-            log("kubelet.sock was created: registering again");
-            want_register = true;
-            next_register = Clock::now();
-            retry_ms = kFirstRetryMs;
-          }
-          if (ev->mask & (IN_DELETE_SELF | IN_MOVE_SELF | IN_IGNORED)) watching = false;
-          p += sizeof(inotify_event) + ev->len;
-        }
-      }
+    if (n > 0 && (fds[1].revents & POLLIN) && read_watch_events(watch.get(), &watching)) {
+      log("kubelet.sock was created: registering again");
+      register_soon();
     }
     if (!watching) {  // the directory itself went away: watch it again once it is back
       watching = ::inotify_add_watch(watch.get(), options_.plugin_dir.c_str(), kWatchMask) >= 0;
-      if (watching) want_register = true;
+      if (watching) want_register_ = true;
     }
     // A restarting kubelet deletes every socket in the directory, ours included.
     if (watching && !socket_is_ours()) {
       log(socket_path() + " is gone: serving again");
       start_server();
-      want_register = true;
-      next_register = Clock::now();
-      retry_ms = kFirstRetryMs;
+      register_soon();
     }
-    now = Clock::now();
-    if (now >= next_health) {
+    if (Clock::now() >= next_health) {
       check_health();
-      next_health = now + std::chrono::milliseconds(options_.health_interval_ms);
+      next_health = Clock::now() + std::chrono::milliseconds(options_.health_interval_ms);
     }
-    if (want_register && Clock::now() >= next_register) {
-      struct stat st {};
-      if (::stat(kubelet_path().c_str(), &st) == 0 && try_register()) {
-        want_register = false;
-      } else {
-        next_register = Clock::now() + std::chrono::milliseconds(retry_ms);
-        retry_ms = std::min(retry_ms * 2, options_.register_retry_ms);
-      }
-    }
+    maybe_register();
   }
   service_.stop();
   stop_server();

@@ -6,6 +6,7 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <memory>
 #include <string>
 
@@ -44,6 +45,9 @@ class Plugin {
   void stop_server();
   bool socket_is_ours() const;
   bool try_register();
+  // Registration with the kubelet: now, and again (backing off) until it succeeds.
+  void register_soon();
+  void maybe_register();
   void check_health();
 
   PluginOptions options_;
@@ -53,6 +57,11 @@ class Plugin {
   std::unique_ptr<grpc::Server> server_;
   dev_t socket_dev_ = 0;
   ino_t socket_ino_ = 0;
+  // A socket file exists a moment before its server listens: retry soon, then less often.
+  static constexpr int kFirstRetryMs = 100;
+  bool want_register_ = false;
+  std::chrono::steady_clock::time_point next_register_{};
+  int retry_ms_ = kFirstRetryMs;
   bool last_health_known_ = false;
   bool last_health_ = false;
 };
