@@ -27,10 +27,9 @@ struct Spec {
 
 namespace op_names {
 inline constexpr char kHello[] = "Hello", kPutFd[] = "PutFd", kGetFd[] = "GetFd",
-                      kAllocQpn[] = "AllocQpn", kFreeQpn[] = "FreeQpn",
-                      kConnectQp[] = "ConnectQp", kAllocKey[] = "AllocKey",
-                      kFreeKey[] = "FreeKey", kStatus[] = "Status", kDropFd[] = "DropFd",
-                      kCmListen[] = "CmListen", kCmUnlisten[] = "CmUnlisten",
+                      kAllocQpn[] = "AllocQpn", kFreeQpn[] = "FreeQpn", kConnectQp[] = "ConnectQp",
+                      kAllocKey[] = "AllocKey", kFreeKey[] = "FreeKey", kStatus[] = "Status",
+                      kDropFd[] = "DropFd", kCmListen[] = "CmListen", kCmUnlisten[] = "CmUnlisten",
                       kCmResolve[] = "CmResolve", kCmConnect[] = "CmConnect",
                       kCmAccept[] = "CmAccept", kCmReject[] = "CmReject", kCmRtu[] = "CmRtu",
                       kCmDisconnect[] = "CmDisconnect", kQpFatal[] = "QpFatal",
@@ -40,40 +39,63 @@ inline constexpr char kHello[] = "Hello", kPutFd[] = "PutFd", kGetFd[] = "GetFd"
 }  // namespace op_names
 
 // Requests (client -> daemon).
-template <> struct OpSpec<Op::kHello> : Spec<HelloReq, 0, op_names::kHello> {};
-template <> struct OpSpec<Op::kPutFd> : Spec<PutFdReq, 1, op_names::kPutFd> {};
-template <> struct OpSpec<Op::kGetFd> : Spec<GetFdReq, 0, op_names::kGetFd> {};
-template <> struct OpSpec<Op::kAllocQpn> : Spec<AllocQpnReq, 0, op_names::kAllocQpn> {};
-template <> struct OpSpec<Op::kFreeQpn> : Spec<FreeQpnReq, 0, op_names::kFreeQpn> {};
-template <> struct OpSpec<Op::kConnectQp> : Spec<ConnectQpReq, 0, op_names::kConnectQp> {};
-template <> struct OpSpec<Op::kAllocKey> : Spec<AllocKeyReq, 0, op_names::kAllocKey> {};
-template <> struct OpSpec<Op::kFreeKey> : Spec<FreeKeyReq, 0, op_names::kFreeKey> {};
-template <> struct OpSpec<Op::kStatus> : Spec<StatusReq, 0, op_names::kStatus> {};
-template <> struct OpSpec<Op::kDropFd> : Spec<DropFdReq, 0, op_names::kDropFd> {};
-template <> struct OpSpec<Op::kCmListen> : Spec<CmListenReq, 0, op_names::kCmListen> {};
-template <> struct OpSpec<Op::kCmUnlisten> : Spec<CmUnlistenReq, 0, op_names::kCmUnlisten> {};
-template <> struct OpSpec<Op::kCmResolve> : Spec<CmResolveReq, 0, op_names::kCmResolve> {};
-template <> struct OpSpec<Op::kCmConnect> : Spec<CmConnectReq, 0, op_names::kCmConnect> {};
-template <> struct OpSpec<Op::kCmAccept> : Spec<CmAcceptReq, 0, op_names::kCmAccept> {};
-template <> struct OpSpec<Op::kCmReject> : Spec<CmRejectReq, 0, op_names::kCmReject> {};
-template <> struct OpSpec<Op::kCmRtu> : Spec<CmRtuReq, 0, op_names::kCmRtu> {};
-template <> struct OpSpec<Op::kCmDisconnect> : Spec<CmDisconnectReq, 0, op_names::kCmDisconnect> {};
+template <>
+struct OpSpec<Op::kHello> : Spec<HelloReq, 0, op_names::kHello> {};
+template <>
+struct OpSpec<Op::kPutFd> : Spec<PutFdReq, 1, op_names::kPutFd> {};
+template <>
+struct OpSpec<Op::kGetFd> : Spec<GetFdReq, 0, op_names::kGetFd> {};
+template <>
+struct OpSpec<Op::kAllocQpn> : Spec<AllocQpnReq, 0, op_names::kAllocQpn> {};
+template <>
+struct OpSpec<Op::kFreeQpn> : Spec<FreeQpnReq, 0, op_names::kFreeQpn> {};
+template <>
+struct OpSpec<Op::kConnectQp> : Spec<ConnectQpReq, 0, op_names::kConnectQp> {};
+template <>
+struct OpSpec<Op::kAllocKey> : Spec<AllocKeyReq, 0, op_names::kAllocKey> {};
+template <>
+struct OpSpec<Op::kFreeKey> : Spec<FreeKeyReq, 0, op_names::kFreeKey> {};
+template <>
+struct OpSpec<Op::kStatus> : Spec<StatusReq, 0, op_names::kStatus> {};
+template <>
+struct OpSpec<Op::kDropFd> : Spec<DropFdReq, 0, op_names::kDropFd> {};
+template <>
+struct OpSpec<Op::kCmListen> : Spec<CmListenReq, 0, op_names::kCmListen> {};
+template <>
+struct OpSpec<Op::kCmUnlisten> : Spec<CmUnlistenReq, 0, op_names::kCmUnlisten> {};
+template <>
+struct OpSpec<Op::kCmResolve> : Spec<CmResolveReq, 0, op_names::kCmResolve> {};
+template <>
+struct OpSpec<Op::kCmConnect> : Spec<CmConnectReq, 0, op_names::kCmConnect> {};
+template <>
+struct OpSpec<Op::kCmAccept> : Spec<CmAcceptReq, 0, op_names::kCmAccept> {};
+template <>
+struct OpSpec<Op::kCmReject> : Spec<CmRejectReq, 0, op_names::kCmReject> {};
+template <>
+struct OpSpec<Op::kCmRtu> : Spec<CmRtuReq, 0, op_names::kCmRtu> {};
+template <>
+struct OpSpec<Op::kCmDisconnect> : Spec<CmDisconnectReq, 0, op_names::kCmDisconnect> {};
 // Events (daemon -> client, seq 0).
-template <> struct OpSpec<Op::kQpFatal> : Spec<QpFatalEvent, 0, op_names::kQpFatal> {};
-template <> struct OpSpec<Op::kCmRequest> : Spec<CmRequestEvent, 0, op_names::kCmRequest> {};
-template <> struct OpSpec<Op::kCmReply> : Spec<CmEvent, 0, op_names::kCmReply> {};
-template <> struct OpSpec<Op::kCmRejected> : Spec<CmEvent, 0, op_names::kCmRejected> {};
-template <> struct OpSpec<Op::kCmEstablished> : Spec<CmEvent, 0, op_names::kCmEstablished> {};
-template <> struct OpSpec<Op::kCmDisconnected> : Spec<CmEvent, 0, op_names::kCmDisconnected> {};
+template <>
+struct OpSpec<Op::kQpFatal> : Spec<QpFatalEvent, 0, op_names::kQpFatal> {};
+template <>
+struct OpSpec<Op::kCmRequest> : Spec<CmRequestEvent, 0, op_names::kCmRequest> {};
+template <>
+struct OpSpec<Op::kCmReply> : Spec<CmEvent, 0, op_names::kCmReply> {};
+template <>
+struct OpSpec<Op::kCmRejected> : Spec<CmEvent, 0, op_names::kCmRejected> {};
+template <>
+struct OpSpec<Op::kCmEstablished> : Spec<CmEvent, 0, op_names::kCmEstablished> {};
+template <>
+struct OpSpec<Op::kCmDisconnected> : Spec<CmEvent, 0, op_names::kCmDisconnected> {};
 
 template <Op... ops>
 struct OpList {};
 
-using RequestOps =
-    OpList<Op::kHello, Op::kPutFd, Op::kGetFd, Op::kAllocQpn, Op::kFreeQpn, Op::kConnectQp,
-           Op::kAllocKey, Op::kFreeKey, Op::kStatus, Op::kDropFd, Op::kCmListen,
-           Op::kCmUnlisten, Op::kCmResolve, Op::kCmConnect, Op::kCmAccept, Op::kCmReject,
-           Op::kCmRtu, Op::kCmDisconnect>;
+using RequestOps = OpList<Op::kHello, Op::kPutFd, Op::kGetFd, Op::kAllocQpn, Op::kFreeQpn,
+                          Op::kConnectQp, Op::kAllocKey, Op::kFreeKey, Op::kStatus, Op::kDropFd,
+                          Op::kCmListen, Op::kCmUnlisten, Op::kCmResolve, Op::kCmConnect,
+                          Op::kCmAccept, Op::kCmReject, Op::kCmRtu, Op::kCmDisconnect>;
 using EventOps = OpList<Op::kQpFatal, Op::kCmRequest, Op::kCmReply, Op::kCmRejected,
                         Op::kCmEstablished, Op::kCmDisconnected>;
 
@@ -81,13 +103,13 @@ namespace detail {
 template <Op... ops>
 constexpr const char* name_in(OpList<ops...>, Op op) {
   const char* name = nullptr;
-  ((op == ops ? (name = OpSpec<ops>::kName, true) : false) || ...);
+  (void)((op == ops ? (name = OpSpec<ops>::kName, true) : false) || ...);
   return name;
 }
 template <Op... ops>
 constexpr int fds_in(OpList<ops...>, Op op) {
   int fds = -1;
-  ((op == ops ? (fds = OpSpec<ops>::kFds, true) : false) || ...);
+  (void)((op == ops ? (fds = OpSpec<ops>::kFds, true) : false) || ...);
   return fds;
 }
 template <Op... ops>
@@ -104,26 +126,33 @@ constexpr const char* op_name(Op op) {
   if (!n) n = detail::name_in(EventOps{}, op);
   return n ? n : "unknown";
 }
-constexpr bool is_request(Op op) { return detail::name_in(RequestOps{}, op) != nullptr; }
+constexpr bool is_request(Op op) {
+  return detail::name_in(RequestOps{}, op) != nullptr;
+}
 // Descriptors a request must carry; -1 for an op that is not a request.
-constexpr int request_fds(Op op) { return detail::fds_in(RequestOps{}, op); }
+constexpr int request_fds(Op op) {
+  return detail::fds_in(RequestOps{}, op);
+}
 inline constexpr size_t kLargestRequest = detail::largest(RequestOps{});
 
 // A request's payload, copied out of a packet whose size was checked: calls f(payload) with
 // the struct of `op` and returns true, or returns false (unknown op or wrong size).
+namespace detail {
+template <Op op, typename F>
+bool visit_one(const void* data, size_t len, F& f) {
+  using P = typename OpSpec<op>::Payload;
+  if (len != OpSpec<op>::kPayloadSize) return false;
+  P value{};
+  if constexpr (!std::is_empty_v<P>) std::memcpy(&value, data, sizeof(P));
+  f(value);
+  return true;
+}
+}  // namespace detail
+
 template <typename F, Op... ops>
 bool visit_payload(OpList<ops...>, Op op, const void* data, size_t len, F&& f) {
   bool done = false;
-  ((op == ops ? (done = [&] {
-     using P = typename OpSpec<ops>::Payload;
-     if (len != OpSpec<ops>::kPayloadSize) return false;
-     P value{};
-     if constexpr (!std::is_empty_v<P>) std::memcpy(&value, data, sizeof(P));
-     f(value);
-     return true;
-   }(), true)
-               : false) ||
-   ...);
+  (void)((op == ops ? (done = detail::visit_one<ops>(data, len, f), true) : false) || ...);
   return done;
 }
 

@@ -10,6 +10,36 @@
 using vrdma::daemon::Decoded;
 using vrdma::daemon::DecodeVerdict;
 
+namespace {
+
+namespace proto = vrdma::proto;
+
+// Connection manager requests: private data within bounds, a known side, a real port.
+struct Check {
+  void operator()(const proto::CmConnectReq& c) {
+    if (c.private_len > proto::kCmPrivateData || c.dst_port == 0) __builtin_trap();
+  }
+  void operator()(const proto::CmAcceptReq& a) {
+    if (a.private_len > proto::kCmPrivateData) __builtin_trap();
+  }
+  void operator()(const proto::CmRejectReq& r) {
+    if (r.private_len > proto::kCmPrivateData) __builtin_trap();
+  }
+  void operator()(const proto::CmRtuReq& r) {
+    if (r.passive) __builtin_trap();
+  }
+  void operator()(const proto::CmDisconnectReq& r) {
+    if (r.passive > 1) __builtin_trap();
+  }
+  void operator()(const proto::CmListenReq& l) {
+    if (l.port == 0) __builtin_trap();
+  }
+  template <typename Other>
+  void operator()(const Other&) {}
+};
+
+}  // namespace
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1) return 0;
   int nfds = data[0] % (vrdma::proto::kMaxFdsPerMessage + 1);
@@ -20,33 +50,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // Invariants of the decoder.
   if (truncated && d.verdict != DecodeVerdict::kDrop) __builtin_trap();
   if (d.verdict == DecodeVerdict::kOk) {
-    namespace proto = vrdma::proto;
     if (!proto::is_request(d.op) || nfds != proto::request_fds(d.op)) __builtin_trap();
     vrdma::proto::Header h;
     std::memcpy(&h, packet.data(), sizeof(h));
     if (h.len != packet.size() - sizeof(h) || h.magic != vrdma::proto::kMagic) __builtin_trap();
     // Connection manager requests: private data within bounds, a known side, a real port.
-    struct Check {
-      void operator()(const proto::CmConnectReq& c) {
-        if (c.private_len > proto::kCmPrivateData || c.dst_port == 0) __builtin_trap();
-      }
-      void operator()(const proto::CmAcceptReq& a) {
-        if (a.private_len > proto::kCmPrivateData) __builtin_trap();
-      }
-      void operator()(const proto::CmRejectReq& r) {
-        if (r.private_len > proto::kCmPrivateData) __builtin_trap();
-      }
-      void operator()(const proto::CmRtuReq& r) {
-        if (r.passive) __builtin_trap();
-      }
-      void operator()(const proto::CmDisconnectReq& r) {
-        if (r.passive > 1) __builtin_trap();
-      }
-      void operator()(const proto::CmListenReq& l) {
-        if (l.port == 0) __builtin_trap();
-      }
-      void operator()(const auto&) {}
-    };
     bool visited = false;
     d.visit([&](const auto& req) {
       visited = true;
