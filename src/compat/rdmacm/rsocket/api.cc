@@ -103,11 +103,14 @@ VRDMA_EXPORT int rclose(int socket) {
   if (s->state == State::kListening) stop_listening(*s);
   {
     std::unique_lock lk(s->mu);
+    progress(*s);
     if (s->state == State::kConnected && !s->err && !s->peer_closed) {
-      // Everything sent reaches the peer before the connection goes.
+      // Everything sent reaches the peer before the connection goes (unless the peer goes
+      // first: then nobody reads it).
       s->rd_shut = s->wr_shut = true;
       if (send_shutdown(*s, lk) == 0)
-        wait_until(*s, lk, false, [](Socket& x) { return x.err || x.sq_done == x.sq_posted; },
+        wait_until(*s, lk, false,
+                   [](Socket& x) { return x.err || x.peer_closed || x.sq_done == x.sq_posted; },
                    kCloseWaitMs);
     }
     s->closing = true;
