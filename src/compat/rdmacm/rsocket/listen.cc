@@ -105,14 +105,8 @@ Socket* take_pending(Listener& q, rdma_cm_id* id) {
   return c;
 }
 
-// The peer's RTU came: the socket gets its own event channel (its number) and waits for raccept.
+// The peer's RTU came: the socket waits for raccept (which gives it its own event channel).
 void on_established(Socket& l, Socket* c) {
-  c->ch = rdma_create_event_channel();
-  if (!c->ch || fcntl(c->ch->fd, F_SETFL, O_NONBLOCK) || rdma_migrate_id(c->id, c->ch)) {
-    destroy_socket(c);
-    return;
-  }
-  c->fd = c->ch->fd;
   c->state = State::kConnected;
   Listener& q = *l.lst;
   if (q.ready.empty()) {
@@ -140,10 +134,16 @@ void handle_listener(Socket& l) {
         break;
       }
       default: {
-        // The peer went away before the connection was complete.
-        Socket* c = take_pending(*l.lst, ev->id);
+        // The peer went away before the connection was complete, or before raccept.
+        rdma_cm_event_type t = ev->event;
+        rdma_cm_id* id = ev->id;
         rdma_ack_cm_event(ev);
-        if (c) destroy_socket(c);
+        if (Socket* c = take_pending(*l.lst, id)) {
+          destroy_socket(c);
+          break;
+        }
+        for (Socket* c : l.lst->ready)
+          if (c->id == id) peer_left(*c, t);
         break;
       }
     }
@@ -261,10 +261,27 @@ VRDMA_EXPORT int raccept(int socket, struct sockaddr* addr, socklen_t* addrlen) 
   bool nonblock = s->fl & O_NONBLOCK;
   if (int e = wait_until(*s, lk, nonblock, [](Socket& x) { return accept_ready(x); }))
     return fail(e);
+  // The socket's number is made now, after whatever descriptor the caller took for it (as
+  // librspreload does), so that it is the higher of the two.
+  rdma_event_channel* ch = rdma_create_event_channel();
+  if (!ch) return fail(errno);
+  int fl = fcntl(ch->fd, F_GETFL);
+  if (fl < 0 || fcntl(ch->fd, F_SETFL, fl | O_NONBLOCK)) {
+    int e = errno;
+    rdma_destroy_event_channel(ch);
+    return fail(e);
+  }
   Listener& q = *s->lst;
   Socket* c = q.ready.front();
+  if (rdma_migrate_id(c->id, ch)) {
+    int e = errno;
+    rdma_destroy_event_channel(ch);
+    return fail(e);
+  }
   q.ready.pop_front();
   if (q.ready.empty()) drain(q.efd);
+  c->ch = ch;
+  c->fd = ch->fd;
   lk.unlock();
   if (int e = insert(c)) {
     rdma_disconnect(c->id);

@@ -126,8 +126,31 @@ int get_socket(Socket& s, int name, void* val, socklen_t* len) {
   }
 }
 
+// What a TCP monitor can learn: the state and segment sizes; no retransmissions, no window.
+int get_tcp_info(const Socket& s, void* val, socklen_t* len) {
+  tcp_info ti{};
+  ti.tcpi_state = s.state == State::kConnected && !s.err ? TCP_ESTABLISHED
+                  : s.state == State::kListening       ? TCP_LISTEN
+                                                       : TCP_CLOSE;
+  ti.tcpi_snd_mss = ti.tcpi_rcv_mss = ti.tcpi_advmss = kMaxTcpSeg;
+  ti.tcpi_pmtu = kMaxTcpSeg;
+  ti.tcpi_rcv_space = s.ring;
+  socklen_t n = *len < sizeof(ti) ? *len : socklen_t(sizeof(ti));
+  memcpy(val, &ti, n);
+  *len = n;
+  return 0;
+}
+
 int get_tcp(Socket& s, int name, void* val, socklen_t* len) {
   switch (name) {
+    case TCP_INFO: return get_tcp_info(s, val, len);
+    case TCP_CONGESTION: {
+      static const char kName[] = "rdma";  // RDMA's own flow control: credits
+      socklen_t n = *len < sizeof(kName) ? *len : socklen_t(sizeof(kName));
+      memcpy(val, kName, n);
+      *len = n;
+      return 0;
+    }
     case TCP_NODELAY: return put_int(val, len, s.opt.nodelay);
     case TCP_MAXSEG: return put_int(val, len, kMaxTcpSeg);
     case TCP_KEEPIDLE: return put_int(val, len, s.opt.keepidle);

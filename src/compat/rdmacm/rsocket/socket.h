@@ -200,6 +200,7 @@ void stop_listening(Socket& s);  // with s.mu held by nobody
 // ---- transfer.cc (s.mu held) ----
 void progress(Socket& s);     // completions: data, credits, control, errors
 void process_cm(Socket& s);   // rdma_cm events of a connected socket (disconnects)
+void peer_left(Socket& s, rdma_cm_event_type t);  // one such event
 bool readable(const Socket& s);
 bool writable(Socket& s);
 short poll_events(Socket& s, short events);  // what rpoll reports, after progress

@@ -221,20 +221,24 @@ void progress(Socket& s) {
   if (s.waiters) kick_waiters(s, nullptr);
 }
 
+void peer_left(Socket& s, rdma_cm_event_type t) {
+  if (t != RDMA_CM_EVENT_DISCONNECTED && t != RDMA_CM_EVENT_DEVICE_REMOVAL) return;
+  // What the peer sent before it left is in the CQ already.
+  progress(s);
+  if (t == RDMA_CM_EVENT_DISCONNECTED && s.peer_fin) {
+    s.peer_closed = true;
+  } else {
+    set_error(s, ECONNRESET);
+  }
+  if (s.waiters) kick_waiters(s, nullptr);
+}
+
 void process_cm(Socket& s) {
   rdma_cm_event* ev = nullptr;
   while (rdma_get_cm_event(s.ch, &ev) == 0) {
     rdma_cm_event_type t = ev->event;
     rdma_ack_cm_event(ev);
-    if (t != RDMA_CM_EVENT_DISCONNECTED && t != RDMA_CM_EVENT_DEVICE_REMOVAL) continue;
-    // What the peer sent before it left is in the CQ already.
-    progress(s);
-    if (t == RDMA_CM_EVENT_DISCONNECTED && s.peer_fin) {
-      s.peer_closed = true;
-    } else {
-      set_error(s, ECONNRESET);
-    }
-    if (s.waiters) kick_waiters(s, nullptr);
+    peer_left(s, t);
   }
 }
 
