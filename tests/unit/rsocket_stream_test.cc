@@ -300,7 +300,12 @@ TEST_F(RsocketStream, CloseGivesEndOfFileThenEpipe) {
   EXPECT_EQ(rrecv(p.client, &c, 1, 0), 0);
   EXPECT_EQ(rsend(p.client, "x", 1, 0), -1);
   EXPECT_EQ(errno, EPIPE);
-  pollfd f{p.client, POLLIN | POLLOUT, 0};
+  // As for TCP: end of file is POLLIN and POLLRDHUP; hang-up once this side stopped
+  // writing too.
+  pollfd f{p.client, POLLIN | POLLOUT | POLLRDHUP, 0};
+  EXPECT_EQ(rpoll(&f, 1, 0), 1);
+  EXPECT_EQ(f.revents & (POLLIN | POLLRDHUP | POLLHUP), POLLIN | POLLRDHUP);
+  ASSERT_EQ(rshutdown(p.client, SHUT_WR), 0);
   EXPECT_EQ(rpoll(&f, 1, 0), 1);
   EXPECT_TRUE(f.revents & POLLHUP);
 }
@@ -316,7 +321,7 @@ TEST_F(RsocketStream, ShutdownReadAndBothDirections) {
   ASSERT_EQ(rshutdown(p.client, SHUT_RDWR), 0);
   EXPECT_EQ(rsend(p.client, "x", 1, 0), -1);
   EXPECT_EQ(errno, EPIPE);
-  ASSERT_TRUE(wait_for(p.server, POLLHUP) & POLLHUP);
+  ASSERT_TRUE(wait_for(p.server, POLLRDHUP) & POLLRDHUP);
   EXPECT_EQ(rsend(p.server, "x", 1, 0), -1);  // the peer reads no more
   EXPECT_EQ(errno, EPIPE);
 }

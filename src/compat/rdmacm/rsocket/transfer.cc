@@ -276,8 +276,10 @@ short poll_events(Socket& s, short events) {
   if ((events & POLLIN) && readable(s)) rev |= POLLIN;
   if ((events & POLLRDHUP) && s.peer_fin) rev |= POLLRDHUP;
   if ((events & POLLOUT) && writable(s)) rev |= POLLOUT;
-  if (s.err) rev |= POLLERR;
-  if (s.peer_closed || s.err || (s.peer_fin && s.wr_shut)) rev |= POLLHUP;
+  // As TCP: hang-up once neither direction carries data any more (the peer's end of file
+  // alone is POLLIN, with POLLRDHUP), or a reset.
+  if (s.err) rev |= POLLERR | POLLHUP;
+  if (s.peer_fin && s.wr_shut) rev |= POLLHUP;
   return rev;
 }
 
