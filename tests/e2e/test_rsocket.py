@@ -101,10 +101,11 @@ class Rstream(unittest.TestCase):
             ("1000000", "40", ["-T", "a"]),  # rpoll before every call
             ("4096", "1000", ["-T", "a", "-T", "b"]),  # blocking rpoll
             ("16777216", "3", []),         # 16 MiB transfers
+            ("65536", "200", ["-T", "r"]),  # addresses from rdma_getaddrinfo
         ]
-        for size, count, opts in cases:
+        for i, (size, count, opts) in enumerate(cases):
             with self.subTest(size=size, opts=opts):
-                port = str(7600 + len(size))
+                port = str(7600 + i)
                 args = ["-S", size, "-C", count, "-T", "v", "-p", port, *opts]
                 sout, cout = run_pair(self, ["rstream", *args], ["rstream", "-s", ip, *args])
                 self.check(cout, ["custom"])

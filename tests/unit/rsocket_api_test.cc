@@ -190,6 +190,23 @@ TEST_F(RsocketApi, NamesOfBothEnds) {
   EXPECT_EQ(len, sizeof(sockaddr_in));
 }
 
+TEST_F(RsocketApi, ClientBoundBeforeConnectKeepsItsPort) {
+  uint16_t port = next_port(), local = next_port();
+  Fd l = listener(port);
+  Fd c(rsocket(AF_INET, SOCK_STREAM, 0));
+  sockaddr_in me = addr(htonl(INADDR_LOOPBACK), local);  // loopback: the container itself
+  ASSERT_EQ(rbind(c, reinterpret_cast<sockaddr*>(&me), sizeof(me)), 0) << strerror(errno);
+  sockaddr_in a = addr(htonl(INADDR_LOOPBACK), port);
+  ASSERT_EQ(rconnect(c, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0) << strerror(errno);
+  ASSERT_TRUE(wait_for(l, POLLIN) & POLLIN);
+  sockaddr_in from{};
+  socklen_t len = sizeof(from);
+  Fd s(raccept(l, reinterpret_cast<sockaddr*>(&from), &len));
+  ASSERT_GE(s.get(), 0);
+  EXPECT_EQ(ntohs(from.sin_port), local);
+  EXPECT_EQ(from.sin_addr.s_addr, own_ip());
+}
+
 TEST_F(RsocketApi, OptionsRoundTripAndTakeEffect) {
   Fd s(rsocket(AF_INET, SOCK_STREAM, 0));
   ASSERT_GE(s.get(), 0);
