@@ -35,8 +35,10 @@ def pair(sb, server, client, server_cmd, client_cmd, lib=True, timeout=300):
         for _ in range(200):
             c = sb.start(client, *client_cmd, lib=lib)
             rc = c.wait(timeout)
-            if rc == 0:
-                s.wait(60)
+            # iperf3 -J exits 0 when it cannot connect; its JSON says so.
+            if rc == 0 and '"error":' not in c.out:
+                if s.wait(60) != 0:
+                    raise RuntimeError(f"{' '.join(server_cmd)} failed:\n{s.out}\n{s.err}")
                 return c.out
             if s.popen.poll() is not None:
                 break
