@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -220,6 +221,34 @@ TEST_F(RsocketStream, SleepingReaderWakesForDataFromAnotherThread) {
   ASSERT_EQ(rsend(p.server, "pong", 4, 0), 4);
   ASSERT_EQ(r2.wait_for(std::chrono::seconds(10)), std::future_status::ready);
   EXPECT_TRUE(r2.get());
+}
+
+void on_signal(int) {}
+
+TEST_F(RsocketStream, SignalInterruptsABlockingReceive) {
+  Pair p = connect_pair();
+  ASSERT_GE(p.server.get(), 0);
+  struct sigaction sa {}, old {};
+  sa.sa_handler = on_signal;  // no SA_RESTART
+  ASSERT_EQ(sigaction(SIGUSR1, &sa, &old), 0);
+  std::promise<pthread_t> id;
+  auto reader = std::async(std::launch::async, [&] {
+    id.set_value(pthread_self());
+    char c;
+    ssize_t r = rrecv(p.server, &c, 1, 0);
+    return r == -1 ? errno : 0;
+  });
+  pthread_t t = id.get_future().get();
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  ASSERT_EQ(pthread_kill(t, SIGUSR1), 0);
+  ASSERT_EQ(reader.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  EXPECT_EQ(reader.get(), EINTR);
+  sigaction(SIGUSR1, &old, nullptr);
+  // The connection is fine afterwards.
+  ASSERT_EQ(rsend(p.client, "k", 1, 0), 1);
+  char c;
+  ASSERT_TRUE(recv_all(p.server, &c, 1));
+  EXPECT_EQ(c, 'k');
 }
 
 TEST_F(RsocketStream, PeekWaitallAndScatterGather) {

@@ -129,7 +129,10 @@ VRDMA_EXPORT int rconnect(int socket, const struct sockaddr* addr, socklen_t add
   }
   int r = drive_connect(*s);
   if (r == EINPROGRESS && !nonblock) {
-    wait_until(*s, lk, false, [](Socket& x) { return drive_connect(x) != EINPROGRESS; });
+    // A signal ends the wait with EINTR; the connection goes on (as connect() does).
+    if (wait_until(*s, lk, false, [](Socket& x) { return drive_connect(x) != EINPROGRESS; }) ==
+        EINTR)
+      return fail(EINTR);
     r = drive_connect(*s);
   }
   if (r == 0) return 0;

@@ -215,7 +215,7 @@ void consume(Socket& s, uint32_t bytes);  // the reader took bytes of the head m
 void return_credit(Socket& s);
 void flush_iomaps(Socket& s);
 // Blocks (unless nonblock) until ready(s) or timeout_ms passes (-1: no limit). Returns 0 when
-// ready, EAGAIN when nonblock and not ready, ETIMEDOUT.
+// ready, EAGAIN when nonblock and not ready, ETIMEDOUT, EINTR (a signal), EBADF (rclose).
 template <typename Pred>
 int wait_until(Socket& s, std::unique_lock<std::mutex>& lk, bool nonblock, Pred ready,
                int timeout_ms = -1);
@@ -260,9 +260,10 @@ int wait_until(Socket& s, std::unique_lock<std::mutex>& lk, bool nonblock, Pred 
     prepare_sleep(s);
     if (ready(s)) return 0;
     int left = deadline < 0 ? -1 : int((deadline - now) / 1000000) + 1;
-    sleep_once(s, lk, left);
+    int e = sleep_once(s, lk, left);
     progress(s);
     if (ready(s)) return 0;
+    if (e == EINTR) return EINTR;  // a signal ends the wait, as it ends a socket call
   }
 }
 

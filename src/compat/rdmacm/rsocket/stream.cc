@@ -35,7 +35,9 @@ int await_connected(Socket& s, std::unique_lock<std::mutex>& lk, bool nonblock) 
   if (s.state == State::kConnecting) {
     int r = drive_connect(s);
     if (r == EINPROGRESS && !nonblock) {
-      wait_until(s, lk, false, [](Socket& x) { return drive_connect(x) != EINPROGRESS; });
+      if (wait_until(s, lk, false, [](Socket& x) { return drive_connect(x) != EINPROGRESS; }) ==
+          EINTR)
+        return EINTR;
       r = drive_connect(s);
     }
     if (r) return r == EINPROGRESS ? EAGAIN : r;
