@@ -80,9 +80,8 @@ class Rstream(unittest.TestCase):
         r = rows(out)
         for name in names:
             self.assertIn(name, r, f"no {name} row in:\n{out}")
-            seconds, usec = float(r[name][5]), float(r[name][7])
-            self.assertGreater(seconds, 0.0, r[name])
-            self.assertGreater(usec, 0.0, r[name])
+            # Its time column may round to 0.00 s on one host; the time per transfer not.
+            self.assertGreater(float(r[name][7]), 0.0, r[name])
         self.assertNotIn("verification failed", out)
 
     def test_default_run_with_verified_data(self):
