@@ -174,8 +174,10 @@ int client(const char* host, const char* port, size_t bytes, uint64_t seed) {
       size_t k = bytes - sent < kChunk ? bytes - sent : kChunk;
       for (size_t i = 0; i < k; ++i) out[i] = pattern(seed, sent + i);
       ssize_t w = write(s, out.data(), k);
-      if (w > 0) sent += size_t(w);
-      else if (w < 0 && errno != EAGAIN) die("write");
+      if (w > 0)
+        sent += size_t(w);
+      else if (w < 0 && errno != EAGAIN)
+        die("write");
       if (sent >= bytes / 2 && !pipe_written) {
         if (write(p[1], "x", 1) != 1) die("write pipe");
         pipe_written = true;
@@ -223,8 +225,7 @@ int main(int argc, char** argv) {
   }
   if (argc == 3 && !strcmp(argv[1], "server")) return server(atoi(argv[2]));
   if (argc == 6 && !strcmp(argv[1], "client"))
-    return client(argv[2], argv[3], strtoull(argv[4], nullptr, 10),
-                  strtoull(argv[5], nullptr, 10));
+    return client(argv[2], argv[3], strtoull(argv[4], nullptr, 10), strtoull(argv[5], nullptr, 10));
   usage(stderr);
   return 2;
 }

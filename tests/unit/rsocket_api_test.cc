@@ -28,8 +28,8 @@ class RsocketApi : public ::testing::Test {
 int get_int(int fd, int level, int name) {
   int v = -12345;
   socklen_t len = sizeof(v);
-  EXPECT_EQ(rgetsockopt(fd, level, name, &v, &len), 0) << level << "/" << name << ": "
-                                                       << strerror(errno);
+  EXPECT_EQ(rgetsockopt(fd, level, name, &v, &len), 0)
+      << level << "/" << name << ": " << strerror(errno);
   EXPECT_EQ(len, sizeof(int));
   return v;
 }

@@ -25,8 +25,8 @@ using vrdma::daemon::testing::DaemonFixture;
 namespace {
 
 int64_t ms_left(std::chrono::steady_clock::time_point end) {
-  auto d = std::chrono::duration_cast<std::chrono::milliseconds>(
-      end - std::chrono::steady_clock::now());
+  auto d =
+      std::chrono::duration_cast<std::chrono::milliseconds>(end - std::chrono::steady_clock::now());
   return d.count() < 0 ? 0 : d.count();
 }
 
@@ -41,7 +41,9 @@ void use_daemon() {
   (void)d;
 }
 
-uint32_t own_ip() { return vrdma::daemon::testing::expected_ipv4(); }
+uint32_t own_ip() {
+  return vrdma::daemon::testing::expected_ipv4();
+}
 
 uint16_t next_port() {
   static std::atomic<uint16_t> p{31000};
@@ -175,8 +177,8 @@ pid_t spawn_dying_peer(uint16_t port, size_t bytes, uint32_t seed) {
   ssize_t len = readlink("/proc/self/exe", self, sizeof(self) - 1);
   if (len <= 0) return -1;
   self[len] = 0;
-  std::string arg = "--rsocket-peer=" + std::to_string(port) + ":" + std::to_string(bytes) +
-                    ":" + std::to_string(seed);
+  std::string arg = "--rsocket-peer=" + std::to_string(port) + ":" + std::to_string(bytes) + ":" +
+                    std::to_string(seed);
   char* argv[] = {self, arg.data(), nullptr};
   pid_t pid = -1;
   if (posix_spawn(&pid, self, nullptr, nullptr, argv, environ) != 0) return -1;

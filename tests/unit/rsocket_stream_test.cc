@@ -39,8 +39,8 @@ TEST_P(RsocketSizes, RandomDataArrivesByteForByteBothWays) {
   std::vector<uint8_t> got_up(n), got_down(n);
   // Both directions at once: each side sends from a thread while its other thread reads.
   auto a = std::async(std::launch::async, [&] { return send_all(p.client, up.data(), n, 60000); });
-  auto b = std::async(std::launch::async,
-                      [&] { return send_all(p.server, down.data(), n, 60000); });
+  auto b =
+      std::async(std::launch::async, [&] { return send_all(p.server, down.data(), n, 60000); });
   EXPECT_TRUE(recv_all(p.server, got_up.data(), n, 60000)) << strerror(errno);
   EXPECT_TRUE(recv_all(p.client, got_down.data(), n, 60000)) << strerror(errno);
   EXPECT_TRUE(a.get());
@@ -50,8 +50,8 @@ TEST_P(RsocketSizes, RandomDataArrivesByteForByteBothWays) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Sizes, RsocketSizes,
-                         ::testing::Values(1, 63, 64, 65, 4095, 4096, 4097, 65536 + 17,
-                                           1 << 20, (1 << 20) + 3, 16 << 20));
+                         ::testing::Values(1, 63, 64, 65, 4095, 4096, 4097, 65536 + 17, 1 << 20,
+                                           (1 << 20) + 3, 16 << 20));
 
 TEST_F(RsocketStream, BlockingCallsMoveEverything) {
   Pair p = connect_pair();
@@ -173,8 +173,9 @@ TEST_F(RsocketStream, RpollTimesOutAndSeesOrdinaryDescriptors) {
   pollfd f{p.server, POLLIN, 0};
   auto t0 = std::chrono::steady_clock::now();
   EXPECT_EQ(rpoll(&f, 1, 200), 0);
-  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                std::chrono::steady_clock::now() - t0).count();
+  auto ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0)
+          .count();
   EXPECT_GE(ms, 190);
   EXPECT_LT(ms, 5000);
   // Writable right away; readable once data came.
@@ -228,7 +229,8 @@ void on_signal(int) {}
 TEST_F(RsocketStream, SignalInterruptsABlockingReceive) {
   Pair p = connect_pair();
   ASSERT_GE(p.server.get(), 0);
-  struct sigaction sa {}, old {};
+  struct sigaction sa {
+  }, old{};
   sa.sa_handler = on_signal;  // no SA_RESTART
   ASSERT_EQ(sigaction(SIGUSR1, &sa, &old), 0);
   std::promise<pthread_t> id;

@@ -16,8 +16,8 @@ constexpr int kCloseWaitMs = 2000;  // bounded: a peer that takes nothing cannot
 int post_ctrl_wait(Socket& s, std::unique_lock<std::mutex>& lk, Op op) {
   if (s.err) return s.err;
   if (post_ctrl(s, op, 0) == 0) return 0;
-  int w = wait_until(s, lk, false, [](Socket& x) { return x.err || sq_free(x) > 0; },
-                     kCloseWaitMs);
+  int w = wait_until(
+      s, lk, false, [](Socket& x) { return x.err || sq_free(x) > 0; }, kCloseWaitMs);
   if (w) return w;
   if (s.err) return s.err;
   return post_ctrl(s, op, 0);
@@ -109,9 +109,10 @@ VRDMA_EXPORT int rclose(int socket) {
       // first: then nobody reads it).
       s->rd_shut = s->wr_shut = true;
       if (send_shutdown(*s, lk) == 0)
-        wait_until(*s, lk, false,
-                   [](Socket& x) { return x.err || x.peer_closed || x.sq_done == x.sq_posted; },
-                   kCloseWaitMs);
+        wait_until(
+            *s, lk, false,
+            [](Socket& x) { return x.err || x.peer_closed || x.sq_done == x.sq_posted; },
+            kCloseWaitMs);
     }
     s->closing = true;
     if (s->waiters) kick_waiters(*s, nullptr);

@@ -15,7 +15,9 @@ namespace vrdma::rsock {
 
 namespace {
 
-uint32_t clamp(uint32_t v, uint32_t lo, uint32_t hi) { return v < lo ? lo : v > hi ? hi : v; }
+uint32_t clamp(uint32_t v, uint32_t lo, uint32_t hi) {
+  return v < lo ? lo : v > hi ? hi : v;
+}
 
 uint32_t pow2_at_least(uint32_t v) {
   uint32_t p = 1;
@@ -89,8 +91,8 @@ int create_endpoint(Socket& s) {
   a.cap.max_recv_wr = s.rq_depth;
   a.cap.max_send_sge = 2;
   a.cap.max_recv_sge = 1;
-  a.cap.max_inline_data = s.opt.inline_size > sizeof(IomapEntry) ? s.opt.inline_size
-                                                                   : sizeof(IomapEntry);
+  a.cap.max_inline_data =
+      s.opt.inline_size > sizeof(IomapEntry) ? s.opt.inline_size : sizeof(IomapEntry);
   if (rdma_create_qp(id, id->pd, &a)) return errno ? errno : ENOMEM;
   s.qp = id->qp;
 

@@ -87,8 +87,7 @@ VRDMA_EXPORT int riounmap(int socket, void* buf, size_t len) {
   return fail(EINVAL);
 }
 
-VRDMA_EXPORT size_t riowrite(int socket, const void* buf, size_t count, off_t offset,
-                             int flags) {
+VRDMA_EXPORT size_t riowrite(int socket, const void* buf, size_t count, off_t offset, int flags) {
   Socket* s = lookup(socket);
   if (!s) return fail(EBADF);
   if ((count && !buf) || offset < 0) return fail(EINVAL);

@@ -97,8 +97,8 @@ void on_request(Socket& l, rdma_cm_event* ev) {
 }
 
 Socket* take_pending(Listener& q, rdma_cm_id* id) {
-  auto it = std::find_if(q.pending.begin(), q.pending.end(),
-                         [&](Socket* c) { return c->id == id; });
+  auto it =
+      std::find_if(q.pending.begin(), q.pending.end(), [&](Socket* c) { return c->id == id; });
   if (it == q.pending.end()) return nullptr;
   Socket* c = *it;
   q.pending.erase(it);
@@ -192,15 +192,18 @@ int start_service(Service& sv) {
 
 }  // namespace
 
-bool accept_ready(Socket& s) { return s.lst && !s.lst->ready.empty(); }
+bool accept_ready(Socket& s) {
+  return s.lst && !s.lst->ready.empty();
+}
 
-int accept_wait_fd(const Socket& s) { return s.lst ? s.lst->efd : -1; }
+int accept_wait_fd(const Socket& s) {
+  return s.lst ? s.lst->efd : -1;
+}
 
 void stop_listening(Socket& s) {
   Service& sv = service();
   std::lock_guard slock(sv.mu);
-  sv.listeners.erase(std::remove(sv.listeners.begin(), sv.listeners.end(), &s),
-                     sv.listeners.end());
+  sv.listeners.erase(std::remove(sv.listeners.begin(), sv.listeners.end(), &s), sv.listeners.end());
   ++sv.gen;
   if (sv.ctl >= 0) wake_service(sv);
   std::lock_guard lock(s.mu);

@@ -19,8 +19,7 @@ namespace {
 constexpr int kMaxTcpSeg = 4096;  // the device's MTU
 
 bool endpoint_fixed(const Socket& s) {
-  return s.state == State::kConnecting || s.state == State::kConnected ||
-         s.state == State::kFailed;
+  return s.state == State::kConnecting || s.state == State::kConnected || s.state == State::kFailed;
 }
 
 uint32_t buffer_size(int v) {
@@ -41,16 +40,23 @@ int set_socket(Socket& s, int name, const void* val, socklen_t len) {
   int v;
   memcpy(&v, val, sizeof(v));
   switch (name) {
-    case SO_REUSEADDR: s.opt.reuseaddr = v; return 0;
-    case SO_KEEPALIVE: s.opt.keepalive = v; return 0;
-    case SO_OOBINLINE: s.opt.oobinline = v; return 0;
+    case SO_REUSEADDR:
+      s.opt.reuseaddr = v;
+      return 0;
+    case SO_KEEPALIVE:
+      s.opt.keepalive = v;
+      return 0;
+    case SO_OOBINLINE:
+      s.opt.oobinline = v;
+      return 0;
     case SO_RCVBUF:
       if (!s.rbuf) s.opt.rbuf = buffer_size(v);
       return 0;
     case SO_SNDBUF:
       if (!s.sbuf) s.opt.sbuf = buffer_size(v);
       return 0;
-    default: return ENOPROTOOPT;
+    default:
+      return ENOPROTOOPT;
   }
 }
 
@@ -59,7 +65,9 @@ int set_tcp(Socket& s, int name, const void* val, socklen_t len) {
   int v;
   memcpy(&v, val, sizeof(v));
   switch (name) {
-    case TCP_NODELAY: s.opt.nodelay = v; return 0;  // every send goes out at once anyway
+    case TCP_NODELAY:
+      s.opt.nodelay = v;
+      return 0;  // every send goes out at once anyway
     case TCP_MAXSEG:
     case TCP_KEEPINTVL:
     case TCP_KEEPCNT:
@@ -68,7 +76,8 @@ int set_tcp(Socket& s, int name, const void* val, socklen_t len) {
       if (v <= 0) return EINVAL;
       s.opt.keepidle = v;
       return 0;
-    default: return ENOPROTOOPT;
+    default:
+      return ENOPROTOOPT;
   }
 }
 
@@ -81,11 +90,20 @@ int set_rdma(Socket& s, int name, const void* val, socklen_t len) {
   if (v < 0) return EINVAL;
   uint32_t u = static_cast<uint32_t>(v);
   switch (name) {
-    case RDMA_SQSIZE: s.opt.sq = u < kMinQueue ? kMinQueue : u > kMaxQueue ? kMaxQueue : u; return 0;
-    case RDMA_RQSIZE: s.opt.rq = u < kMinQueue ? kMinQueue : u > kMaxQueue ? kMaxQueue : u; return 0;
-    case RDMA_INLINE: s.opt.inline_size = u > kMaxInline ? kMaxInline : u; return 0;
-    case RDMA_IOMAPSIZE: s.opt.iomap = u > kMaxIomap ? kMaxIomap : u; return 0;
-    default: return ENOPROTOOPT;
+    case RDMA_SQSIZE:
+      s.opt.sq = u < kMinQueue ? kMinQueue : u > kMaxQueue ? kMaxQueue : u;
+      return 0;
+    case RDMA_RQSIZE:
+      s.opt.rq = u < kMinQueue ? kMinQueue : u > kMaxQueue ? kMaxQueue : u;
+      return 0;
+    case RDMA_INLINE:
+      s.opt.inline_size = u > kMaxInline ? kMaxInline : u;
+      return 0;
+    case RDMA_IOMAPSIZE:
+      s.opt.iomap = u > kMaxIomap ? kMaxIomap : u;
+      return 0;
+    default:
+      return ENOPROTOOPT;
   }
 }
 
@@ -113,16 +131,26 @@ int get_socket(Socket& s, int name, void* val, socklen_t* len) {
       if (!r) s.so_error = 0;
       return r;
     }
-    case SO_TYPE: return put_int(val, len, SOCK_STREAM);
-    case SO_DOMAIN: return put_int(val, len, s.domain);
-    case SO_PROTOCOL: return put_int(val, len, IPPROTO_TCP);
-    case SO_ACCEPTCONN: return put_int(val, len, s.state == State::kListening);
-    case SO_REUSEADDR: return put_int(val, len, s.opt.reuseaddr);
-    case SO_KEEPALIVE: return put_int(val, len, s.opt.keepalive);
-    case SO_OOBINLINE: return put_int(val, len, s.opt.oobinline);
-    case SO_RCVBUF: return put_int(val, len, int(s.rbuf ? s.ring : s.opt.rbuf));
-    case SO_SNDBUF: return put_int(val, len, int(s.sbuf ? s.sbuf_size : s.opt.sbuf));
-    default: return ENOPROTOOPT;
+    case SO_TYPE:
+      return put_int(val, len, SOCK_STREAM);
+    case SO_DOMAIN:
+      return put_int(val, len, s.domain);
+    case SO_PROTOCOL:
+      return put_int(val, len, IPPROTO_TCP);
+    case SO_ACCEPTCONN:
+      return put_int(val, len, s.state == State::kListening);
+    case SO_REUSEADDR:
+      return put_int(val, len, s.opt.reuseaddr);
+    case SO_KEEPALIVE:
+      return put_int(val, len, s.opt.keepalive);
+    case SO_OOBINLINE:
+      return put_int(val, len, s.opt.oobinline);
+    case SO_RCVBUF:
+      return put_int(val, len, int(s.rbuf ? s.ring : s.opt.rbuf));
+    case SO_SNDBUF:
+      return put_int(val, len, int(s.sbuf ? s.sbuf_size : s.opt.sbuf));
+    default:
+      return ENOPROTOOPT;
   }
 }
 
@@ -130,8 +158,8 @@ int get_socket(Socket& s, int name, void* val, socklen_t* len) {
 int get_tcp_info(const Socket& s, void* val, socklen_t* len) {
   tcp_info ti{};
   ti.tcpi_state = s.state == State::kConnected && !s.err ? TCP_ESTABLISHED
-                  : s.state == State::kListening       ? TCP_LISTEN
-                                                       : TCP_CLOSE;
+                  : s.state == State::kListening         ? TCP_LISTEN
+                                                         : TCP_CLOSE;
   ti.tcpi_snd_mss = ti.tcpi_rcv_mss = ti.tcpi_advmss = kMaxTcpSeg;
   ti.tcpi_pmtu = kMaxTcpSeg;
   ti.tcpi_rcv_space = s.ring;
@@ -143,7 +171,8 @@ int get_tcp_info(const Socket& s, void* val, socklen_t* len) {
 
 int get_tcp(Socket& s, int name, void* val, socklen_t* len) {
   switch (name) {
-    case TCP_INFO: return get_tcp_info(s, val, len);
+    case TCP_INFO:
+      return get_tcp_info(s, val, len);
     case TCP_CONGESTION: {
       static const char kName[] = "rdma";  // RDMA's own flow control: credits
       socklen_t n = *len < sizeof(kName) ? *len : socklen_t(sizeof(kName));
@@ -151,22 +180,32 @@ int get_tcp(Socket& s, int name, void* val, socklen_t* len) {
       *len = n;
       return 0;
     }
-    case TCP_NODELAY: return put_int(val, len, s.opt.nodelay);
-    case TCP_MAXSEG: return put_int(val, len, kMaxTcpSeg);
-    case TCP_KEEPIDLE: return put_int(val, len, s.opt.keepidle);
+    case TCP_NODELAY:
+      return put_int(val, len, s.opt.nodelay);
+    case TCP_MAXSEG:
+      return put_int(val, len, kMaxTcpSeg);
+    case TCP_KEEPIDLE:
+      return put_int(val, len, s.opt.keepidle);
     case TCP_KEEPINTVL:
-    case TCP_KEEPCNT: return put_int(val, len, 1);
-    default: return ENOPROTOOPT;
+    case TCP_KEEPCNT:
+      return put_int(val, len, 1);
+    default:
+      return ENOPROTOOPT;
   }
 }
 
 int get_rdma(Socket& s, int name, void* val, socklen_t* len) {
   switch (name) {
-    case RDMA_SQSIZE: return put_int(val, len, int(s.sq_size ? s.sq_size : s.opt.sq));
-    case RDMA_RQSIZE: return put_int(val, len, int(s.rq_depth ? s.rq_depth - kCtrlRecvs : s.opt.rq));
-    case RDMA_INLINE: return put_int(val, len, int(s.opt.inline_size));
-    case RDMA_IOMAPSIZE: return put_int(val, len, int(s.opt.iomap));
-    default: return ENOPROTOOPT;
+    case RDMA_SQSIZE:
+      return put_int(val, len, int(s.sq_size ? s.sq_size : s.opt.sq));
+    case RDMA_RQSIZE:
+      return put_int(val, len, int(s.rq_depth ? s.rq_depth - kCtrlRecvs : s.opt.rq));
+    case RDMA_INLINE:
+      return put_int(val, len, int(s.opt.inline_size));
+    case RDMA_IOMAPSIZE:
+      return put_int(val, len, int(s.opt.iomap));
+    default:
+      return ENOPROTOOPT;
   }
 }
 
@@ -186,9 +225,15 @@ VRDMA_EXPORT int rsetsockopt(int socket, int level, int optname, const void* opt
   std::lock_guard lock(s->mu);
   int e;
   switch (level) {
-    case SOL_SOCKET: e = set_socket(*s, optname, optval, optlen); break;
-    case IPPROTO_TCP: e = set_tcp(*s, optname, optval, optlen); break;
-    case SOL_RDMA: e = set_rdma(*s, optname, optval, optlen); break;
+    case SOL_SOCKET:
+      e = set_socket(*s, optname, optval, optlen);
+      break;
+    case IPPROTO_TCP:
+      e = set_tcp(*s, optname, optval, optlen);
+      break;
+    case SOL_RDMA:
+      e = set_rdma(*s, optname, optval, optlen);
+      break;
     case IPPROTO_IPV6:
       if (optname != IPV6_V6ONLY || s->domain != AF_INET6) {
         e = ENOPROTOOPT;
@@ -201,27 +246,34 @@ VRDMA_EXPORT int rsetsockopt(int socket, int level, int optname, const void* opt
         e = 0;
       }
       break;
-    default: e = ENOPROTOOPT;
+    default:
+      e = ENOPROTOOPT;
   }
   return e ? fail(e) : 0;
 }
 
-VRDMA_EXPORT int rgetsockopt(int socket, int level, int optname, void* optval,
-                             socklen_t* optlen) {
+VRDMA_EXPORT int rgetsockopt(int socket, int level, int optname, void* optval, socklen_t* optlen) {
   Socket* s = lookup(socket);
   if (!s) return fail(EBADF);
   if (!optval || !optlen) return fail(EFAULT);
   std::lock_guard lock(s->mu);
   int e;
   switch (level) {
-    case SOL_SOCKET: e = get_socket(*s, optname, optval, optlen); break;
-    case IPPROTO_TCP: e = get_tcp(*s, optname, optval, optlen); break;
-    case SOL_RDMA: e = get_rdma(*s, optname, optval, optlen); break;
+    case SOL_SOCKET:
+      e = get_socket(*s, optname, optval, optlen);
+      break;
+    case IPPROTO_TCP:
+      e = get_tcp(*s, optname, optval, optlen);
+      break;
+    case SOL_RDMA:
+      e = get_rdma(*s, optname, optval, optlen);
+      break;
     case IPPROTO_IPV6:
       e = optname == IPV6_V6ONLY && s->domain == AF_INET6 ? put_int(optval, optlen, s->opt.v6only)
                                                           : ENOPROTOOPT;
       break;
-    default: e = ENOPROTOOPT;
+    default:
+      e = ENOPROTOOPT;
   }
   return e ? fail(e) : 0;
 }

@@ -56,8 +56,10 @@ int check(pollfd* fds, nfds_t n, bool ordinary) {
 }
 
 void unregister(Socket& s, Waiter& w) {
-  if (w.prev) w.prev->next = w.next;
-  else s.waiters = w.next;
+  if (w.prev)
+    w.prev->next = w.next;
+  else
+    s.waiters = w.next;
   if (w.next) w.next->prev = w.prev;
   w.next = w.prev = nullptr;
 }

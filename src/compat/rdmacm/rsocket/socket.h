@@ -6,7 +6,8 @@
 //   endpoint.cc  creating and destroying a socket's rdma_cm id, QP, CQ and buffers; addresses
 //   connect.cc   rconnect and its state machine
 //   listen.cc    rlisten, raccept and the accept service thread
-//   transfer.cc  the data path: completions, credits, posting, waiting
+//   transfer.cc  the data path: completions, credits, posting, readiness
+//   wait.cc      sleeping on a socket and waking the threads that sleep on it
 //   stream.cc    rsend/rrecv and their variants
 //   poll.cc      rpoll, rselect
 //   options.cc   rsetsockopt, rgetsockopt, rfcntl
@@ -44,13 +45,13 @@ inline constexpr uint32_t kMinBuf = 8 << 10;
 inline constexpr uint32_t kDefaultQueue = 384;  // RDMA_SQSIZE, RDMA_RQSIZE
 inline constexpr uint32_t kMinQueue = 16;
 inline constexpr uint32_t kMaxQueue = 8192;
-inline constexpr uint32_t kDefaultInline = 64;  // RDMA_INLINE
-inline constexpr uint32_t kMaxInline = 4096;    // what the vrdma device supports
-inline constexpr uint32_t kMaxIomap = 256;      // RDMA_IOMAPSIZE
-inline constexpr uint32_t kCtrlRecvs = 16;      // receives beyond the data messages
-inline constexpr uint32_t kCtrlSends = 4;       // send queue slots kept for control messages
-inline constexpr uint32_t kMaxPiece = 64 << 10; // bytes per RDMA WRITE
-inline constexpr uint32_t kSendLowat = 2048;    // writable: at least this much buffer free
+inline constexpr uint32_t kDefaultInline = 64;   // RDMA_INLINE
+inline constexpr uint32_t kMaxInline = 4096;     // what the vrdma device supports
+inline constexpr uint32_t kMaxIomap = 256;       // RDMA_IOMAPSIZE
+inline constexpr uint32_t kCtrlRecvs = 16;       // receives beyond the data messages
+inline constexpr uint32_t kCtrlSends = 4;        // send queue slots kept for control messages
+inline constexpr uint32_t kMaxPiece = 64 << 10;  // bytes per RDMA WRITE
+inline constexpr uint32_t kSendLowat = 2048;     // writable: at least this much buffer free
 inline constexpr uint64_t kRecvId = 1ull << 63;  // wr_id of receives (sends: counters below)
 
 // Socket options. A listener's are copied into the sockets it accepts.
@@ -77,14 +78,14 @@ enum class State : uint8_t {
   kListening,
   kConnecting,  // rconnect under way (address, route, connection)
   kConnected,
-  kFailed,      // the connection attempt failed; so_error says why
+  kFailed,  // the connection attempt failed; so_error says why
 };
 
 // A message in the receive ring, not yet consumed by the application.
 struct RxMsg {
-  uint32_t off;   // in the ring
-  uint32_t len;   // payload bytes (0 for an IO mapping, skipped by readers)
-  uint32_t adv;   // ring bytes it occupies
+  uint32_t off;  // in the ring
+  uint32_t len;  // payload bytes (0 for an IO mapping, skipped by readers)
+  uint32_t adv;  // ring bytes it occupies
 };
 
 struct LocalMap {  // riomap of this side
@@ -160,8 +161,8 @@ struct Socket {
 
   // ---- riomap ----
   std::vector<LocalMap> maps;
-  std::vector<PeerMap> peer_maps;   // opt.iomap entries, filled by the peer
-  uint32_t peer_iomap = 0;          // entries the peer accepts from us
+  std::vector<PeerMap> peer_maps;    // opt.iomap entries, filled by the peer
+  uint32_t peer_iomap = 0;           // entries the peer accepts from us
   std::deque<IomapEntry> iomap_out;  // announcements not yet sent
 
   Waiter* waiters = nullptr;
@@ -182,7 +183,7 @@ Socket* new_socket(int domain, int& err);
 int create_endpoint(Socket& s);
 ConnData conn_data(const Socket& s);
 int take_conn_data(Socket& s, const void* data, uint8_t len);  // 0 or errno
-void destroy_socket(Socket* s);  // everything, not the table entry
+void destroy_socket(Socket* s);                                // everything, not the table entry
 // AF_INET or AF_INET6 (v4-mapped, wildcard, loopback) to an IPv4 address.
 int to_v4(const sockaddr* sa, socklen_t len, int domain, sockaddr_in& out);
 void from_v4(const Socket& s, const sockaddr_in& in, sockaddr* out, socklen_t* len);
@@ -197,13 +198,13 @@ bool accept_ready(Socket& s);
 int accept_wait_fd(const Socket& s);
 void stop_listening(Socket& s);  // with s.mu held by nobody
 
-// ---- transfer.cc (s.mu held) ----
-void progress(Socket& s);     // completions: data, credits, control, errors
-void process_cm(Socket& s);   // rdma_cm events of a connected socket (disconnects)
+// ---- transfer.cc and wait.cc (s.mu held) ----
+void progress(Socket& s);    // completions: data, credits, control, errors
+void process_cm(Socket& s);  // rdma_cm events of a connected socket (disconnects)
 void peer_left(Socket& s, rdma_cm_event_type t);  // one such event
 bool readable(const Socket& s);
 bool writable(Socket& s);
-short poll_events(Socket& s, short events);  // what rpoll reports, after progress
+short poll_events(Socket& s, short events);       // what rpoll reports, after progress
 int post_ctrl(Socket& s, Op op, uint32_t value);  // 0, or EAGAIN without a send slot
 int post_write(Socket& s, Op op, const void* buf, uint32_t len, uint64_t raddr, uint32_t rkey,
                bool imm);  // copies or inlines buf

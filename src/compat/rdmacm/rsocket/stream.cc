@@ -105,10 +105,10 @@ ssize_t send_iov(int fd, const iovec* iov, int n, int flags) {
       if (sent) break;
       return fail(e);
     }
-    uint32_t want = iov[vi].iov_len - voff > kMaxPiece ? kMaxPiece
-                                                       : uint32_t(iov[vi].iov_len - voff);
-    uint32_t got = send_message(*s, Op::kData,
-                                static_cast<const uint8_t*>(iov[vi].iov_base) + voff, want);
+    uint32_t want =
+        iov[vi].iov_len - voff > kMaxPiece ? kMaxPiece : uint32_t(iov[vi].iov_len - voff);
+    uint32_t got =
+        send_message(*s, Op::kData, static_cast<const uint8_t*>(iov[vi].iov_base) + voff, want);
     if (got) {
       sent += got;
       voff += got;

@@ -1,14 +1,11 @@
 // The data path of a connected rsocket (wire.h has the protocol): taking completions (data,
 // credits, control messages, errors), posting writes and control messages, returning ring
-// space, and the sleeping and waking of the threads that wait on a socket.
+// space, and what a socket is ready for.
 //
 // Steady state makes no system call: sends and completions go through the verbs rings;
-// only a thread that has nothing to do arms the CQ and sleeps in poll().
+// only a thread that has nothing to do arms the CQ and sleeps in poll() (wait.cc).
 #include <errno.h>
 #include <string.h>
-#include <sys/eventfd.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "socket.h"
 
@@ -18,10 +15,11 @@ namespace {
 
 constexpr uint64_t kSqMask = 0xffffffffull;
 constexpr uint64_t kSbufMask = 0x7fffffffull;  // the send buffer is below 2 GiB
-constexpr uint32_t kAckBatch = 16;
 
 // The full counter whose low bits are `low`, at or below `cur`.
-uint64_t unwrap(uint64_t cur, uint64_t low, uint64_t mask) { return cur - ((cur - low) & mask); }
+uint64_t unwrap(uint64_t cur, uint64_t low, uint64_t mask) {
+  return cur - ((cur - low) & mask);
+}
 
 void set_error(Socket& s, int e) {
   if (!s.err) s.err = e;
@@ -32,7 +30,9 @@ uint32_t signal_every(const Socket& s) {
   return n < 1 ? 1 : n > 16 ? 16 : n;
 }
 
-uint64_t ring_free(const Socket& s) { return s.peer_ring - (s.tx_tail - s.tx_credited); }
+uint64_t ring_free(const Socket& s) {
+  return s.peer_ring - (s.tx_tail - s.tx_credited);
+}
 
 // Releases the head message (and IO mapping records behind it): its ring space is free.
 void pop_head(Socket& s) {
@@ -152,43 +152,7 @@ int post(Socket& s, ibv_send_wr& wr, bool signal) {
   return 0;
 }
 
-struct ThreadFd {
-  int fd = -1;
-  bool tried = false;
-  ~ThreadFd() {
-    if (fd >= 0) ::close(fd);
-  }
-};
-thread_local ThreadFd t_wake;
-
 }  // namespace
-
-int64_t now_ns() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return int64_t(ts.tv_sec) * 1000000000 + ts.tv_nsec;
-}
-
-void drain(int fd) {
-  uint64_t v;
-  [[maybe_unused]] ssize_t n = ::read(fd, &v, sizeof(v));
-}
-
-int thread_wake_fd() {
-  if (!t_wake.tried) {
-    t_wake.tried = true;
-    t_wake.fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  }
-  return t_wake.fd;
-}
-
-void kick_waiters(Socket& s, const Waiter* self) {
-  for (Waiter* w = s.waiters; w; w = w->next) {
-    if (w == self) continue;
-    uint64_t one = 1;
-    [[maybe_unused]] ssize_t n = ::write(w->fd, &one, sizeof(one));
-  }
-}
 
 uint32_t sq_free(const Socket& s) {
   return s.sq_size - static_cast<uint32_t>(s.sq_posted - s.sq_done);
@@ -383,77 +347,6 @@ void flush_iomaps(Socket& s) {
     if (send_message(s, Op::kIomap, &e, sizeof(e)) != sizeof(e)) return;
     s.iomap_out.pop_front();
   }
-}
-
-void prepare_sleep(Socket& s) {
-  if (s.state != State::kConnected || !s.cq) return;
-  if (!s.cq_armed) {
-    ibv_req_notify_cq(s.cq, 0);
-    s.cq_armed = true;
-  }
-  progress(s);
-}
-
-int wait_fds(const Socket& s, pollfd* out) {
-  switch (s.state) {
-    case State::kConnected:
-      out[0] = pollfd{s.cc->fd, POLLIN, 0};
-      out[1] = pollfd{s.ch->fd, POLLIN, 0};
-      return 2;
-    case State::kConnecting:
-      out[0] = pollfd{s.ch->fd, POLLIN, 0};
-      return 1;
-    case State::kListening:
-      out[0] = pollfd{accept_wait_fd(s), POLLIN, 0};
-      return 1;
-    default:
-      return 0;
-  }
-}
-
-void after_wake(Socket& s, const pollfd* fds, int n) {
-  for (int i = 0; i < n; ++i) {
-    if (!fds[i].revents || s.state != State::kConnected) continue;
-    if (fds[i].fd == s.cc->fd) {
-      ibv_cq* cq;
-      void* ctx;
-      if (ibv_get_cq_event(s.cc, &cq, &ctx) == 0) {
-        s.cq_armed = false;
-        if (++s.unacked >= kAckBatch) {
-          ibv_ack_cq_events(s.cq, s.unacked);
-          s.unacked = 0;
-        }
-      }
-    } else if (fds[i].fd == s.ch->fd) {
-      process_cm(s);
-    }
-  }
-  progress(s);
-}
-
-int sleep_once(Socket& s, std::unique_lock<std::mutex>& lk, int timeout_ms) {
-  pollfd pf[4];
-  int n = wait_fds(s, pf);
-  Waiter w{thread_wake_fd(), nullptr, nullptr};
-  int total = n;
-  if (w.fd >= 0) {
-    pf[total++] = pollfd{w.fd, POLLIN, 0};
-    w.next = s.waiters;
-    if (s.waiters) s.waiters->prev = &w;
-    s.waiters = &w;
-  }
-  lk.unlock();
-  int r = ::poll(pf, total, timeout_ms);
-  int err = r < 0 ? errno : 0;
-  lk.lock();
-  if (w.fd >= 0) {
-    if (w.prev) w.prev->next = w.next;
-    else s.waiters = w.next;
-    if (w.next) w.next->prev = w.prev;
-    if (pf[n].revents) drain(w.fd);
-  }
-  if (r > 0) after_wake(s, pf, n);
-  return err;
 }
 
 }  // namespace vrdma::rsock

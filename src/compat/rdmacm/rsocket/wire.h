@@ -38,8 +38,12 @@ inline constexpr uint32_t kMaxRing = 1u << 28;  // a ring's size must fit in the
 inline uint32_t make_imm(Op op, uint32_t value) {
   return htonl(static_cast<uint32_t>(op) << kOpShift | (value & kValueMask));
 }
-inline Op imm_op(uint32_t imm_be) { return static_cast<Op>(ntohl(imm_be) >> kOpShift); }
-inline uint32_t imm_value(uint32_t imm_be) { return ntohl(imm_be) & kValueMask; }
+inline Op imm_op(uint32_t imm_be) {
+  return static_cast<Op>(ntohl(imm_be) >> kOpShift);
+}
+inline uint32_t imm_value(uint32_t imm_be) {
+  return ntohl(imm_be) & kValueMask;
+}
 
 inline constexpr uint32_t kConnMagic = 0x56525331;  // "VRS1"
 inline constexpr uint16_t kConnVersion = 1;
