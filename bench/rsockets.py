@@ -3,7 +3,8 @@
 the containers' TCP (rstream -T s), and iperf3 under LD_PRELOAD=librspreload.so against
 iperf3 over TCP, between the same two containers, on one host (h0c0, h0c1) and across two
 hosts (h1c0 serves, h0c0 connects). Each measurement is repeated --rounds times, interleaved;
-the median is printed with its ratio (> 1 means rsockets are better).
+the median is printed with its ratio (> 1 means rsockets are better), and next to it what
+the same path gives to verbs (perftest ib_write_bw, ib_write_lat): rsockets ride on it.
 
 rstream's figures are its own: usec/xfer is the time of one transfer (half a round trip in
 its latency shape), Gb/sec counts the bytes of both directions.
@@ -21,6 +22,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
 
+from vrdma_py import baselines as b  # noqa: E402
 from vrdma_py.sandbox import Sandbox, container_ip  # noqa: E402
 
 PRELOAD = "/usr/lib/x86_64-linux-gnu/rsocket/librspreload.so"
@@ -85,13 +87,19 @@ METRICS = [
 
 def measure(sb, server, client, rounds, quick):
     samples = {m[0]: {"rsocket": [], "tcp": []} for m in METRICS}
+    samples["verbs"] = {"write_bw_64k_gbps": [], "write_lat_us": []}
     port = 7800
+    n = 2000 if quick else 10000
     for r in range(rounds):
         print(f"round {r + 1}/{rounds}", file=sys.stderr)
         for name, _, _, fn in METRICS:
             for kind in ("rsocket", "tcp"):
                 port += 1
                 samples[name][kind].append(fn(sb, server, client, quick, kind == "tcp", port))
+        mbps = b.perftest_bw(sb, "ib_write_bw", 65536, n, server=server, client=client)[0]
+        samples["verbs"]["write_bw_64k_gbps"].append(mbps * 8 / 1000)
+        samples["verbs"]["write_lat_us"].append(
+            b.perftest_lat(sb, "ib_write_lat", 8, n, server=server, client=client)["avg"])
     return samples
 
 
@@ -103,6 +111,10 @@ def report(title, samples):
         tcp = statistics.median(samples[name]["tcp"])
         ratio = rs / tcp if better == "higher" else tcp / rs
         print(f"| {name} ({unit}) | {rs:.3g} | {tcp:.3g} | {ratio:.2f}x |")
+    v = samples["verbs"]
+    print(f"\nverbs on the same path: ib_write_bw 64 KiB "
+          f"{statistics.median(v['write_bw_64k_gbps']):.3g} Gb/s, ib_write_lat 8 B "
+          f"{statistics.median(v['write_lat_us']):.3g} us (one way, mean, as rstream's)")
 
 
 def main():
