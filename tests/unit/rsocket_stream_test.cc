@@ -484,5 +484,46 @@ TEST_F(RsocketStream, ListenerQueuesConnectionsBeforeAccept) {
   }
 }
 
+TEST_F(RsocketStream, ManyConnectionsAtOnce) {
+  constexpr int kPairs = 32;
+  std::vector<Pair> pairs;
+  for (int i = 0; i < kPairs; ++i) {
+    pairs.push_back(connect_pair());
+    ASSERT_GE(pairs.back().server.get(), 0) << "pair " << i;
+  }
+  // Every connection carries its own data both ways at once.
+  std::vector<std::future<bool>> senders;
+  for (int i = 0; i < kPairs; ++i) {
+    senders.push_back(std::async(std::launch::async, [&, i] {
+      std::vector<uint8_t> up = random_bytes(100000, 100 + i), down = random_bytes(70000, 200 + i);
+      return send_all(pairs[i].client, up.data(), up.size(), 30000) &&
+             send_all(pairs[i].server, down.data(), down.size(), 30000);
+    }));
+  }
+  for (int i = 0; i < kPairs; ++i) {
+    std::vector<uint8_t> up(100000), down(70000);
+    EXPECT_TRUE(recv_all(pairs[i].server, up.data(), up.size(), 30000)) << i;
+    EXPECT_TRUE(recv_all(pairs[i].client, down.data(), down.size(), 30000)) << i;
+    EXPECT_TRUE(up == random_bytes(100000, 100 + i)) << i;
+    EXPECT_TRUE(down == random_bytes(70000, 200 + i)) << i;
+  }
+  for (auto& f : senders) EXPECT_TRUE(f.get());
+}
+
+TEST_F(RsocketStream, ClosingAListenerResetsWhatItHadNotHandedOut) {
+  uint16_t port = next_port();
+  Fd l = listener(port);
+  Fd c(rsocket(AF_INET, SOCK_STREAM, 0));
+  sockaddr_in a = addr(own_ip(), port);
+  ASSERT_EQ(rconnect(c, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0) << strerror(errno);
+  ASSERT_TRUE(wait_for(l, POLLIN) & POLLIN);  // established, never accepted
+  l.reset();
+  char b;
+  auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(rrecv(c, &b, 1, 0), -1);  // blocking: the reset wakes it
+  EXPECT_EQ(errno, ECONNRESET);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+}
+
 }  // namespace
 }  // namespace rstest
