@@ -5,6 +5,7 @@
 // file, EPIPE), a peer that dies (ECONNRESET), and a connection nobody accepts
 // (ECONNREFUSED, at once). Every wait is bounded.
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -508,6 +509,31 @@ TEST_F(RsocketStream, ManyConnectionsAtOnce) {
     EXPECT_TRUE(down == random_bytes(70000, 200 + i)) << i;
   }
   for (auto& f : senders) EXPECT_TRUE(f.get());
+}
+
+int open_fds() {
+  int n = 0;
+  if (DIR* d = opendir("/proc/self/fd")) {
+    while (readdir(d)) ++n;
+    closedir(d);
+  }
+  return n;
+}
+
+TEST_F(RsocketStream, ClosedConnectionsGiveBackTheirDescriptors) {
+  {
+    Pair warm = connect_pair();  // the device, the accept service and wake-up eventfds
+    ASSERT_GE(warm.server.get(), 0);
+  }
+  int before = open_fds();
+  for (int i = 0; i < 40; ++i) {
+    Pair p = connect_pair();
+    ASSERT_GE(p.server.get(), 0);
+    ASSERT_EQ(rsend(p.client, "x", 1, 0), 1);
+    char c;
+    ASSERT_TRUE(recv_all(p.server, &c, 1));
+  }
+  EXPECT_EQ(open_fds(), before);
 }
 
 TEST_F(RsocketStream, ClosingAListenerResetsWhatItHadNotHandedOut) {

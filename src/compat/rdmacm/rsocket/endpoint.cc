@@ -79,11 +79,14 @@ int create_endpoint(Socket& s) {
   s.sbuf_size = (clamp(s.opt.sbuf, kMinBuf, 1u << 30) + kAlign - 1) & ~(kAlign - 1);
   if (s.opt.inline_size > kMaxInline) s.opt.inline_size = kMaxInline;
 
-  s.cc = ibv_create_comp_channel(id->verbs);
-  if (!s.cc) return errno ? errno : ENOMEM;
-  if (int e = set_nonblock(s.cc->fd)) return e;
-  s.cq = ibv_create_cq(id->verbs, int(s.sq_size + s.rq_depth + kCtrlSends), &s, s.cc, 0);
-  if (!s.cq) return errno ? errno : ENOMEM;
+  bool reused = pool_take(s, cq_entries(s));
+  if (!reused) {
+    s.cc = ibv_create_comp_channel(id->verbs);
+    if (!s.cc) return errno ? errno : ENOMEM;
+    if (int e = set_nonblock(s.cc->fd)) return e;
+    s.cq = ibv_create_cq(id->verbs, int(cq_entries(s)), &s, s.cc, 0);
+    if (!s.cq) return errno ? errno : ENOMEM;
+  }
   ibv_qp_init_attr a{};
   a.send_cq = a.recv_cq = s.cq;
   a.qp_type = IBV_QPT_RC;
@@ -96,13 +99,15 @@ int create_endpoint(Socket& s) {
   if (rdma_create_qp(id, id->pd, &a)) return errno ? errno : ENOMEM;
   s.qp = id->qp;
 
-  s.rbuf = map_buffer(s.ring);
-  s.sbuf = map_buffer(s.sbuf_size);
-  if (!s.rbuf || !s.sbuf) return ENOMEM;
-  s.rmr = ibv_reg_mr(id->pd, s.rbuf, s.ring, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
-  if (!s.rmr) return errno ? errno : ENOMEM;
-  s.smr = ibv_reg_mr(id->pd, s.sbuf, s.sbuf_size, IBV_ACCESS_LOCAL_WRITE);
-  if (!s.smr) return errno ? errno : ENOMEM;
+  if (!reused) {
+    s.rbuf = map_buffer(s.ring);
+    s.sbuf = map_buffer(s.sbuf_size);
+    if (!s.rbuf || !s.sbuf) return ENOMEM;
+    s.rmr = ibv_reg_mr(id->pd, s.rbuf, s.ring, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+    if (!s.rmr) return errno ? errno : ENOMEM;
+    s.smr = ibv_reg_mr(id->pd, s.sbuf, s.sbuf_size, IBV_ACCESS_LOCAL_WRITE);
+    if (!s.smr) return errno ? errno : ENOMEM;
+  }
 
   s.rmsg.assign(pow2_at_least(s.rq_depth), RxMsg{});
   s.peer_maps.assign(clamp(s.opt.iomap, 0, kMaxIomap), PeerMap{});
@@ -145,9 +150,12 @@ int take_conn_data(Socket& s, const void* data, uint8_t len) {
   return 0;
 }
 
+uint32_t cq_entries(const Socket& s) { return s.sq_size + s.rq_depth + kCtrlSends; }
+
 void destroy_socket(Socket* s) {
-  if (s->cq && s->unacked) ibv_ack_cq_events(s->cq, s->unacked);
   if (s->id && s->id->qp) rdma_destroy_qp(s->id);
+  pool_give(*s);  // the CQ, its channel and the buffers, for the next socket
+  if (s->cq && s->unacked) ibv_ack_cq_events(s->cq, s->unacked);
   for (LocalMap& m : s->maps) ibv_dereg_mr(m.mr);
   if (s->rmr) ibv_dereg_mr(s->rmr);
   if (s->smr) ibv_dereg_mr(s->smr);

@@ -4,6 +4,7 @@
 //
 //   table.cc     fd -> socket
 //   endpoint.cc  creating and destroying a socket's rdma_cm id, QP, CQ and buffers; addresses
+//   pool.cc      registered buffers and CQs of closed sockets, reused
 //   connect.cc   rconnect and its state machine
 //   listen.cc    rlisten, raccept and the accept service thread
 //   transfer.cc  the data path: completions, credits, posting, readiness
@@ -184,6 +185,14 @@ int create_endpoint(Socket& s);
 ConnData conn_data(const Socket& s);
 int take_conn_data(Socket& s, const void* data, uint8_t len);  // 0 or errno
 void destroy_socket(Socket* s);                                // everything, not the table entry
+uint32_t cq_entries(const Socket& s);
+
+// ---- pool.cc ----
+// The registered buffers, CQ and completion channel of a closed socket of the same sizes, if
+// one is kept (s.ring and s.sbuf_size set); true when s got them.
+bool pool_take(Socket& s, uint32_t cqe);
+// Keeps (or frees) them once the socket's QP is gone; the socket no longer has them.
+void pool_give(Socket& s);
 // AF_INET or AF_INET6 (v4-mapped, wildcard, loopback) to an IPv4 address.
 int to_v4(const sockaddr* sa, socklen_t len, int domain, sockaddr_in& out);
 void from_v4(const Socket& s, const sockaddr_in& in, sockaddr* out, socklen_t* len);
