@@ -64,6 +64,8 @@ def include_violations(src):
             with open(path, encoding="utf-8") as f:
                 text = f.read()
             for inc in INCLUDE.findall(text):
+                if inc.startswith(("./", "../")):  # relative to the file: where does it land?
+                    inc = os.path.relpath(os.path.normpath(os.path.join(root, inc)), src)
                 if "/" not in inc or inc.startswith(folder + "/"):
                     continue
                 if any(inc == a or inc.startswith(a + "/") for a in ALLOWED[folder]):
