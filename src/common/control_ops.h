@@ -33,7 +33,8 @@ inline constexpr char kHello[] = "Hello", kPutFd[] = "PutFd", kGetFd[] = "GetFd"
                       kCmListen[] = "CmListen", kCmUnlisten[] = "CmUnlisten",
                       kCmResolve[] = "CmResolve", kCmConnect[] = "CmConnect",
                       kCmAccept[] = "CmAccept", kCmReject[] = "CmReject", kCmRtu[] = "CmRtu",
-                      kCmDisconnect[] = "CmDisconnect", kQpFatal[] = "QpFatal",
+                      kCmDisconnect[] = "CmDisconnect", kSetQpObject[] = "SetQpObject",
+                      kGetMr[] = "GetMr", kQpFatal[] = "QpFatal",
                       kCmRequest[] = "CmRequest", kCmReply[] = "CmReply",
                       kCmRejected[] = "CmRejected", kCmEstablished[] = "CmEstablished",
                       kCmDisconnected[] = "CmDisconnected";
@@ -58,6 +59,8 @@ template <> struct OpSpec<Op::kCmAccept> : Spec<CmAcceptReq, 0, op_names::kCmAcc
 template <> struct OpSpec<Op::kCmReject> : Spec<CmRejectReq, 0, op_names::kCmReject> {};
 template <> struct OpSpec<Op::kCmRtu> : Spec<CmRtuReq, 0, op_names::kCmRtu> {};
 template <> struct OpSpec<Op::kCmDisconnect> : Spec<CmDisconnectReq, 0, op_names::kCmDisconnect> {};
+template <> struct OpSpec<Op::kSetQpObject> : Spec<SetQpObjectReq, 0, op_names::kSetQpObject> {};
+template <> struct OpSpec<Op::kGetMr> : Spec<GetMrReq, 0, op_names::kGetMr> {};
 // Events (daemon -> client, seq 0).
 template <> struct OpSpec<Op::kQpFatal> : Spec<QpFatalEvent, 0, op_names::kQpFatal> {};
 template <> struct OpSpec<Op::kCmRequest> : Spec<CmRequestEvent, 0, op_names::kCmRequest> {};
@@ -73,7 +76,7 @@ using RequestOps =
     OpList<Op::kHello, Op::kPutFd, Op::kGetFd, Op::kAllocQpn, Op::kFreeQpn, Op::kConnectQp,
            Op::kAllocKey, Op::kFreeKey, Op::kStatus, Op::kDropFd, Op::kCmListen,
            Op::kCmUnlisten, Op::kCmResolve, Op::kCmConnect, Op::kCmAccept, Op::kCmReject,
-           Op::kCmRtu, Op::kCmDisconnect>;
+           Op::kCmRtu, Op::kCmDisconnect, Op::kSetQpObject, Op::kGetMr>;
 using EventOps = OpList<Op::kQpFatal, Op::kCmRequest, Op::kCmReply, Op::kCmRejected,
                         Op::kCmEstablished, Op::kCmDisconnected>;
 
