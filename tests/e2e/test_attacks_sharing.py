@@ -91,6 +91,9 @@ class SharingAttacks(unittest.TestCase):
         # Anything but a clean "failed" from both sides counts against vrdma.
         succeeded = not (rc == 0 and verdict and verdict.group(1) == "failed" and trc == 0 and
                          alive)
+        print(f"\n[{name}]\n{detail}\nvictims: " +
+              "; ".join(f"{pair[1]} -> {pair[0]} client rc {crc} server rc {src}"
+                        for pair, crc, src, _, _ in victims.results))
         ok = REPORT.record(name, succeeded, victims, detail=detail)
         self.assertTrue(ok, detail + "\n" + "\n".join(victims.disturbed))
 
