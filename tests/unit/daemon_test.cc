@@ -341,6 +341,156 @@ TEST(DaemonTest, RcReconnectReplacesTheConnection) {
   EXPECT_EQ(connect_qp(b.conn, qb, qa, nullptr), EAGAIN) << "B was dropped";
 }
 
+TEST(DaemonTest, AResetQpIsReachedByNobodyUntilItsNextRtr) {
+  DaemonFixture f;
+  Client a(f.socket()), b(f.socket());
+  std::vector<std::unique_ptr<TestObject>> objs;
+  uint32_t qa = 0, qb = 0, oa = 0;
+  ASSERT_EQ(alloc_qpn(a.conn, kRc, TestArena::qp_offset(0), &qa, &objs, &oa), 0);
+  ASSERT_EQ(alloc_qpn(b.conn, kRc, TestArena::qp_offset(0), &qb), 0);
+  EXPECT_EQ(connect_qp(b.conn, qb, qa, nullptr), EAGAIN);
+  ASSERT_EQ(connect_qp(a.conn, qa, qb, nullptr), 0);
+  int fd = -1;
+  ASSERT_EQ(get_fd(b.conn, a.id(), oa, &fd, qb), 0);
+  ::close(fd);
+  // A resets its QP: a new object, and its RTR names nobody any more.
+  TestObject fresh(a.id());
+  uint32_t on = a.conn.next_fd_id();
+  ASSERT_EQ(put_fd(a.conn, on, proto::FdKind::kQpObject, fresh.fd(), 8192), 0);
+  auto p = std::make_unique<Packet>();
+  proto::SetQpObjectReq set{qa, on, 0, 0};
+  ASSERT_TRUE(a.conn.call(Op::kSetQpObject, set, *p));
+  EXPECT_EQ(p->header.status, 0);
+  proto::SetQpObjectReq not_mine{qa, on, 0, 0};
+  ASSERT_TRUE(b.conn.call(Op::kSetQpObject, not_mine, *p));
+  EXPECT_EQ(p->header.status, EPERM);
+  EXPECT_EQ(get_fd(b.conn, a.id(), on, &fd, qb), EACCES) << "the new object, before A's RTR";
+  EXPECT_EQ(get_fd(b.conn, a.id(), oa, &fd, qb), EACCES) << "the old one is no QP's any more";
+  EXPECT_EQ(connect_qp(b.conn, qb, qa, nullptr), EAGAIN);
+  // A's next RTR names B again: B reaches the new object.
+  ASSERT_EQ(connect_qp(a.conn, qa, qb, nullptr), 0);
+  ASSERT_EQ(get_fd(b.conn, a.id(), on, &fd, qb), 0);
+  ::close(fd);
+}
+
+// GetMr over raw connections, with MR descriptors and posted receives written by hand into the
+// owner's arena.
+struct MrGrantCase {
+  int status = -1;
+  proto::GetMrRep rep{};
+  std::vector<int> fds;
+  ~MrGrantCase() {
+    for (int f : fds) ::close(f);
+  }
+};
+void get_mr(Conn& c, uint32_t owner, uint32_t via, uint32_t key, uint32_t access,
+            MrGrantCase& out) {
+  proto::GetMrReq req{owner, via, key, access};
+  auto p = std::make_unique<Packet>();
+  ASSERT_TRUE(c.call(Op::kGetMr, req, *p));
+  out.status = p->header.status;
+  if (const auto* rep = p->as<proto::GetMrRep>()) out.rep = *rep;
+  for (int i = 0; i < p->nfds; ++i) out.fds.push_back(p->fds[i]);
+}
+
+TEST(DaemonTest, GetMrGrantsByRightsDomainAndPostedReceives) {
+  DaemonFixture f;
+  Client a(f.socket()), b(f.socket()), c(f.socket());
+  uint32_t qa = 0, qb = 0, qc = 0;
+  ASSERT_EQ(alloc_qpn(a.conn, kRc, TestArena::qp_offset(0), &qa), 0);
+  ASSERT_EQ(alloc_qpn(b.conn, kRc, TestArena::qp_offset(0), &qb), 0);
+  ASSERT_EQ(alloc_qpn(c.conn, kRc, TestArena::qp_offset(0), &qc), 0);
+  EXPECT_EQ(connect_qp(b.conn, qb, qa, nullptr), EAGAIN);
+  ASSERT_EQ(connect_qp(a.conn, qa, qb, nullptr), 0);
+  // Three backings of two pages each, handed over as memory.
+  int files[3];
+  for (int i = 0; i < 3; ++i) {
+    files[i] = ::memfd_create("mr", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    ASSERT_EQ(::ftruncate(files[i], 8192), 0);
+    ASSERT_EQ(::fcntl(files[i], F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW), 0);
+    ASSERT_EQ(put_fd(a.conn, 20 + i, proto::FdKind::kMemory, files[i], 8192), 0);
+  }
+  auto* table = reinterpret_cast<shm::MrEntry*>(reinterpret_cast<char*>(a.arena.header()) +
+                                                a.arena.header()->mr_table_offset);
+  auto describe = [&](uint32_t slot, uint32_t key, uint32_t fd_id, uint64_t seg_len) {
+    shm::MrEntry& e = table[slot];
+    e.access = 0;
+    e.nseg = 1;
+    e.iova = e.va = e.map_start = 0x10000 * slot;
+    e.length = e.map_length = seg_len;
+    e.seg[0] = shm::MrSegment{fd_id, 0, 0, seg_len};
+    e.key_gen.store(uint64_t(key) | 1ull << 32);
+  };
+  uint32_t ro = 0, local = 0, other_pd = 0, too_long = 0;
+  ASSERT_EQ(alloc_key(a.conn, 5, &ro, IBV_ACCESS_REMOTE_READ | IBV_ACCESS_LOCAL_WRITE, 1), 0);
+  ASSERT_EQ(alloc_key(a.conn, 6, &local, IBV_ACCESS_LOCAL_WRITE, 1), 0);
+  ASSERT_EQ(alloc_key(a.conn, 7, &other_pd, IBV_ACCESS_REMOTE_READ, 2), 0);
+  ASSERT_EQ(alloc_key(a.conn, 8, &too_long, IBV_ACCESS_REMOTE_READ, 1), 0);
+  describe(5, ro, 20, 8192);
+  describe(6, local, 21, 8192);
+  describe(7, other_pd, 22, 8192);
+  describe(8, too_long, 22, 16384);  // more than the file holds
+
+  {  // Read rights: a grant, read-only, of exactly the MR's backing.
+    MrGrantCase g;
+    get_mr(b.conn, a.id(), qb, ro, IBV_ACCESS_REMOTE_READ, g);
+    ASSERT_EQ(g.status, 0);
+    EXPECT_EQ(g.rep.writable, 0u);
+    EXPECT_EQ(g.rep.slot, 5u);
+    EXPECT_EQ(g.rep.gen, 1u);
+    ASSERT_EQ(g.fds.size(), 1u);
+    EXPECT_EQ(::mmap(nullptr, 8192, PROT_READ | PROT_WRITE, MAP_SHARED, g.fds[0], 0), MAP_FAILED);
+    void* r = ::mmap(nullptr, 8192, PROT_READ, MAP_SHARED, g.fds[0], 0);
+    EXPECT_NE(r, MAP_FAILED);
+    if (r != MAP_FAILED) ::munmap(r, 8192);
+  }
+  MrGrantCase g1, g2, g3, g4, g5, g6;
+  get_mr(b.conn, a.id(), qb, ro, IBV_ACCESS_REMOTE_WRITE, g1);
+  EXPECT_EQ(g1.status, EACCES) << "no write rights";
+  get_mr(b.conn, a.id(), qb, local, IBV_ACCESS_REMOTE_READ, g2);
+  EXPECT_EQ(g2.status, EACCES) << "LOCAL only";
+  get_mr(b.conn, a.id(), qb, other_pd, IBV_ACCESS_REMOTE_READ, g3);
+  EXPECT_EQ(g3.status, EACCES) << "another protection domain";
+  get_mr(b.conn, a.id(), qb, too_long, IBV_ACCESS_REMOTE_READ, g4);
+  EXPECT_EQ(g4.status, EACCES) << "a segment beyond its file";
+  get_mr(c.conn, a.id(), qc, ro, IBV_ACCESS_REMOTE_READ, g5);
+  EXPECT_EQ(g5.status, EACCES) << "no agreed connection";
+  get_mr(b.conn, a.id(), qb, local, IBV_ACCESS_LOCAL_WRITE, g6);
+  EXPECT_EQ(g6.status, EACCES) << "no receive points into it";
+  for (auto* g : {&g1, &g2, &g3, &g4, &g5, &g6}) EXPECT_TRUE(g->fds.empty());
+
+  // A receive of A's QP points into the LOCAL-only MR: the connected sender may fill it.
+  const uint32_t table_off = 2 << 20;
+  auto* qp = a.arena.qp_at(TestArena::qp_offset(0));
+  qp->recv_table_offset = table_off;
+  auto* t = reinterpret_cast<shm::RecvTable*>(reinterpret_cast<char*>(a.arena.header()) + table_off);
+  t->capacity = 4;
+  t->max_sge = 1;
+  t->slot_size = shm::recv_slot_size(1);
+  auto* slot = reinterpret_cast<shm::RecvSlot*>(t->slots + 2 * t->slot_size);
+  slot->num_sge = 1;
+  slot->sge[0] = ibv_sge{0x60000, 64, local};
+  slot->tag.store(3);
+  {
+    MrGrantCase g;
+    get_mr(b.conn, a.id(), qb, local, IBV_ACCESS_LOCAL_WRITE, g);
+    ASSERT_EQ(g.status, 0);
+    EXPECT_EQ(g.rep.writable, 1u);
+    ASSERT_EQ(g.fds.size(), 1u);
+    void* w = ::mmap(nullptr, 8192, PROT_READ | PROT_WRITE, MAP_SHARED, g.fds[0], 0);
+    EXPECT_NE(w, MAP_FAILED);
+    if (w != MAP_FAILED) ::munmap(w, 8192);
+    MrGrantCase other;
+    get_mr(c.conn, a.id(), qc, local, IBV_ACCESS_LOCAL_WRITE, other);
+    EXPECT_EQ(other.status, EACCES) << "only over the QP the receive was posted on";
+  }
+  slot->tag.store(0);  // completed
+  MrGrantCase after;
+  get_mr(b.conn, a.id(), qb, local, IBV_ACCESS_LOCAL_WRITE, after);
+  EXPECT_EQ(after.status, EACCES);
+  for (int fd : files) ::close(fd);
+}
+
 TEST(DaemonTest, AllocKeyFormatUniquenessAndOwnership) {
   DaemonFixture f;
   Client a(f.socket()), b(f.socket());

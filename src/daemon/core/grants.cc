@@ -305,6 +305,9 @@ void Daemon::handle(Client& c, const Decoded& d, const proto::SetQpObjectReq& r)
   if (!q || q->owner != c.id) return void(reply_error(c, d, EPERM));
   if (!objects_ok(c, r.object_fd_id, q->srq_fd_id, r.notify_fd_id))
     return void(reply_error(c, d, EINVAL));
+  // A reset: the QP names nobody any more, so nobody reaches the new object until its next RTR
+  // and the other side's agree again.
+  registry_.clear_peer(r.qpn);
   registry_.set_objects(r.qpn, r.object_fd_id, q->srq_fd_id, r.notify_fd_id, q->pd);
   send(c, proto::Op::kSetQpObject, d.seq, 0, nullptr, 0);
 }

@@ -76,6 +76,14 @@ void Registry::set_objects(uint32_t qpn, uint32_t object_fd_id, uint32_t srq_fd_
   it->second.pd = pd;
 }
 
+void Registry::clear_peer(uint32_t qpn) {
+  auto it = qps_.find(qpn);
+  if (it == qps_.end()) return;
+  it->second.has_peer = false;
+  it->second.peer_ipv4 = 0;
+  it->second.peer_qpn = 0;
+}
+
 bool Registry::names_peer(uint32_t qpn, uint32_t peer_ipv4, uint32_t peer_qpn) const {
   const QpRecord* r = find_qp(qpn);
   return r && r->has_peer && r->peer_ipv4 == peer_ipv4 && r->peer_qpn == peer_qpn;

@@ -77,6 +77,8 @@ class Registry {
                    uint32_t pd);
   // Records what QP `qpn`'s RTR names as its destination (replacing what an earlier RTR named).
   void set_peer(uint32_t qpn, uint32_t peer_ipv4, uint32_t peer_qpn);
+  // A reset: the QP names nobody until its next RTR.
+  void clear_peer(uint32_t qpn);
   // Whether QP `qpn` exists and its RTR named (peer_ipv4, peer_qpn): the destination's consent.
   bool names_peer(uint32_t qpn, uint32_t peer_ipv4, uint32_t peer_qpn) const;
   // Whether `client` holds a link from one of its QPs to a QP of `owner`.
