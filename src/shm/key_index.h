@@ -10,7 +10,6 @@
 
 #include <atomic>
 #include <cstdint>
-#include <vector>
 
 #include "shm/layout.h"
 
@@ -73,26 +72,7 @@ class KeyIndex {
   }
 
   // Every word is used or a tombstone: put the live pairs back without the tombstones.
-  void rebuild() {
-    std::vector<uint64_t> live;
-    for (auto& w : words_) {
-      uint64_t e = w.load(std::memory_order_relaxed);
-      if (e != 0 && e != kTombstone) live.push_back(e);
-      w.store(0, std::memory_order_release);
-    }
-    used_ = 0;
-    for (uint64_t e : live) {
-      uint32_t h = hash(static_cast<uint32_t>(e));
-      for (uint32_t i = 0; i < kCapacity; ++i) {
-        auto& w = words_[(h + i) & (kCapacity - 1)];
-        if (w.load(std::memory_order_relaxed) == 0) {
-          ++used_;
-          w.store(e, std::memory_order_release);
-          break;
-        }
-      }
-    }
-  }
+  void rebuild();
 
   std::atomic<uint64_t> words_[kCapacity] = {};
   uint32_t used_ = 0;  // words that are not 0 (live or tombstones)

@@ -43,6 +43,8 @@ bool grant_ok(const MrGrant& g) {
 
 }  // namespace
 
+uint8_t* FdSource::kept_mapping(uint32_t, uint32_t, uint64_t&) { return nullptr; }
+
 Peer::Peer(FdSource& source, uint32_t client_id)
     : source_(source), client_id_(client_id), views_(new View[kMrSlots]) {}
 

@@ -52,9 +52,7 @@ class FdSource {
                        MrGrant& out) = 0;
   // Trusted sources only: a writable mapping the source keeps of a backing that refuses new
   // writable mappings (write-sealed). nullptr otherwise.
-  virtual uint8_t* kept_mapping(uint32_t /*owner*/, uint32_t /*fd_id*/, uint64_t& /*size*/) {
-    return nullptr;
-  }
+  virtual uint8_t* kept_mapping(uint32_t owner, uint32_t fd_id, uint64_t& size);
 };
 
 class Peer {
