@@ -32,10 +32,10 @@ inline constexpr char kHello[] = "Hello", kPutFd[] = "PutFd", kGetFd[] = "GetFd"
                       kDropFd[] = "DropFd", kCmListen[] = "CmListen", kCmUnlisten[] = "CmUnlisten",
                       kCmResolve[] = "CmResolve", kCmConnect[] = "CmConnect",
                       kCmAccept[] = "CmAccept", kCmReject[] = "CmReject", kCmRtu[] = "CmRtu",
-                      kCmDisconnect[] = "CmDisconnect", kQpFatal[] = "QpFatal",
-                      kCmRequest[] = "CmRequest", kCmReply[] = "CmReply",
-                      kCmRejected[] = "CmRejected", kCmEstablished[] = "CmEstablished",
-                      kCmDisconnected[] = "CmDisconnected";
+                      kCmDisconnect[] = "CmDisconnect", kSetQpObject[] = "SetQpObject",
+                      kGetMr[] = "GetMr", kQpFatal[] = "QpFatal", kCmRequest[] = "CmRequest",
+                      kCmReply[] = "CmReply", kCmRejected[] = "CmRejected",
+                      kCmEstablished[] = "CmEstablished", kCmDisconnected[] = "CmDisconnected";
 }  // namespace op_names
 
 // Requests (client -> daemon).
@@ -75,6 +75,10 @@ template <>
 struct OpSpec<Op::kCmRtu> : Spec<CmRtuReq, 0, op_names::kCmRtu> {};
 template <>
 struct OpSpec<Op::kCmDisconnect> : Spec<CmDisconnectReq, 0, op_names::kCmDisconnect> {};
+template <>
+struct OpSpec<Op::kSetQpObject> : Spec<SetQpObjectReq, 0, op_names::kSetQpObject> {};
+template <>
+struct OpSpec<Op::kGetMr> : Spec<GetMrReq, 0, op_names::kGetMr> {};
 // Events (daemon -> client, seq 0).
 template <>
 struct OpSpec<Op::kQpFatal> : Spec<QpFatalEvent, 0, op_names::kQpFatal> {};
@@ -92,10 +96,11 @@ struct OpSpec<Op::kCmDisconnected> : Spec<CmEvent, 0, op_names::kCmDisconnected>
 template <Op... ops>
 struct OpList {};
 
-using RequestOps = OpList<Op::kHello, Op::kPutFd, Op::kGetFd, Op::kAllocQpn, Op::kFreeQpn,
-                          Op::kConnectQp, Op::kAllocKey, Op::kFreeKey, Op::kStatus, Op::kDropFd,
-                          Op::kCmListen, Op::kCmUnlisten, Op::kCmResolve, Op::kCmConnect,
-                          Op::kCmAccept, Op::kCmReject, Op::kCmRtu, Op::kCmDisconnect>;
+using RequestOps =
+    OpList<Op::kHello, Op::kPutFd, Op::kGetFd, Op::kAllocQpn, Op::kFreeQpn, Op::kConnectQp,
+           Op::kAllocKey, Op::kFreeKey, Op::kStatus, Op::kDropFd, Op::kCmListen, Op::kCmUnlisten,
+           Op::kCmResolve, Op::kCmConnect, Op::kCmAccept, Op::kCmReject, Op::kCmRtu,
+           Op::kCmDisconnect, Op::kSetQpObject, Op::kGetMr>;
 using EventOps = OpList<Op::kQpFatal, Op::kCmRequest, Op::kCmReply, Op::kCmRejected,
                         Op::kCmEstablished, Op::kCmDisconnected>;
 

@@ -61,7 +61,9 @@ class Control {
 class ControlFdSource : public shm::FdSource {
  public:
   explicit ControlFdSource(Control& control) : control_(control) {}
-  int fetch_fd(uint32_t owner, uint32_t fd_id, int& fd) override;
+  int fetch_fd(uint32_t owner, uint32_t fd_id, uint32_t via_qpn, int& fd) override;
+  int grant_mr(uint32_t owner, uint32_t via_qpn, uint32_t key, uint32_t access,
+               shm::MrGrant& out) override;
 
  private:
   Control& control_;

@@ -49,7 +49,10 @@ TEST(DaemonDecode, AcceptsEveryRequest) {
   proto::PutFdReq put{0, 1, shm::kArenaSize};
   EXPECT_EQ(dec(Op::kPutFd, put, 1).verdict, DecodeVerdict::kOk);
   EXPECT_EQ(dec(Op::kGetFd, proto::GetFdReq{1, 2}).verdict, DecodeVerdict::kOk);
-  EXPECT_EQ(dec(Op::kAllocQpn, proto::AllocQpnReq{4, 128}).verdict, DecodeVerdict::kOk);
+  EXPECT_EQ(dec(Op::kAllocQpn, proto::AllocQpnReq{4, 128, 2}).verdict, DecodeVerdict::kOk);
+  EXPECT_EQ(dec(Op::kSetQpObject, proto::SetQpObjectReq{0x100, 3}).verdict, DecodeVerdict::kOk);
+  EXPECT_EQ(dec(Op::kGetMr, proto::GetMrReq{1, 0x100, 5, IBV_ACCESS_REMOTE_READ}).verdict,
+            DecodeVerdict::kOk);
   EXPECT_EQ(dec(Op::kFreeQpn, proto::FreeQpnReq{0x100}).verdict, DecodeVerdict::kOk);
   EXPECT_EQ(dec(Op::kConnectQp, proto::ConnectQpReq{}).verdict, DecodeVerdict::kOk);
   EXPECT_EQ(dec(Op::kAllocKey, proto::AllocKeyReq{4095, 0, 1}).verdict, DecodeVerdict::kOk);
@@ -95,13 +98,29 @@ TEST(DaemonDecode, FieldValidation) {
   EXPECT_EQ(dec(Op::kHello, proto::HelloReq{1, 3}).verdict, DecodeVerdict::kInvalid);
   EXPECT_EQ(dec(Op::kPutFd, proto::PutFdReq{0, 2, 10}, 1).verdict, DecodeVerdict::kInvalid);
   EXPECT_EQ(dec(Op::kPutFd, proto::PutFdReq{1, 1, 4096}, 1).verdict, DecodeVerdict::kInvalid);
-  EXPECT_EQ(dec(Op::kPutFd, proto::PutFdReq{0, 1, shm::kArenaSize + 1}, 1).verdict,
+  EXPECT_EQ(dec(Op::kPutFd, proto::PutFdReq{0, 1, shm::kMaxArenaSize + 1}, 1).verdict,
             DecodeVerdict::kInvalid);
+  EXPECT_EQ(dec(Op::kPutFd, proto::PutFdReq{1, 2, 4096}, 1).verdict, DecodeVerdict::kInvalid)
+      << "fd 1 is the key table";
+  EXPECT_EQ(dec(Op::kPutFd, proto::PutFdReq{2, 6, 4096}, 1).verdict, DecodeVerdict::kInvalid)
+      << "the key table is fd 1";
+  EXPECT_EQ(dec(Op::kPutFd, proto::PutFdReq{2, 3, 0, proto::kSealWrites}, 1).verdict,
+            DecodeVerdict::kInvalid)
+      << "only memory is sealed against writes";
   EXPECT_EQ(dec(Op::kPutFd, proto::PutFdReq{0, 1, 8}, 1).verdict, DecodeVerdict::kInvalid);
   EXPECT_EQ(dec(Op::kPutFd, proto::PutFdReq{3, 9, 8}, 1).verdict, DecodeVerdict::kInvalid);
   EXPECT_EQ(dec(Op::kAllocQpn, proto::AllocQpnReq{1, 128}).verdict, DecodeVerdict::kInvalid);
   EXPECT_EQ(dec(Op::kAllocQpn, proto::AllocQpnReq{2, 100}).verdict, DecodeVerdict::kInvalid);
+  EXPECT_EQ(dec(Op::kAllocQpn, proto::AllocQpnReq{2, 128, 1}).verdict, DecodeVerdict::kInvalid)
+      << "the key table is no QP object";
   EXPECT_EQ(dec(Op::kAllocKey, proto::AllocKeyReq{shm::kMrSlots, 0, 1}).verdict, DecodeVerdict::kInvalid);
+  EXPECT_EQ(dec(Op::kGetMr, proto::GetMrReq{1, 0x100, 5, 0}).verdict, DecodeVerdict::kInvalid);
+  EXPECT_EQ(dec(Op::kGetMr,
+                proto::GetMrReq{1, 0x100, 5, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ})
+                .verdict,
+            DecodeVerdict::kInvalid);
+  EXPECT_EQ(dec(Op::kGetMr, proto::GetMrReq{1, 0x100, 0, IBV_ACCESS_REMOTE_READ}).verdict,
+            DecodeVerdict::kInvalid);
 }
 
 TEST(DaemonRegistry, QpnsAreSequentialUniqueAndWrap) {
@@ -170,16 +189,18 @@ TEST(DaemonRegistry, LinksAndDeathNotices) {
 
 TEST(DaemonRegistry, KeysUseTheGivenRandomBits) {
   uint32_t next = 0;
-  Registry r([&] { return next++; });  // 0, 1, 2...: 0 with index 0 is key 0, skipped
+  Registry r([&] { return next++; });  // 0, 1, 2...: 0 is never a key
   uint32_t k = 0;
-  ASSERT_EQ(r.alloc_key(1, 0, 0, 0, 10, &k), 0);
-  EXPECT_EQ(k, 1u << shm::kMrSlotBits);
+  ASSERT_EQ(r.alloc_key(1, 7, 0, 0, 10, &k), 0);
+  EXPECT_EQ(k, 1u) << "the key is the random word itself, the slot is not in it";
+  EXPECT_EQ(r.find_key(k)->index, 7u);
   next = 1;  // the same bits again: must not produce a duplicate
-  ASSERT_EQ(r.alloc_key(1, 0, 0, 0, 10, &k), 0);
-  EXPECT_EQ(k, 2u << shm::kMrSlotBits);
+  ASSERT_EQ(r.alloc_key(1, 7, 0, 0, 10, &k), 0);
+  EXPECT_EQ(k, 2u);
   EXPECT_EQ(r.free_key(2, k), ENOENT);
   EXPECT_EQ(r.free_key(1, k), 0);
   EXPECT_EQ(r.alloc_key(1, shm::kMrSlots, 0, 0, 10, &k), EINVAL);
+  EXPECT_EQ(r.alloc_key(1, 0, 0, 0, 10, &k), EINVAL) << "slot 0 is never used";
   for (int i = 0; i < 9; ++i) ASSERT_EQ(r.alloc_key(1, 1, 0, 0, 10, &k), 0);
   EXPECT_EQ(r.alloc_key(1, 1, 0, 0, 10, &k), EDQUOT);
 }
@@ -246,7 +267,7 @@ TEST(DaemonStatus, NamesAndTruncation) {
 }
 
 TEST(DaemonRegistry, RecordsWhatAQpsRtrNames) {
-  Registry r;
+  vrdma::daemon::Registry r;
   uint32_t a = 0, b = 0;
   ASSERT_EQ(r.alloc_qpn(1, 2, 64, 100, &a), 0);
   ASSERT_EQ(r.alloc_qpn(2, 2, 64, 100, &b), 0);

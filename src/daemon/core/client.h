@@ -5,11 +5,13 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <utility>
 
 #include "common/protocol.h"
 #include "common/unique_fd.h"
 #include "daemon/identity/client_identity.h"
 #include "daemon/registry/arena_view.h"
+#include "daemon/registry/object_view.h"
 
 namespace vrdma::daemon {
 
@@ -17,7 +19,20 @@ namespace vrdma::daemon {
 struct ClientFd {
   UniqueFd fd;
   proto::FdKind kind{};
-  uint64_t size = 0;
+  uint64_t size = 0;  // files: the size the file has (sealed: it cannot change)
+  // Memory sealed against new writable mappings: the daemon's own writable mapping, made before
+  // the seal, for its router.
+  void* kept = nullptr;
+  ObjectView object;  // QP objects: the daemon's mapping
+  ClientFd() = default;
+  ClientFd(ClientFd&& o) noexcept
+      : fd(std::move(o.fd)),
+        kind(o.kind),
+        size(o.size),
+        kept(std::exchange(o.kept, nullptr)),
+        object(std::move(o.object)) {}
+  ClientFd& operator=(ClientFd&&) = delete;
+  ~ClientFd();
 };
 
 struct Client {

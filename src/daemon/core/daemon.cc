@@ -341,6 +341,9 @@ void Daemon::drop(Client& c, const std::string& why, bool notify_peers) {
       for (uint32_t q : qpns) ok = c.arena.mark_qp_gone(registry_.find_qp(q)->arena_offset) && ok;
       if (!ok) LOG_WARN("client %u: its arena could not be fully updated (shrunk?)", id);
     }
+    // What senders map: every QP object says its QP is gone.
+    for (auto& [fd_id, f] : c.fds)
+      if (f.kind == proto::FdKind::kQpObject) f.object.mark_gone();
     // 2. Tell every other client whose QP was connected to one of them.
     for (const FatalNotice& n : registry_.notices_for_death(id)) {
       Client* peer = find_live(n.client);

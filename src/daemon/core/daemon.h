@@ -87,6 +87,18 @@ class Daemon : private CmPort {
   void handle(Client& c, const Decoded& d, const proto::AllocKeyReq& r);
   void handle(Client& c, const Decoded& d, const proto::FreeKeyReq& r);
   void handle(Client& c, const Decoded& d, const proto::StatusReq& r);
+  void handle(Client& c, const Decoded& d, const proto::SetQpObjectReq& r);
+  void handle(Client& c, const Decoded& d, const proto::GetMrReq& r);
+
+  // Grants (grants.cc): what a client may get of another client's shared memory.
+  int accept_fd(Client& c, const proto::PutFdReq& r, UniqueFd& fd, ClientFd& out);
+  std::vector<const QpRecord*> reachable(const Client& req, uint32_t via,
+                                         const Client& owner) const;
+  int describe_mr(const Client& owner, const KeyRecord& k, uint32_t key, proto::GetMrRep& rep,
+                  const ClientFd** files) const;
+  bool objects_ok(const Client& c, uint32_t object, uint32_t srq, uint32_t notify) const;
+  int router_grant(uint32_t owner, uint32_t key, shm::MrGrant& out);
+  uint8_t* router_kept_mapping(uint32_t owner, uint32_t fd_id, uint64_t& size);
   // A ConnectQp whose destination is on another host: through the router (async reply).
   void connect_routed(Client& c, const Decoded& d, const proto::ConnectQpReq& r,
                       uint32_t dest_ipv4);

@@ -26,6 +26,12 @@ Router::Hooks Daemon::router_hooks() {
     fd = ::fcntl(it->second.fd.get(), F_DUPFD_CLOEXEC, 0);
     return fd < 0 ? errno : 0;
   };
+  h.grant_mr = [this](uint32_t client, uint32_t key, shm::MrGrant& out) {
+    return router_grant(client, key, out);
+  };
+  h.kept_mapping = [this](uint32_t client, uint32_t fd_id, uint64_t& size) {
+    return router_kept_mapping(client, fd_id, size);
+  };
   h.qp_fatal = [this](uint32_t client, uint32_t qpn, proto::FatalReason why) {
     notify_qp_fatal(client, qpn, why);
   };
@@ -35,6 +41,7 @@ Router::Hooks Daemon::router_hooks() {
     if (!owner) return false;
     out->owner = owner->id;
     out->arena_offset = rec->arena_offset;
+    out->object_fd_id = rec->object_fd_id;
     out->type = rec->type;
     out->ipv4 = owner->ident.ipv4;
     out->tenant = owner->tenant;

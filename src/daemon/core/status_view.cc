@@ -66,10 +66,11 @@ std::string Daemon::status_text(const Client& viewer) {
         q.state = snap.state;
         q.tx_ops = snap.tx_ops;
         q.tx_bytes = snap.tx_bytes;
-        q.rx_ops = snap.rx_ops;
-        q.rx_bytes = snap.rx_bytes;
         q.errors = snap.errors;
       }
+      // Receive counters are kept by the senders, in the QP object.
+      if (auto f = c.fds.find(rec->object_fd_id); f != c.fds.end())
+        f->second.object.read_rx(&q.rx_ops, &q.rx_bytes);
       sc.qps.push_back(q);
     }
     for (uint32_t key : registry_.keys_of(c.id)) {

@@ -66,6 +66,24 @@ void Registry::set_peer(uint32_t qpn, uint32_t peer_ipv4, uint32_t peer_qpn) {
   it->second.peer_qpn = peer_qpn;
 }
 
+void Registry::set_objects(uint32_t qpn, uint32_t object_fd_id, uint32_t srq_fd_id,
+                           uint32_t notify_fd_id, uint32_t pd) {
+  auto it = qps_.find(qpn);
+  if (it == qps_.end()) return;
+  it->second.object_fd_id = object_fd_id;
+  it->second.srq_fd_id = srq_fd_id;
+  it->second.notify_fd_id = notify_fd_id;
+  it->second.pd = pd;
+}
+
+void Registry::clear_peer(uint32_t qpn) {
+  auto it = qps_.find(qpn);
+  if (it == qps_.end()) return;
+  it->second.has_peer = false;
+  it->second.peer_ipv4 = 0;
+  it->second.peer_qpn = 0;
+}
+
 bool Registry::names_peer(uint32_t qpn, uint32_t peer_ipv4, uint32_t peer_qpn) const {
   const QpRecord* r = find_qp(qpn);
   return r && r->has_peer && r->peer_ipv4 == peer_ipv4 && r->peer_qpn == peer_qpn;
@@ -139,14 +157,13 @@ int Registry::free_qpn(uint32_t requester, uint32_t qpn) {
 }
 
 int Registry::alloc_key(uint32_t owner, uint32_t index, uint32_t access, uint64_t length,
-                        size_t quota, uint32_t* key) {
-  if (index >= shm::kMrSlots) return EINVAL;
+                        size_t quota, uint32_t* key, uint32_t pd) {
+  if (index == 0 || index >= shm::kMrSlots) return EINVAL;
   if (keys_of(owner).size() >= quota) return EDQUOT;
   for (int tries = 0; tries < 1000; ++tries) {
-    uint32_t r = random32_ ? random32_() : random_.next();
-    uint32_t k = ((r & ((1u << (32 - shm::kMrSlotBits)) - 1)) << shm::kMrSlotBits) | index;
+    uint32_t k = random32_ ? random32_() : random_.next();
     if (k == 0 || keys_.count(k)) continue;
-    keys_.emplace(k, KeyRecord{owner, index, access, length});
+    keys_.emplace(k, KeyRecord{owner, index, access, length, pd});
     clients_[owner].keys.insert(k);
     *key = k;
     return 0;

@@ -17,6 +17,12 @@ struct QpRecord {
   uint32_t owner = 0;
   uint32_t type = 0;  // proto::QpType
   uint32_t arena_offset = 0;
+  // What senders reach (the owner's fd ids): the QP object, its SRQ's object (0: none), the
+  // eventfd senders write (0: none), and its protection domain.
+  uint32_t object_fd_id = 0;
+  uint32_t srq_fd_id = 0;
+  uint32_t notify_fd_id = 0;
+  uint32_t pd = 0;
   std::set<uint32_t> out;  // destination QPNs this QP was connected to
   std::set<uint32_t> in;   // QPNs (of any client) connected to this one
   // What the QP's RTR names as its destination (RC, UC; set by ConnectQp): the peer's address
@@ -31,6 +37,7 @@ struct KeyRecord {
   uint32_t index = 0;
   uint32_t access = 0;
   uint64_t length = 0;
+  uint32_t pd = 0;
 };
 
 // "Tell `client` that its QP `qpn` lost its peer."
@@ -65,16 +72,22 @@ class Registry {
   // replaces its earlier link; a UD QP collects links to every destination it resolves.
   // Both QPNs must exist.
   void link(uint32_t local_qpn, uint32_t dest_qpn);
+  // The shared objects of QP `qpn` (at AllocQpn, and again when a reset renews them).
+  void set_objects(uint32_t qpn, uint32_t object_fd_id, uint32_t srq_fd_id, uint32_t notify_fd_id,
+                   uint32_t pd);
   // Records what QP `qpn`'s RTR names as its destination (replacing what an earlier RTR named).
   void set_peer(uint32_t qpn, uint32_t peer_ipv4, uint32_t peer_qpn);
+  // A reset: the QP names nobody until its next RTR.
+  void clear_peer(uint32_t qpn);
   // Whether QP `qpn` exists and its RTR named (peer_ipv4, peer_qpn): the destination's consent.
   bool names_peer(uint32_t qpn, uint32_t peer_ipv4, uint32_t peer_qpn) const;
   // Whether `client` holds a link from one of its QPs to a QP of `owner`.
   bool has_link_to(uint32_t client, uint32_t owner) const;
 
-  // Keys: (20 unguessable bits << 12) | index, never 0, unique among live keys.
+  // Keys: 32 unguessable bits, never 0, unique among live keys; nothing in a key says where its
+  // MR is (`index`, the owner's slot, is kept here).
   int alloc_key(uint32_t owner, uint32_t index, uint32_t access, uint64_t length, size_t quota,
-                uint32_t* key);
+                uint32_t* key, uint32_t pd = 0);
   // Only the owner may free; for anyone else a key is as unknown as a key that does not exist
   // (ENOENT), so that FreeKey cannot be used to probe for other clients' keys.
   int free_key(uint32_t requester, uint32_t key);

@@ -104,7 +104,7 @@ std::shared_ptr<shm::Peer> Router::peer(uint32_t client) {
   auto it = peers_.find(client);
   if (it != peers_.end() && !it->second->dead()) return it->second;
   auto p = std::make_shared<shm::Peer>(*fd_source_, client);
-  if (p->attach() != 0) return nullptr;
+  if (p->attach_arena() != 0) return nullptr;
   peers_[client] = p;
   return p;
 }
@@ -477,6 +477,7 @@ int Router::attach_outbound(const PendingConnect& pc, std::unique_ptr<Outbound>*
   o->peer = p;
   uint8_t* base = p->base();
   uint64_t size = p->size();
+  if (!shm::offset_ok(size, pc.qp.arena_offset, sizeof(shm::QpShared))) return EPROTO;
   o->qp = reinterpret_cast<shm::QpShared*>(base + pc.qp.arena_offset);
   uint32_t sq_off = o->qp->sq_offset, cq_off = o->qp->send_cq_offset;
   if (!shm::offset_ok(size, sq_off, sizeof(shm::SendQueue)) ||

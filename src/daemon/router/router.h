@@ -41,6 +41,7 @@ namespace vrdma::daemon {
 struct LocalQp {
   uint32_t owner = 0;  // client id
   uint32_t arena_offset = 0;
+  uint32_t object_fd_id = 0;  // its QP object (what senders reach)
   uint32_t type = 0;
   uint32_t ipv4 = 0;  // the owner's address (network order)
   std::string tenant;
@@ -51,6 +52,10 @@ class Router : public LinkHandler {
   struct Hooks {
     // A new descriptor for a client's fd (arena, memory, eventfd), or a positive errno.
     std::function<int(uint32_t client, uint32_t fd_id, int& fd)> fetch_fd;
+    // A client's MR `key`, with descriptors of its backings (the router is trusted with all).
+    std::function<int(uint32_t client, uint32_t key, shm::MrGrant& out)> grant_mr;
+    // The daemon's writable mapping of a backing sealed against new writable mappings.
+    std::function<uint8_t*(uint32_t client, uint32_t fd_id, uint64_t& size)> kept_mapping;
     // A local QP lost its remote peer (link gone: kPeerGone) or its routed work failed (the
     // router moved it to the error state: kRouted): tell its owner.
     std::function<void(uint32_t client, uint32_t qpn, proto::FatalReason why)> qp_fatal;

@@ -153,7 +153,7 @@ bool Router::send_wqe(Outbound& o, const Wqe& w, int64_t now) {
     uint32_t access = carries_data(w.opcode) ? 0 : IBV_ACCESS_LOCAL_WRITE;
     for (uint32_t i = 0; i < w.num_sge; ++i) {
       const ibv_sge& s = w.sge[i];
-      uint8_t* p = s.length ? o.peer->translate(s.lkey, s.addr, s.length, access) : nullptr;
+      uint8_t* p = s.length ? o.peer->translate(0, 0, s.lkey, s.addr, s.length, access) : nullptr;
       if (s.length && !p) {
         // Deregistered since it was posted: a local protection error, in order.
         if (o.done != o.sent) return false;
@@ -249,7 +249,7 @@ void Router::on_response(Link& link, const wire::Response& r, uint32_t payload, 
     for (uint32_t i = 0; i < w.num_sge; ++i) {
       const ibv_sge& s = w.sge[i];
       uint8_t* p =
-          s.length ? o.peer->translate(s.lkey, s.addr, s.length, IBV_ACCESS_LOCAL_WRITE) : nullptr;
+          s.length ? o.peer->translate(0, 0, s.lkey, s.addr, s.length, IBV_ACCESS_LOCAL_WRITE) : nullptr;
       if (s.length && !p) {
         f.status = IBV_WC_LOC_PROT_ERR;
         return;  // discard the data
@@ -267,7 +267,7 @@ void Router::on_response(Link& link, const wire::Response& r, uint32_t payload, 
   }
   if (st == IBV_WC_SUCCESS && is_atomic(w.opcode)) {
     const ibv_sge& s = w.sge[0];
-    uint8_t* p = w.num_sge ? o.peer->translate(s.lkey, s.addr, 8, IBV_ACCESS_LOCAL_WRITE) : nullptr;
+    uint8_t* p = w.num_sge ? o.peer->translate(0, 0, s.lkey, s.addr, 8, IBV_ACCESS_LOCAL_WRITE) : nullptr;
     if (!p) {
       st = IBV_WC_LOC_PROT_ERR;
     } else {

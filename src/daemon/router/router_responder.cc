@@ -40,7 +40,7 @@ bool Router::target(uint32_t qpn, shm::PeerQp& out) {
   if (!hooks_.find_qp(qpn, &q)) return false;
   auto p = peer(q.owner);
   if (!p) return false;
-  return shm::attach_peer_qp(p, q.arena_offset, out) == 0 && out.qpn == qpn;
+  return shm::attach_peer_qp(p, q.object_fd_id, 0, out) == 0 && out.qpn == qpn;
 }
 
 const shm::PeerQp* Router::ud_target(const wire::Request& r) {
@@ -130,7 +130,7 @@ void Router::on_request(Link& link, const wire::Request& r, uint32_t payload, Pa
   switch (f.pl.admission) {
     case shm::Admission::kRnr:
       return hold(ib, r, payload, dest, f,
-                  now_ + shm::rnr_timer_ns(ib.target.qp->min_rnr_timer.load() & 31));
+                  now_ + shm::rnr_timer_ns(ib.target.attrs->min_rnr_timer.load() & 31));
     case shm::Admission::kNotReady:
       return hold(ib, r, payload, dest, f, now_ + 1'000'000);
     case shm::Admission::kDrop:
@@ -164,7 +164,10 @@ void Router::on_datagram(const wire::Request& r, uint32_t payload, PayloadDest& 
   if (f.pl.admission != shm::Admission::kDone || f.pl.status != IBV_WC_SUCCESS) return;
   f.target = *t;
   f.reply = false;
-  if (!payload) return shm::commit_request(*t, f.pl, 0);
+  if (!payload) {
+    shm::commit_request(*t, f.pl, 0);
+    return;
+  }
   f.kind = RxFrame::Kind::kPlace;
   place_into(f.pl, dest);
 }
@@ -201,8 +204,13 @@ void Router::on_payload(Link& link) {
     case RxFrame::Kind::kNone:
       break;
     case RxFrame::Kind::kPlace:
-      shm::commit_request(f.target, f.pl, f.req.length);
-      if (f.reply) respond(link, f.req, IBV_WC_SUCCESS, f.req.length, 0, nullptr, 0);
+      if (f.reply) {
+        bool delivered = shm::commit_request(f.target, f.pl, f.req.length);
+        respond(link, f.req, delivered ? IBV_WC_SUCCESS : IBV_WC_REM_OP_ERR, f.req.length, 0,
+                nullptr, 0);
+      } else {
+        shm::commit_request(f.target, f.pl, f.req.length);
+      }
       f.target = shm::PeerQp{};
       break;
     case RxFrame::Kind::kHold:
@@ -248,7 +256,7 @@ bool Router::execute_held(Link& link, Inbound& ib, int64_t now) {
   switch (pl.admission) {
     case shm::Admission::kRnr:
       if (h.req.rnr_retry != 7 && h.rnr_left-- <= 0) return drop_all(IBV_WC_RNR_RETRY_EXC_ERR);
-      h.next_ns = now + shm::rnr_timer_ns(ib.target.qp->min_rnr_timer.load() & 31);
+      h.next_ns = now + shm::rnr_timer_ns(ib.target.attrs->min_rnr_timer.load() & 31);
       return false;
     case shm::Admission::kNotReady:
       if (now > h.deadline_ns) return drop_all(IBV_WC_RETRY_EXC_ERR);
@@ -267,7 +275,8 @@ bool Router::execute_held(Link& link, Inbound& ib, int64_t now) {
       } else {
         shm::Seg src{h.data.data(), h.data.size()};
         shm::copy_segs(pl.segs, pl.nsegs, &src, 1, h.req.length);
-        shm::commit_request(ib.target, pl, h.req.length);
+        if (!shm::commit_request(ib.target, pl, h.req.length))
+          return drop_all(IBV_WC_REM_OP_ERR);
         respond(link, h.req, IBV_WC_SUCCESS, h.req.length, 0, nullptr, 0);
       }
       break;

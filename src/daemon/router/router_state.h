@@ -10,8 +10,15 @@ namespace vrdma::daemon {
 class Router::ClientFds : public shm::FdSource {
  public:
   explicit ClientFds(Router& r) : r_(r) {}
-  int fetch_fd(uint32_t owner, uint32_t fd_id, int& fd) override {
+  int fetch_fd(uint32_t owner, uint32_t fd_id, uint32_t /*via_qpn*/, int& fd) override {
     return r_.hooks_.fetch_fd(owner, fd_id, fd);
+  }
+  int grant_mr(uint32_t owner, uint32_t /*via_qpn*/, uint32_t key, uint32_t /*access*/,
+               shm::MrGrant& out) override {
+    return r_.hooks_.grant_mr ? r_.hooks_.grant_mr(owner, key, out) : ENOENT;
+  }
+  uint8_t* kept_mapping(uint32_t owner, uint32_t fd_id, uint64_t& size) override {
+    return r_.hooks_.kept_mapping ? r_.hooks_.kept_mapping(owner, fd_id, size) : nullptr;
   }
 
  private:
