@@ -21,7 +21,8 @@ uint32_t random_u32() {
       } else if (n < 0 && errno != EINTR) {
         // No getrandom (seccomp, very old kernel): the C++ library's source.
         std::random_device rd;
-        for (size_t i = got / sizeof(uint32_t); i < sizeof(buf) / sizeof(buf[0]); ++i) buf[i] = rd();
+        for (size_t i = got / sizeof(uint32_t); i < sizeof(buf) / sizeof(buf[0]); ++i)
+          buf[i] = rd();
         break;
       }
     }

@@ -111,10 +111,14 @@ struct Usage {
 // "QPs 3/16384, ...": a container's use against its quotas (status "containers").
 std::string quota_text(const json& quota) {
   static const std::pair<const char*, const char*> kShown[] = {
-      {"connections", "connections"}, {"qps", "QPs"},
-      {"mrs", "MRs"},                 {"registered_bytes", "registered"},
-      {"fds", "fds"},                 {"cm_listeners", "rdma_cm listeners"},
-      {"cm_connections", "rdma_cm connections"}, {"directory_entries", "directory entries"}};
+      {"connections", "connections"},
+      {"qps", "QPs"},
+      {"mrs", "MRs"},
+      {"registered_bytes", "registered"},
+      {"fds", "fds"},
+      {"cm_listeners", "rdma_cm listeners"},
+      {"cm_connections", "rdma_cm connections"},
+      {"directory_entries", "directory entries"}};
   std::string out;
   for (const auto& [key, label] : kShown) {
     auto it = quota.find(key);

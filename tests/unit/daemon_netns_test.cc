@@ -63,8 +63,8 @@ class NsProcess {
         if (cmd == 'q') ::_exit(0);
         int fd = unix_connect(socket_);
         if (fd < 0) ::_exit(2);
-        if (send_packet(sv[1], proto::Op::kHello, 0, 0, nullptr, 0,
-                        std::span<const int>(&fd, 1)) != 0)
+        if (send_packet(sv[1], proto::Op::kHello, 0, 0, nullptr, 0, std::span<const int>(&fd, 1)) !=
+            0)
           ::_exit(3);
         // Keep it: the client is the process that holds its connection (the daemon checks so
         // without SO_PEERPIDFD). 'x': connect, hand over, exit.

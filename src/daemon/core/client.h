@@ -33,9 +33,9 @@ struct Client {
   // Refused whatever it asks (EMFILE: its container is over its connection quota): its Hello
   // gets this errno. Such clients (and unidentified ones) are counted in refused_pending_.
   int refused = 0;
-  NetnsId quota_key;              // the container its use is counted under
+  NetnsId quota_key;                // the container its use is counted under
   bool connection_counted = false;  // its connection counts towards the container's quota
-  uint32_t kind = 0;  // proto::ClientKind once hello is true
+  uint32_t kind = 0;                // proto::ClientKind once hello is true
   bool hello = false;
   bool doomed = false;  // scheduled for drop; nothing more is read from or sent to it
   std::string drop_reason;

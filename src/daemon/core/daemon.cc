@@ -16,8 +16,8 @@
 
 #include "common/address.h"
 #include "common/clock.h"
-#include "daemon/core/socket_group.h"
 #include "common/log.h"
+#include "daemon/core/socket_group.h"
 #include "shm/sigbus_guard.h"
 
 namespace vrdma::daemon {

@@ -45,8 +45,9 @@ class Daemon : private CmPort {
   Daemon(const Daemon&) = delete;
   Daemon& operator=(const Daemon&) = delete;
 
-  // Creates the listening socket (mode 0660, group cfg.socket_group) and the event loop. Refuses (EADDRINUSE) to
-  // take over the socket of a daemon that still answers on it. 0 or a positive errno.
+  // Creates the listening socket (mode 0660, group cfg.socket_group) and the event loop. Refuses
+  // (EADDRINUSE) to take over the socket of a daemon that still answers on it. 0 or a positive
+  // errno.
   int start();
   // Serves clients until stop(). Returns 0, or a positive errno when the event loop itself
   // failed. Before returning it closes every client and removes the socket it created.
@@ -70,7 +71,7 @@ class Daemon : private CmPort {
   Client* find_live(uint32_t id);
 
   // Who a new connection is and what it may do (client_admission.cc).
-  bool admit_client(Client& c);  // false: close it at once
+  bool admit_client(Client& c);    // false: close it at once
   void release_client(Client& c);  // gives back everything the client counted, at its drop
   int charge(Client& c, Resource r, uint64_t n = 1);
   void release(Client& c, Resource r, uint64_t n = 1);

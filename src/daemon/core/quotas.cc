@@ -10,8 +10,8 @@ namespace vrdma::daemon {
 
 const char* resource_name(Resource r) {
   static const char* const kNames[kResourceCount] = {
-      "connections", "qps",          "mrs",            "registered_bytes",
-      "fds",         "cm_listeners", "cm_connections", "directory_entries"};
+      "connections",      "qps", "mrs", "registered_bytes", "fds", "cm_listeners", "cm_connections",
+      "directory_entries"};
   return kNames[static_cast<size_t>(r)];
 }
 
@@ -41,10 +41,11 @@ int ContainerQuotas::charge(const NetnsId& key, const std::string& name, Resourc
     if (u.name.empty()) u.name = name;
     if (!u.refused_logged[i]) {
       u.refused_logged[i] = true;
-      LOG_WARN("container %s: over its quota of %s (%llu in use, limit %llu): refused (further "
-               "refusals of this container are not logged)",
-               u.name.c_str(), resource_name(r), static_cast<unsigned long long>(used),
-               static_cast<unsigned long long>(limits_.max[i]));
+      LOG_WARN(
+          "container %s: over its quota of %s (%llu in use, limit %llu): refused (further "
+          "refusals of this container are not logged)",
+          u.name.c_str(), resource_name(r), static_cast<unsigned long long>(used),
+          static_cast<unsigned long long>(limits_.max[i]));
     }
     return resource_errno(r);
   }
@@ -82,7 +83,8 @@ void ContainerQuotas::release(const NetnsId& key, Resource r, uint64_t n) {
     for (size_t k = 0; k < kResourceCount; ++k)
       if (u.used[k] != 0)
         LOG_ERROR("container %s: %llu %s still counted after its last client left", u.name.c_str(),
-                  static_cast<unsigned long long>(u.used[k]), resource_name(static_cast<Resource>(k)));
+                  static_cast<unsigned long long>(u.used[k]),
+                  resource_name(static_cast<Resource>(k)));
     usage_.erase(it);
   }
 }

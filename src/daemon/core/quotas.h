@@ -35,14 +35,14 @@ int resource_errno(Resource r);
 
 struct QuotaLimits {
   std::array<uint64_t, kResourceCount> max = {
-      256,                      // connections
-      16384,                    // QPs
-      16384,                    // MRs
-      64ull << 30,              // registered bytes (64 GiB)
-      16384,                    // fds
-      1024,                     // rdma_cm listeners
-      16384,                    // rdma_cm connections
-      1025,                     // directory entries: the address and 1024 listeners
+      256,          // connections
+      16384,        // QPs
+      16384,        // MRs
+      64ull << 30,  // registered bytes (64 GiB)
+      16384,        // fds
+      1024,         // rdma_cm listeners
+      16384,        // rdma_cm connections
+      1025,         // directory entries: the address and 1024 listeners
   };
   uint64_t& operator[](Resource r) { return max[static_cast<size_t>(r)]; }
   uint64_t operator[](Resource r) const { return max[static_cast<size_t>(r)]; }

@@ -39,7 +39,7 @@ std::string Daemon::status_text(const Client& viewer) {
       for (const auto& l : router_->links())
         in.links.push_back({l.host_id, l.outbound, l.connected, l.addr, l.bytes_in, l.bytes_out});
   }
-  in.scope = all                    ? "all"
+  in.scope = all                     ? "all"
              : viewer.tenant.empty() ? "container:" + viewer.ident.container
                                      : "tenant:" + viewer.tenant;
   for (const auto& [id, cp] : clients_) {

@@ -21,8 +21,8 @@ Admission admit(const Identity& id, const DevicePolicy& policy) {
   }
   if (id.duplicate) {
     a.refusal = EADDRINUSE;
-    a.why = "address " + ipv4_text(id.ipv4) +
-            " is already claimed by another live network namespace";
+    a.why =
+        "address " + ipv4_text(id.ipv4) + " is already claimed by another live network namespace";
     return a;
   }
   if (const TenantRule* r = rule_for(rules, id.ipv4)) {

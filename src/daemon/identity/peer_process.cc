@@ -50,7 +50,9 @@ int pidfd_alive(int pidfd) {
 #endif
 }
 
-std::string pid_text(pid_t pid) { return "pid " + std::to_string(pid); }
+std::string pid_text(pid_t pid) {
+  return "pid " + std::to_string(pid);
+}
 
 }  // namespace
 
@@ -110,7 +112,8 @@ int process_holds_socket(pid_t pid, uint64_t ino, int max_fds) {
   DIR* dir = ::opendir(dir_path.c_str());
   if (!dir) return errno;
   char want[48];
-  int want_len = std::snprintf(want, sizeof(want), "socket:[%llu]", static_cast<unsigned long long>(ino));
+  int want_len =
+      std::snprintf(want, sizeof(want), "socket:[%llu]", static_cast<unsigned long long>(ino));
   int seen = 0, found = ENOENT;
   while (dirent* e = ::readdir(dir)) {
     if (e->d_name[0] == '.') continue;
@@ -177,8 +180,8 @@ int PeerProcess::open(int sock, bool use_peer_pidfd, std::string* why) {
     // (EINVAL, ESRCH) means the process that connected has exited.
     if (errno != ENOPROTOOPT) {
       int err = errno;
-      *why = pid_text(pid_) + " exited before it could be identified (SO_PEERPIDFD: " +
-             strerror(err) + ")";
+      *why = pid_text(pid_) +
+             " exited before it could be identified (SO_PEERPIDFD: " + strerror(err) + ")";
       return ESRCH;
     }
   }
@@ -221,7 +224,8 @@ int PeerProcess::verify_holds(int sock, int netns_fd, int own_netns_fd, std::str
   }
   err = process_holds_socket(pid_, peer, kMaxFdsScanned);
   if (err == ENOENT) {
-    *why = pid_text(pid_) + " does not hold the other end of this connection: its pid was "
+    *why = pid_text(pid_) +
+           " does not hold the other end of this connection: its pid was "
            "reused after the client exited?";
     return ESRCH;
   }

@@ -25,7 +25,9 @@ std::optional<TenantRule> parse_tenant_rule(std::string_view text, std::string* 
   return rule;
 }
 
-std::string own_tenant(uint32_t ipv4_net_order) { return "@" + ipv4_text(ipv4_net_order); }
+std::string own_tenant(uint32_t ipv4_net_order) {
+  return "@" + ipv4_text(ipv4_net_order);
+}
 
 const TenantRule* rule_for(const std::vector<TenantRule>& rules, uint32_t ipv4_net_order) {
   uint32_t ip = ntohl(ipv4_net_order);

@@ -37,7 +37,9 @@ uint32_t RandomSource::next() {
 
 Registry::Registry(std::function<uint32_t()> random32) : random32_(std::move(random32)) {}
 
-uint32_t Registry::random32() { return random32_ ? random32_() : random_.next(); }
+uint32_t Registry::random32() {
+  return random32_ ? random32_() : random_.next();
+}
 
 int Registry::alloc_qpn(uint32_t owner, uint32_t type, uint32_t arena_offset, size_t quota,
                         uint32_t* qpn) {
