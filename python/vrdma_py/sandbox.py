@@ -187,6 +187,12 @@ class Sandbox:
         with open(host_file(host, "vrdmad.pid")) as f:
             return int(f.read().strip())
 
+    def daemon_args(self, host="h0"):
+        """The options a host's running vrdmad was started with (its tenant rules among them),
+        to start another one as the sandbox did."""
+        with open(f"/proc/{self.daemon_pid(host)}/cmdline", "rb") as f:
+            return [a.decode() for a in f.read().split(b"\0")[1:] if a]
+
     def underlay(self):
         """The namespace linking the hosts of a multi-host sandbox."""
         return self.state()["underlay"]

@@ -13,7 +13,10 @@ struct SandboxUpOptions {
   int hosts = 1;
   int containers = 2;                // per host
   std::string log_level;             // passed to vrdmad as --log-level if not empty
-  std::vector<std::string> tenants;  // NAME=CIDR, each passed to vrdmad as --tenant
+  // NAME=CIDR, each passed to vrdmad as --tenant; without any, every container is in tenant
+  // "sandbox" (sandbox_tenant.h).
+  std::vector<std::string> tenants;
+  std::vector<std::string> daemon_args;  // more vrdmad options, for every host
   // With several hosts: kDirectoryEtcd (default: an etcd in the underlay namespace) or
   // kDirectoryEmbedded (each vrdmad gets the other hosts as --peer).
   std::string directory;

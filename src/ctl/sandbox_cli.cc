@@ -27,7 +27,13 @@ void add_up(CLI::App* sandbox, SandboxCommands::State& s) {
       ->capture_default_str();
   s.up->add_option("--log-level", s.up_opts.log_level, "Passed to every vrdmad as --log-level");
   s.up->add_option("--tenant", s.up_opts.tenants,
-                   "NAME=CIDR, passed to every vrdmad as --tenant (repeatable)");
+                   "NAME=CIDR, passed to every vrdmad as --tenant (repeatable). Without any, "
+                   "every container of the sandbox is in one tenant, \"sandbox\"; with some, "
+                   "only they count: a container no rule covers is a tenant of its own");
+  s.up->add_option("--daemon-arg", s.up_opts.daemon_args,
+                   "One more vrdmad option for every host, e.g. "
+                   "--daemon-arg=--max-qps-per-container=64 (repeatable)")
+      ->allow_extra_args(false);
   s.up->add_option("--directory", s.up_opts.directory,
                    "How the hosts find each other: etcd (default with --hosts > 1) or embedded "
                    "(every vrdmad gets the other hosts as --peer)")
@@ -39,7 +45,10 @@ void add_up(CLI::App* sandbox, SandboxCommands::State& s) {
       "With --hosts > 1 each vrdmad also gets --host-id i, --router-listen 10.76.0.<i+1>:7471,\n"
       "--pod-cidr 10.77.<i>.0/24 and --directory etcd://10.76.0.254:2379; that etcd\n"
       "($VRDMA_ETCD, else etcd on PATH) runs in vrdma-net with its data and etcd.log in\n"
-      "<run dir>/etcd. A single host runs without a directory, as always.");
+      "<run dir>/etcd. A single host runs without a directory, as always.\n"
+      "Tenants: vrdmad gives containers a device each in a tenant of its own; the sandbox\n"
+      "declares one tenant for all its containers (--tenant sandbox=<their addresses>) unless\n"
+      "--tenant rules are given. The hosts' own processes get no device.");
 }
 
 void add_down_and_list(CLI::App* sandbox, SandboxCommands::State& s) {

@@ -15,6 +15,7 @@
 #include "ctl/sandbox_etcd.h"
 #include "ctl/sandbox_mounts.h"
 #include "ctl/sandbox_net.h"
+#include "ctl/sandbox_tenant.h"
 
 namespace vrdma::ctl {
 
@@ -83,7 +84,11 @@ int sandbox_up(const SandboxUpOptions& options) {
   std::vector<std::string> daemon_args = {"--netns-prefix", netns_prefix()};
   if (!options.log_level.empty())
     daemon_args.insert(daemon_args.end(), {"--log-level", options.log_level});
-  for (const auto& t : options.tenants) daemon_args.insert(daemon_args.end(), {"--tenant", t});
+  // The sandbox's containers share one tenant unless the caller gives tenants of its own.
+  const std::vector<std::string> tenants =
+      options.tenants.empty() ? sandbox_tenant_rules(sandbox) : options.tenants;
+  for (const auto& t : tenants) daemon_args.insert(daemon_args.end(), {"--tenant", t});
+  for (const auto& a : options.daemon_args) daemon_args.push_back(a);
   InterruptGuard guard;
   try {
     build_network(sandbox, InterruptGuard::check);

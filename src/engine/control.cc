@@ -18,14 +18,17 @@ Control::~Control() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-int Control::connect(const std::string& path, proto::HelloRep& hello) {
+int Control::connect(const std::string& path, proto::HelloRep& hello, bool* refused) {
   int fd = unix_connect(path);
   if (fd < 0) return -fd;
   fd_ = fd;
   proto::HelloReq req{proto::kVersion, static_cast<uint32_t>(proto::ClientKind::kVerbs)};
   auto reply = std::make_unique<Packet>();
   int rc = call(proto::Op::kHello, req, reply.get());
-  if (rc) return rc;
+  if (rc) {
+    if (refused) *refused = !lost_;
+    return rc;
+  }
   auto* rep = reply->as<proto::HelloRep>();
   if (!rep) return EPROTO;
   hello = *rep;

@@ -22,8 +22,9 @@ class Control {
 
   ~Control();
 
-  // Connects and says hello. Returns 0 or an errno.
-  int connect(const std::string& path, proto::HelloRep& hello);
+  // Connects and says hello. Returns 0 or an errno; *refused (when given) tells whether vrdmad
+  // answered the Hello with that errno (it gives this process no device).
+  int connect(const std::string& path, proto::HelloRep& hello, bool* refused = nullptr);
 
   void on_event(EventHandler h) { on_event_ = std::move(h); }
   void on_lost(LostHandler h) { on_lost_ = std::move(h); }

@@ -55,9 +55,15 @@ void Device::set_router_doorbell(int fd) {
 
 int Device::init() {
   std::string path = socket_path_from_env();
-  if (int e = control_.connect(path, info_)) {
-    if (const char* q = getenv("VRDMA_QUIET"); !q || !*q)
-      fprintf(stderr, "vrdma: cannot reach vrdmad at %s: %s\n", path.c_str(), strerror(e));
+  bool refused = false;
+  if (int e = control_.connect(path, info_, &refused)) {
+    if (const char* q = getenv("VRDMA_QUIET"); !q || !*q) {
+      if (refused)
+        fprintf(stderr, "vrdma: vrdmad at %s gives this process no device: %s (vrdmad's log "
+                "says why)\n", path.c_str(), strerror(e));
+      else
+        fprintf(stderr, "vrdma: cannot reach vrdmad at %s: %s\n", path.c_str(), strerror(e));
+    }
     return e;
   }
   if (int e = arena_.create(info_.client_id)) return e;

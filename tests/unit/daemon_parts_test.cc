@@ -123,36 +123,58 @@ TEST(DaemonDecode, FieldValidation) {
             DecodeVerdict::kInvalid);
 }
 
-TEST(DaemonRegistry, QpnsAreSequentialUniqueAndWrap) {
+TEST(DaemonRegistry, QpnsAreRandomUniqueAndOwned) {
   Registry r;
   uint32_t a = 0, b = 0;
   ASSERT_EQ(r.alloc_qpn(1, 2, 64, 100, &a), 0);
   ASSERT_EQ(r.alloc_qpn(2, 2, 64, 100, &b), 0);
-  EXPECT_EQ(a, Registry::kFirstQpn);
-  EXPECT_EQ(b, a + 1);
   EXPECT_EQ(r.free_qpn(2, a), EPERM);
   EXPECT_EQ(r.free_qpn(1, a), 0);
   EXPECT_EQ(r.free_qpn(1, a), ENOENT);
-  uint32_t c = 0;
-  ASSERT_EQ(r.alloc_qpn(1, 2, 64, 100, &c), 0);
-  EXPECT_EQ(c, b + 1) << "sequential, a freed QPN is not reused at once";
   uint32_t q = 0;
   ASSERT_EQ(r.alloc_qpn(3, 2, 64, 2, &q), 0);
   ASSERT_EQ(r.alloc_qpn(3, 2, 64, 2, &q), 0);
   EXPECT_EQ(r.alloc_qpn(3, 2, 64, 2, &q), EDQUOT);
+
+  // 2000 QPNs: all in range and distinct, and no two in a row are neighbours: the next QPN
+  // cannot be told from the last one.
+  std::set<uint32_t> seen;
+  uint32_t prev = 0;
+  int neighbours = 0;
+  for (int i = 0; i < 2000; ++i) {
+    ASSERT_EQ(r.alloc_qpn(4, 2, 64, 1 << 30, &q), 0);
+    EXPECT_GE(q, Registry::kFirstQpn);
+    EXPECT_LE(q, Registry::kLastQpn);
+    EXPECT_TRUE(seen.insert(q).second) << "duplicate QPN " << q;
+    if (i && (q == prev + 1 || q + 1 == prev)) ++neighbours;
+    prev = q;
+  }
+  EXPECT_LE(neighbours, 1);
+  // They spread over the whole space.
+  EXPECT_LT(*seen.begin(), Registry::kFirstQpn + (Registry::kLastQpn >> 4));
+  EXPECT_GT(*seen.rbegin(), Registry::kLastQpn - (Registry::kLastQpn >> 4));
 }
 
-TEST(DaemonRegistry, QpnWrapSkipsLiveNumbers) {
-  Registry r;
-  uint32_t first = 0;
-  ASSERT_EQ(r.alloc_qpn(1, 2, 64, 1 << 30, &first), 0);  // 0x100 stays allocated
-  r.seek_qpn(Registry::kLastQpn - 1);
+TEST(DaemonRegistry, RandomQpnsSkipLiveOnesAndGiveUpBounded) {
+  // A source that keeps drawing the same numbers: live ones are skipped, and after
+  // kQpnDraws draws of live numbers the allocation fails instead of scanning.
+  std::vector<uint32_t> draws;
+  size_t pos = 0;
+  Registry r([&] { return pos < draws.size() ? draws[pos++] : 7u; });
+  constexpr uint32_t kSpace = Registry::kLastQpn - Registry::kFirstQpn + 1;
   uint32_t q = 0;
-  ASSERT_EQ(r.alloc_qpn(2, 2, 64, 1 << 30, &q), 0);
-  ASSERT_EQ(r.alloc_qpn(2, 2, 64, 1 << 30, &q), 0);
-  EXPECT_EQ(q, Registry::kLastQpn);
-  ASSERT_EQ(r.alloc_qpn(2, 2, 64, 1 << 30, &q), 0);
-  EXPECT_EQ(q, Registry::kFirstQpn + 1) << "wrapped and skipped the live 0x100";
+  draws = {5};
+  ASSERT_EQ(r.alloc_qpn(1, 2, 64, 100, &q), 0);
+  EXPECT_EQ(q, Registry::kFirstQpn + 5);
+  draws = {5, 5 + kSpace, 9};  // both map to the live QPN
+  pos = 0;
+  ASSERT_EQ(r.alloc_qpn(1, 2, 64, 100, &q), 0);
+  EXPECT_EQ(q, Registry::kFirstQpn + 9);
+  EXPECT_EQ(pos, 3u);
+  draws.assign(Registry::kQpnDraws, 5);
+  pos = 0;
+  EXPECT_EQ(r.alloc_qpn(1, 2, 64, 100, &q), ENOSPC);
+  EXPECT_EQ(pos, static_cast<size_t>(Registry::kQpnDraws));
 }
 
 TEST(DaemonRegistry, LinksAndDeathNotices) {
@@ -224,7 +246,9 @@ TEST(DaemonConfig, TenantRules) {
   std::vector<TenantRule> rules{*t, *all};
   EXPECT_EQ(tenant_for(rules, inet_addr("10.1.0.1")), "blue");
   EXPECT_EQ(tenant_for(rules, inet_addr("10.9.0.1")), "all");
-  EXPECT_EQ(tenant_for({}, inet_addr("10.9.0.1")), "default");
+  EXPECT_EQ(tenant_for({}, inet_addr("10.9.0.1")), "@10.9.0.1") << "a tenant of its own";
+  EXPECT_EQ(own_tenant(inet_addr("10.9.0.2")), "@10.9.0.2");
+  EXPECT_FALSE(parse_tenant_rule("@10.9.0.1=10.9.0.1/32", &err)) << "'@' marks own tenants";
 }
 
 TEST(DaemonIdentity, NodeGuidFromAddress) {
@@ -247,7 +271,7 @@ TEST(DaemonStatus, NamesAndTruncation) {
     StatusClient sc;
     sc.id = c;
     sc.container = "container-with-a-long-name-" + std::to_string(c);
-    sc.tenant = "default";
+    sc.tenant = "t";
     sc.kind = "verbs";
     for (uint32_t q = 0; q < 3; ++q) sc.qps.push_back({c * 8 + q, 2, true, 3});
     in.clients.push_back(sc);

@@ -78,12 +78,14 @@ TEST(DaemonTest, HelloReportsHostIdentity) {
   EXPECT_EQ(p->header.status, EALREADY);
 }
 
-TEST(DaemonTest, SocketIsWorldWritableAndRemovedOnStop) {
+TEST(DaemonTest, SocketIsNotWorldWritableAndRemovedOnStop) {
   DaemonFixture f;
   struct stat st {};
   ASSERT_EQ(::stat(f.socket().c_str(), &st), 0);
   EXPECT_TRUE(S_ISSOCK(st.st_mode));
-  EXPECT_EQ(st.st_mode & 0777, 0666u);
+  EXPECT_EQ(st.st_mode & 0777, 0660u);
+  EXPECT_EQ(st.st_uid, ::geteuid());
+  EXPECT_EQ(st.st_gid, ::getegid());
 
   // A second daemon must not take over the socket of a live one.
   DaemonConfig cfg;
@@ -194,7 +196,7 @@ TEST(DaemonTest, PutFdArenaAndItsErrors) {
 }
 
 TEST(DaemonTest, PutFdQuota) {
-  DaemonFixture f([](DaemonConfig& c) { c.max_fds_per_client = 3; });
+  DaemonFixture f([](DaemonConfig& c) { c.quotas[Resource::kFds] = 3; });
   Conn c = Conn::open(f.socket());
   c.hello();
   int efd = ::eventfd(0, EFD_CLOEXEC);
@@ -562,13 +564,15 @@ TEST(DaemonTest, StatusListsClientsQpsAndKeys) {
   ASSERT_NE(ja, nullptr);
   EXPECT_EQ((*ja)["pid"], ::getpid());
   EXPECT_EQ((*ja)["container"], "host");
-  EXPECT_EQ((*ja)["tenant"], "default");
+  EXPECT_EQ((*ja)["tenant"], "@host");
   EXPECT_EQ((*ja)["kind"], "verbs");
   EXPECT_EQ((*ja)["fds"], 3);  // the arena and two QP objects
   in_addr ip{a.hello.ipv4};
   EXPECT_EQ((*ja)["ip"], inet_ntoa(ip));
   ASSERT_EQ((*ja)["qps"].size(), 2u);
-  const json& q0 = (*ja)["qps"][0];
+  // Listed in QPN order; QPNs are random.
+  const size_t rc_at = (*ja)["qps"][0]["qpn"] == qa ? 0 : 1;
+  const json& q0 = (*ja)["qps"][rc_at];
   EXPECT_EQ(q0["qpn"], qa);
   EXPECT_EQ(q0["type"], "RC");
   EXPECT_EQ(q0["state"], "RTS");
@@ -577,8 +581,9 @@ TEST(DaemonTest, StatusListsClientsQpsAndKeys) {
   EXPECT_EQ(q0["rx_ops"], 3);
   EXPECT_EQ(q0["rx_bytes"], 300);
   EXPECT_EQ(q0["errors"], 1);
-  EXPECT_EQ((*ja)["qps"][1]["type"], "UD");
-  EXPECT_EQ((*ja)["qps"][1]["state"], "RESET");
+  EXPECT_EQ((*ja)["qps"][1 - rc_at]["qpn"], qa2);
+  EXPECT_EQ((*ja)["qps"][1 - rc_at]["type"], "UD");
+  EXPECT_EQ((*ja)["qps"][1 - rc_at]["state"], "RESET");
   ASSERT_EQ((*ja)["mrs"].size(), 1u);
   char hex[16];
   std::snprintf(hex, sizeof(hex), "0x%08x", key);

@@ -27,6 +27,7 @@ DaemonFixture::DaemonFixture(std::function<void(DaemonConfig&)> tweak) {
   DaemonConfig cfg;
   cfg.socket_path = socket_;
   cfg.host_id = 7;
+  cfg.allow_host_clients = true;  // every client of these tests is a process of the host
   if (tweak) tweak(cfg);
   if (const char* lvl = ::getenv("VRDMAD_TEST_LOG")) {
     if (auto l = parse_log_level(lvl)) set_log_level(*l);

@@ -24,7 +24,8 @@ namespace vrdma::daemon::testing {
 
 inline constexpr int kTimeoutMs = 5000;
 
-// A daemon serving a socket in a fresh temporary directory, run() in its own thread.
+// A daemon serving a socket in a fresh temporary directory, run() in its own thread. Its
+// configuration gives the host's processes (the tests) a device; `tweak` may change that.
 class DaemonFixture {
  public:
   explicit DaemonFixture(std::function<void(DaemonConfig&)> tweak = {});

@@ -51,8 +51,9 @@ void CmService::connect_remote(const CmCaller& c, const proto::CmConnectReq& r) 
   uint32_t host;
   if (int err = port_.cm_remote_host(r.dst_ipv4, &host))
     return void(port_.cm_reply(c, err, nullptr, 0));
-  CmConnection* conn = table_.add(c.client, r.cookie, r.local_qpn, 0, r.qp_type);
-  if (!conn) return void(port_.cm_reply(c, EMFILE, nullptr, 0));
+  int refused = EMFILE;
+  CmConnection* conn = table_.add(c.client, r.cookie, r.local_qpn, 0, r.qp_type, &refused);
+  if (!conn) return void(port_.cm_reply(c, refused, nullptr, 0));
   conn->remote_host = host;
   RemoteConnect rc{r, c.ipv4};
   wire::Cm m = make_cm(proto::Op::kCmConnect, conn->id, 0, &rc, sizeof(rc));

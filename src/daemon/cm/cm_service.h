@@ -45,11 +45,19 @@ class CmPort {
   virtual int cm_remote_host(uint32_t ipv4, uint32_t* host) = 0;
   // Sends an rdma_cm message to another host's daemon: 0 or an errno.
   virtual int cm_send_to_host(uint32_t host, const wire::Cm& m) = 0;
+  // Counts a listener or connection of `client` against its quotas (0 or the errno to refuse
+  // with), and gives it back. Clients of other hosts (id 0) are not counted here.
+  virtual int cm_charge(uint32_t /*client*/, CmCharge /*what*/) { return 0; }
+  virtual void cm_release(uint32_t /*client*/, CmCharge /*what*/) {}
 };
 
 class CmService {
  public:
-  CmService(CmPort& port, Directory& directory) : port_(port), directory_(directory) {}
+  CmService(CmPort& port, Directory& directory) : port_(port), directory_(directory) {
+    table_.set_quota_hooks(
+        {[this](uint32_t client, CmCharge what) { return port_.cm_charge(client, what); },
+         [this](uint32_t client, CmCharge what) { port_.cm_release(client, what); }});
+  }
 
   // A client of this host said Hello with this address: rdma_cm answers for it (a connect
   // there without a listener is refused rather than unreachable). True the first time.

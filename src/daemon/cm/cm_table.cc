@@ -5,14 +5,18 @@
 #include <algorithm>
 #include <cstring>
 
+#include "common/random.h"
+
 namespace vrdma::daemon {
 
 int CmTable::listen(uint32_t client, uint32_t ipv4, uint16_t port, uint64_t cookie) {
   auto key = std::make_pair(ipv4, port);
   if (listeners_.count(key)) return EADDRINUSE;
-  size_t mine = std::count_if(listeners_.begin(), listeners_.end(),
-                              [&](const auto& kv) { return kv.second.client == client; });
+  size_t& mine = listeners_per_client_[client];
   if (mine >= kMaxListenersPerClient) return EMFILE;
+  if (hooks_.charge)
+    if (int err = hooks_.charge(client, CmCharge::kListener)) return err;
+  ++mine;
   listeners_[key] = CmListener{client, cookie};
   return 0;
 }
@@ -21,6 +25,9 @@ int CmTable::unlisten(uint32_t client, uint32_t ipv4, uint16_t port) {
   auto it = listeners_.find(std::make_pair(ipv4, port));
   if (it == listeners_.end() || it->second.client != client) return ENOENT;
   listeners_.erase(it);
+  auto n = listeners_per_client_.find(client);
+  if (n != listeners_per_client_.end() && --n->second == 0) listeners_per_client_.erase(n);
+  if (hooks_.release) hooks_.release(client, CmCharge::kListener);
   return 0;
 }
 
@@ -30,11 +37,22 @@ const CmListener* CmTable::listener(uint32_t ipv4, uint16_t port) const {
 }
 
 CmConnection* CmTable::add(uint32_t active_client, uint64_t active_cookie, uint32_t active_qpn,
-                           uint32_t passive_client, uint32_t qp_type) {
+                           uint32_t passive_client, uint32_t qp_type, int* err) {
+  int refused = 0;
   size_t& n = conns_per_client_[active_client];
-  if (n >= kMaxConnectionsPerClient) return nullptr;
-  uint32_t id = next_id_++;
-  while (id == 0 || conns_.count(id)) id = next_id_++;
+  if (n >= kMaxConnectionsPerClient)
+    refused = EMFILE;
+  else if (hooks_.charge)
+    refused = hooks_.charge(active_client, CmCharge::kConnection);
+  if (refused) {
+    if (n == 0) conns_per_client_.erase(active_client);
+    if (err) *err = refused;
+    return nullptr;
+  }
+  // Random ids: a connection's id tells nothing about the others'. The table holds far fewer
+  // than 2^32 connections, so a free id is found within a few draws.
+  uint32_t id = random_u32();
+  while (id == 0 || conns_.count(id)) id = random_u32();
   ++n;
   CmConnection& c = conns_[id];
   c.id = id;
@@ -54,9 +72,11 @@ CmConnection* CmTable::find(uint32_t conn_id) {
 void CmTable::erase(uint32_t conn_id) {
   auto it = conns_.find(conn_id);
   if (it == conns_.end()) return;
-  auto n = conns_per_client_.find(it->second.active_client);
+  const uint32_t active = it->second.active_client;
+  auto n = conns_per_client_.find(active);
   if (n != conns_per_client_.end() && --n->second == 0) conns_per_client_.erase(n);
   conns_.erase(it);
+  if (hooks_.release) hooks_.release(active, CmCharge::kConnection);
 }
 
 std::vector<std::pair<uint32_t, uint16_t>> CmTable::listeners_of(uint32_t client) const {
@@ -100,11 +120,14 @@ std::vector<uint32_t> CmTable::connections_with(uint32_t host) const {
 std::vector<CmNotice> CmTable::remove_client(uint32_t client) {
   std::vector<CmNotice> out;
   for (auto it = listeners_.begin(); it != listeners_.end();) {
-    if (it->second.client == client)
+    if (it->second.client == client) {
       it = listeners_.erase(it);
-    else
+      if (hooks_.release) hooks_.release(client, CmCharge::kListener);
+    } else {
       ++it;
+    }
   }
+  listeners_per_client_.erase(client);
   std::vector<uint32_t> gone;
   for (const auto& [id, c] : conns_) {
     bool active = c.active_client == client, passive = c.passive_client == client;

@@ -41,8 +41,16 @@ struct Client {
   bool identified = false;
   std::string identify_error;
   Identity ident;
-  std::string tenant;
-  uint32_t kind = 0;  // proto::ClientKind once hello is true
+  std::string tenant;  // "" without a device
+  // 0 when the client may have a device; else the errno its verbs Hello gets, and why.
+  int device_refusal = 0;
+  std::string refusal_why;
+  // Refused whatever it asks (EMFILE: its container is over its connection quota): its Hello
+  // gets this errno. Such clients (and unidentified ones) are counted in refused_pending_.
+  int refused = 0;
+  NetnsId quota_key;                // the container its use is counted under
+  bool connection_counted = false;  // its connection counts towards the container's quota
+  uint32_t kind = 0;                // proto::ClientKind once hello is true
   bool hello = false;
   bool doomed = false;  // scheduled for drop; nothing more is read from or sent to it
   std::string drop_reason;

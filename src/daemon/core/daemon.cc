@@ -17,6 +17,7 @@
 #include "common/address.h"
 #include "common/clock.h"
 #include "common/log.h"
+#include "daemon/core/socket_group.h"
 #include "shm/sigbus_guard.h"
 
 namespace vrdma::daemon {
@@ -51,7 +52,8 @@ uint64_t random64() {
 
 Daemon::Daemon(DaemonConfig config)
     : cfg_(std::move(config)),
-      identity_(cfg_.netns_dir, cfg_.netns_prefix),
+      identity_(cfg_.identity_options()),
+      quotas_(cfg_.quotas),
       wake_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)),
       boot_(random64()),
       packet_(std::make_unique<Packet>()) {}
@@ -104,9 +106,20 @@ int Daemon::listen_on_socket() {
     return -fd;
   }
   listen_.reset(fd);
-  if (::chmod(cfg_.socket_path.c_str(), 0666) < 0) {
+  // Connecting needs write permission on the socket: the daemon's user and the socket's group.
+  // The group is set before the mode, so that the socket is never open to the wrong group.
+  gid_t group = ::getegid();
+  if (!cfg_.socket_group.empty()) {
+    std::string why;
+    if (!resolve_group(cfg_.socket_group, &group, &why)) {
+      LOG_ERROR("%s: --socket-group: %s", cfg_.socket_path.c_str(), why.c_str());
+      return EINVAL;
+    }
+  }
+  if (::chown(cfg_.socket_path.c_str(), static_cast<uid_t>(-1), group) < 0 ||
+      ::chmod(cfg_.socket_path.c_str(), 0660) < 0) {
     int err = errno;
-    LOG_ERROR("%s: chmod: %s", cfg_.socket_path.c_str(), strerror(err));
+    LOG_ERROR("%s: cannot set its group and mode: %s", cfg_.socket_path.c_str(), strerror(err));
     return err;
   }
   struct stat st {};
@@ -223,11 +236,6 @@ Client* Daemon::find_live(uint32_t id) {
   return it == clients_.end() || it->second->doomed ? nullptr : it->second.get();
 }
 
-std::string Daemon::tenant_of(const Identity& ident) const {
-  if (!ident.named && !cfg_.trust_unnamed_netns) return kDefaultTenant;
-  return tenant_for(cfg_.tenants, ident.ipv4);
-}
-
 void Daemon::accept_clients() {
   for (int i = 0; i < kAcceptsPerWakeup; ++i) {
     int fd = ::accept4(listen_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
@@ -251,27 +259,25 @@ void Daemon::accept_clients() {
     auto c = std::make_unique<Client>();
     c->id = next_client_id_++;
     c->sock.reset(fd);
-    std::string why;
-    if (int rc = identity_.identify(fd, &c->ident, &why); rc == 0) {
-      c->identified = true;
-      c->tenant = tenant_of(c->ident);
-    } else {
-      c->identify_error = why;
-    }
+    if (!admit_client(*c)) continue;  // closes it
     epoll_event ev{};
     ev.events = EPOLLIN | EPOLLRDHUP;
     ev.data.u64 = c->id;
     if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, fd, &ev) < 0) {
       LOG_ERROR("epoll_ctl: %s", strerror(errno));
+      release_client(*c);
       if (c->identified) identity_.release(c->ident.netns);
       continue;
     }
     if (c->identified) {
-      LOG_INFO("client %u connected: pid=%d uid=%u container=%s ip=%s tenant=%s", c->id,
+      LOG_INFO("client %u connected: pid=%d uid=%u container=%s ip=%s tenant=%s%s%s", c->id,
                c->ident.pid, c->ident.uid, c->ident.container.c_str(),
-               ipv4_text(c->ident.ipv4).c_str(), c->tenant.c_str());
+               ipv4_text(c->ident.ipv4).c_str(), c->tenant.empty() ? "(none)" : c->tenant.c_str(),
+               c->ident.anonymous ? " anonymous" : "",
+               c->refused ? " (refused: over its container's connection quota)" : "");
     } else {
-      LOG_WARN("client %u connected but cannot be identified: %s", c->id, why.c_str());
+      LOG_WARN("client %u connected but cannot be identified: %s", c->id,
+               c->identify_error.c_str());
     }
     clients_.emplace(c->id, std::move(c));
   }
@@ -358,6 +364,7 @@ void Daemon::drop(Client& c, const std::string& why, bool notify_peers) {
   // 3. Forget everything it had (its rdma_cm peers are told, unless the daemon is stopping).
   if (router_) router_->client_gone(id);
   if (cm_) cm_->client_gone(id, notify_peers);
+  release_client(c);
   registry_.remove_client(id);
   const size_t nfds = c.fds.size();
   c.fds.clear();

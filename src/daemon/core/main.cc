@@ -14,6 +14,7 @@
 #include "common/unix_socket.h"
 #include "daemon/core/config.h"
 #include "daemon/core/daemon.h"
+#include "daemon/core/socket_group.h"
 #include "daemon/directory/directory.h"
 
 namespace {
@@ -78,17 +79,49 @@ struct RawArgs {
   std::vector<std::string> tenants;
   std::vector<std::string> pod_cidrs;
   std::string log_level = "info";
+  bool no_peer_pidfd = false;
 };
 
+std::string quota_help(vrdma::daemon::Resource r) {
+  using vrdma::daemon::Resource;
+  switch (r) {
+    case Resource::kConnections:
+      return "connections to vrdmad (EMFILE beyond)";
+    case Resource::kQps:
+      return "QPs (EDQUOT beyond)";
+    case Resource::kMrs:
+      return "registered memory regions (EDQUOT beyond)";
+    case Resource::kRegisteredBytes:
+      return "bytes of registered memory (EDQUOT beyond)";
+    case Resource::kFds:
+      return "descriptors handed to vrdmad (EMFILE beyond)";
+    case Resource::kCmListeners:
+      return "rdma_cm listeners (EMFILE beyond)";
+    case Resource::kCmConnections:
+      return "rdma_cm connections it initiates (EMFILE beyond)";
+    case Resource::kDirectoryEntries:
+      return "entries in the cluster directory: its address and its rdma_cm listeners (EDQUOT "
+             "beyond)";
+  }
+  return "";
+}
+
 void add_options(CLI::App& app, vrdma::daemon::DaemonConfig& cfg, RawArgs& raw) {
+  using namespace vrdma::daemon;
   app.add_option("--socket", cfg.socket_path,
                  "Unix socket to serve (default: $VRDMA_SOCKET or /run/vrdma/vrdmad.sock)");
   app.add_option("--host-id", cfg.host_id, "This host's number in the cluster")->default_val(0);
+  app.add_option("--socket-group", cfg.socket_group,
+                 "Group (name or number) that may connect to the socket, which is mode 0660 "
+                 "(default: vrdmad's own group, root's when it runs as root)");
   app.add_option("--tenant", raw.tenants,
-                 "NAME=CIDR: clients whose IPv4 address is in CIDR belong to tenant NAME; the "
-                 "first matching rule wins, unmatched clients are in tenant \"default\" "
-                 "(repeatable)")
+                 "NAME=CIDR: clients whose IPv4 address is in CIDR belong to tenant NAME and "
+                 "may connect to each other; the first matching rule wins. A container no rule "
+                 "covers is a tenant of its own, \"@<its address>\" (repeatable)")
       ->allow_extra_args(false);
+  app.add_flag("--allow-host-clients", cfg.allow_host_clients,
+               "Give a device to the host's own processes (vrdmad's network namespace) without "
+               "a --tenant rule covering the host's address; their tenant is \"@host\"");
   app.add_option("--log-level", raw.log_level, "error, warn, info or debug")
       ->check(CLI::IsMember({"error", "warn", "info", "debug"}))
       ->default_val("info");
@@ -100,10 +133,23 @@ void add_options(CLI::App& app, vrdma::daemon::DaemonConfig& cfg, RawArgs& raw) 
                  "Left out of container names taken from --netns-dir")
       ->default_val("vrdma-");
   app.add_flag("--trust-unnamed-netns", cfg.trust_unnamed_netns,
-               "Let the address of a client in a network namespace that is neither the "
-               "host's nor pinned in --netns-dir select its tenant (such namespaces can be "
-               "made by unprivileged users, with any address; by default they get tenant "
-               "\"default\")");
+               "Give a device to clients in network namespaces that are neither the host's "
+               "nor pinned in --netns-dir, trusting their address (by default they get none: "
+               "such namespaces can be made by unprivileged users, with any address). "
+               "Namespaces made in another user namespace (unshare -U) never get one");
+  app.add_flag("--no-peer-pidfd", raw.no_peer_pidfd,
+               "Identify clients as on kernels before 6.5, without SO_PEERPIDFD (the pid is "
+               "checked by the socket its process holds); for testing that path");
+  for (size_t i = 0; i < kResourceCount; ++i) {
+    auto r = static_cast<Resource>(i);
+    std::string name = resource_name(r);
+    for (char& ch : name)
+      if (ch == '_') ch = '-';
+    app.add_option("--max-" + name + "-per-container", cfg.quotas[r],
+                   "Quota of each container (network namespace; all anonymous ones together): " +
+                       quota_help(r))
+        ->default_val(cfg.quotas[r]);
+  }
   app.add_option("--router-listen", cfg.router_listen,
                  "ADDR:PORT (IPv4) where this host's router accepts links from other hosts; "
                  "without it the daemon serves its own host only");
@@ -129,6 +175,15 @@ int apply_options(const RawArgs& raw, vrdma::daemon::DaemonConfig* cfg) {
   using namespace vrdma;
   using namespace vrdma::daemon;
   set_log_level(*parse_log_level(raw.log_level));
+  cfg->peer_pidfd = !raw.no_peer_pidfd;
+  if (!cfg->socket_group.empty()) {
+    gid_t gid;
+    std::string why;
+    if (!resolve_group(cfg->socket_group, &gid, &why)) {
+      std::fprintf(stderr, "vrdmad: --socket-group: %s\n", why.c_str());
+      return 2;
+    }
+  }
   for (const auto& t : raw.tenants) {
     std::string error;
     auto rule = parse_tenant_rule(t, &error);

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstring>
 
 #include "common/address.h"
@@ -41,10 +42,16 @@ void Daemon::handle(Client& c, const Decoded& d, const proto::HelloReq& r) {
     reply_error(c, d, EALREADY);
     return;
   }
+  const bool verbs = r.kind == static_cast<uint32_t>(proto::ClientKind::kVerbs);
+  // A status-only client needs no device; a verbs client does.
+  if (int err = c.refused ? c.refused : verbs ? admit_device(c) : 0) {
+    reply_error(c, d, err);
+    schedule_drop(c, std::string("dropped: refused (") + strerror(err) + ")");
+    return;
+  }
   c.hello = true;
   c.kind = r.kind;
-  if (r.kind == static_cast<uint32_t>(proto::ClientKind::kVerbs) &&
-      cm_->add_address(c.ident.ipv4) && c.ident.ipv4 && !c.ident.host)
+  if (verbs && cm_->add_address(c.ident.ipv4) && c.ident.ipv4 && !c.ident.host)
     directory_->publish_container(c.ident.ipv4, c.ident.container);
   proto::HelloRep rep{};
   rep.version = proto::kVersion;
@@ -63,13 +70,13 @@ void Daemon::handle(Client& c, const Decoded& d, const proto::HelloReq& r) {
 void Daemon::handle(Client& c, const Decoded& d, const proto::PutFdReq& r) {
   UniqueFd fd = std::move(received_fds_[0]);
   if (c.fds.count(r.fd_id)) return void(reply_error(c, d, EEXIST));
-  if (c.fds.size() >= cfg_.max_fds_per_client) return void(reply_error(c, d, EMFILE));
   // Files anyone will map must be sealed memfds, mapped at their own size (grants.cc).
   ClientFd e;
   if (int err = accept_fd(c, r, fd, e); err != 0) {
     LOG_WARN("client %u: fd %u (kind %u) refused: %s", c.id, r.fd_id, r.kind, strerror(err));
     return void(reply_error(c, d, err));
   }
+  if (int err = charge(c, Resource::kFds)) return void(reply_error(c, d, err));
   e.fd = std::move(fd);
   c.fds.emplace(r.fd_id, std::move(e));
   LOG_DEBUG("client %u: fd %u stored (kind %u, %llu bytes)", c.id, r.fd_id, r.kind,
@@ -82,6 +89,7 @@ void Daemon::handle(Client& c, const Decoded& d, const proto::DropFdReq& r) {
   // shared state depend on it.
   if (r.fd_id == 0) return void(reply_error(c, d, EBUSY));
   int err = c.fds.erase(r.fd_id) ? 0 : ENOENT;
+  if (err == 0) release(c, Resource::kFds);
   send(c, Op::kDropFd, d.seq, err, nullptr, 0);
 }
 
@@ -90,10 +98,11 @@ void Daemon::handle(Client& c, const Decoded& d, const proto::AllocQpnReq& r) {
       !objects_ok(c, r.object_fd_id, r.srq_fd_id, r.notify_fd_id))
     return void(reply_error(c, d, EINVAL));
   proto::AllocQpnRep rep{};
-  if (int err =
-          registry_.alloc_qpn(c.id, r.qp_type, r.arena_offset, cfg_.max_qps_per_client, &rep.qpn);
-      err != 0)
+  if (int err = charge(c, Resource::kQps)) return void(reply_error(c, d, err));
+  if (int err = registry_.alloc_qpn(c.id, r.qp_type, r.arena_offset, SIZE_MAX, &rep.qpn)) {
+    release(c, Resource::kQps);
     return void(reply_error(c, d, err));
+  }
   registry_.set_objects(rep.qpn, r.object_fd_id, r.srq_fd_id, r.notify_fd_id, r.pd);
   LOG_DEBUG("client %u: QP 0x%x (%s) at arena offset %u", c.id, rep.qpn, qp_type_name(r.qp_type),
             r.arena_offset);
@@ -102,6 +111,7 @@ void Daemon::handle(Client& c, const Decoded& d, const proto::AllocQpnReq& r) {
 
 void Daemon::handle(Client& c, const Decoded& d, const proto::FreeQpnReq& r) {
   int err = registry_.free_qpn(c.id, r.qpn);
+  if (err == 0) release(c, Resource::kQps);
   if (err == 0 && router_) router_->qp_freed(r.qpn);
   send(c, Op::kFreeQpn, d.seq, err, nullptr, 0);
 }
@@ -156,9 +166,11 @@ void Daemon::handle(Client& c, const Decoded& d, const proto::ConnectQpReq& r) {
   if (!dest || !owner) return void(reply_error(c, d, ENOENT));
   if (by_gid && owner->ident.ipv4 != gid_ip) return void(reply_error(c, d, ENOENT));
   if (owner->tenant != c.tenant) {
+    // As unknown as a QPN that does not exist: ConnectQp tells no one which QPNs are live in
+    // other tenants.
     LOG_INFO("client %u: connect QP 0x%x -> 0x%x refused: tenant %s -> %s", c.id, r.local_qpn,
              r.dest_qpn, c.tenant.c_str(), owner->tenant.c_str());
-    return void(reply_error(c, d, EACCES));
+    return void(reply_error(c, d, ENOENT));
   }
   if (dest->type != local->type) return void(reply_error(c, d, EINVAL));
   registry_.link(r.local_qpn, r.dest_qpn);
@@ -183,15 +195,27 @@ void Daemon::handle(Client& c, const Decoded& d, const proto::ConnectQpReq& r) {
 
 void Daemon::handle(Client& c, const Decoded& d, const proto::AllocKeyReq& r) {
   proto::AllocKeyRep rep{};
-  if (int err = registry_.alloc_key(c.id, r.index, r.access, r.length, cfg_.max_keys_per_client,
-                                    &rep.key, r.pd);
-      err != 0)
+  if (int err = charge(c, Resource::kMrs)) return void(reply_error(c, d, err));
+  if (int err = charge(c, Resource::kRegisteredBytes, r.length)) {
+    release(c, Resource::kMrs);
     return void(reply_error(c, d, err));
+  }
+  if (int err = registry_.alloc_key(c.id, r.index, r.access, r.length, SIZE_MAX, &rep.key, r.pd)) {
+    release(c, Resource::kMrs);
+    release(c, Resource::kRegisteredBytes, r.length);
+    return void(reply_error(c, d, err));
+  }
   send(c, Op::kAllocKey, d.seq, 0, &rep, sizeof(rep));
 }
 
 void Daemon::handle(Client& c, const Decoded& d, const proto::FreeKeyReq& r) {
+  const KeyRecord* k = registry_.find_key(r.key);
+  const uint64_t length = k && k->owner == c.id ? k->length : 0;
   int err = registry_.free_key(c.id, r.key);
+  if (err == 0) {
+    release(c, Resource::kMrs);
+    release(c, Resource::kRegisteredBytes, length);
+  }
   send(c, Op::kFreeKey, d.seq, err, nullptr, 0);
 }
 

@@ -37,14 +37,17 @@ uint32_t RandomSource::next() {
 
 Registry::Registry(std::function<uint32_t()> random32) : random32_(std::move(random32)) {}
 
+uint32_t Registry::random32() {
+  return random32_ ? random32_() : random_.next();
+}
+
 int Registry::alloc_qpn(uint32_t owner, uint32_t type, uint32_t arena_offset, size_t quota,
                         uint32_t* qpn) {
   if (qpns_of(owner).size() >= quota) return EDQUOT;
+  if (qps_.size() >= kMaxLiveQpns) return ENOSPC;
   constexpr uint32_t kSpace = kLastQpn - kFirstQpn + 1;
-  if (qps_.size() >= kSpace) return ENOSPC;
-  for (uint32_t tries = 0; tries < kSpace; ++tries) {
-    uint32_t candidate = next_qpn_;
-    next_qpn_ = candidate == kLastQpn ? kFirstQpn : candidate + 1;
+  for (int draw = 0; draw < kQpnDraws; ++draw) {
+    uint32_t candidate = kFirstQpn + random32() % kSpace;
     if (qps_.count(candidate)) continue;
     QpRecord rec;
     rec.owner = owner;
@@ -161,7 +164,7 @@ int Registry::alloc_key(uint32_t owner, uint32_t index, uint32_t access, uint64_
   if (index == 0 || index >= shm::kMrSlots) return EINVAL;
   if (keys_of(owner).size() >= quota) return EDQUOT;
   for (int tries = 0; tries < 1000; ++tries) {
-    uint32_t k = random32_ ? random32_() : random_.next();
+    uint32_t k = random32();
     if (k == 0 || keys_.count(k)) continue;
     keys_.emplace(k, KeyRecord{owner, index, access, length, pd});
     clients_[owner].keys.insert(k);

@@ -60,11 +60,17 @@ class Registry {
  public:
   static constexpr uint32_t kFirstQpn = 0x100;
   static constexpr uint32_t kLastQpn = 0xFFFFFF;
+  // At most half the QPN space is live at once, so that a random draw finds a free number
+  // with probability 1/2 or better: kQpnDraws draws fail with probability 2^-64 at most.
+  static constexpr size_t kMaxLiveQpns = (kLastQpn - kFirstQpn + 1) / 2;
+  static constexpr int kQpnDraws = 64;
 
-  // random32 is for tests; by default keys come from RandomSource.
+  // random32 is for tests; by default QPNs and keys come from RandomSource.
   explicit Registry(std::function<uint32_t()> random32 = {});
 
-  // QPs. Errors are positive errno values; 0 on success.
+  // QPs. Errors are positive errno values; 0 on success. QPNs are drawn at random among the
+  // free ones (24 bits, from kFirstQpn): one QPN says nothing about the others. EDQUOT (the
+  // owner holds `quota`), ENOSPC (kMaxLiveQpns are live).
   int alloc_qpn(uint32_t owner, uint32_t type, uint32_t arena_offset, size_t quota, uint32_t* qpn);
   int free_qpn(uint32_t requester, uint32_t qpn);  // ENOENT, EPERM
   const QpRecord* find_qp(uint32_t qpn) const;
@@ -96,10 +102,6 @@ class Registry {
   const std::set<uint32_t>& qpns_of(uint32_t client) const;
   const std::set<uint32_t>& keys_of(uint32_t client) const;
   size_t qp_count() const { return qps_.size(); }
-  // Where the next QPN search starts (tests use it to reach the wrap-around quickly).
-  void seek_qpn(uint32_t next) {
-    next_qpn_ = next < kFirstQpn || next > kLastQpn ? kFirstQpn : next;
-  }
   size_t key_count() const { return keys_.size(); }
 
   // For a client that died: every (other client, its QP) linked to one of its QPs, once per QP.
@@ -116,13 +118,13 @@ class Registry {
   void unlink(uint32_t local_qpn, uint32_t dest_qpn);
   void erase_qp(uint32_t qpn);
   void forget_if_empty(uint32_t client);
+  uint32_t random32();
 
   std::function<uint32_t()> random32_;
   RandomSource random_;
   std::map<uint32_t, QpRecord> qps_;
   std::unordered_map<uint32_t, KeyRecord> keys_;
   std::map<uint32_t, ClientRes> clients_;
-  uint32_t next_qpn_ = kFirstQpn;
 };
 
 }  // namespace vrdma::daemon
