@@ -81,13 +81,13 @@ namespace detail {
 template <Op... ops>
 constexpr const char* name_in(OpList<ops...>, Op op) {
   const char* name = nullptr;
-  ((op == ops ? (name = OpSpec<ops>::kName, true) : false) || ...);
+  (void)((op == ops ? (name = OpSpec<ops>::kName, true) : false) || ...);
   return name;
 }
 template <Op... ops>
 constexpr int fds_in(OpList<ops...>, Op op) {
   int fds = -1;
-  ((op == ops ? (fds = OpSpec<ops>::kFds, true) : false) || ...);
+  (void)((op == ops ? (fds = OpSpec<ops>::kFds, true) : false) || ...);
   return fds;
 }
 template <Op... ops>
@@ -114,7 +114,7 @@ inline constexpr size_t kLargestRequest = detail::largest(RequestOps{});
 template <typename F, Op... ops>
 bool visit_payload(OpList<ops...>, Op op, const void* data, size_t len, F&& f) {
   bool done = false;
-  ((op == ops ? (done = [&] {
+  (void)((op == ops ? (done = [&] {
      using P = typename OpSpec<ops>::Payload;
      if (len != OpSpec<ops>::kPayloadSize) return false;
      P value{};

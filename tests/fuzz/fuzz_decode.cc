@@ -10,6 +10,32 @@
 using vrdma::daemon::Decoded;
 using vrdma::daemon::DecodeVerdict;
 
+namespace {
+// Connection manager requests: private data within bounds, a known side, a real port.
+namespace proto = vrdma::proto;
+struct Check {
+  void operator()(const proto::CmConnectReq& c) {
+    if (c.private_len > proto::kCmPrivateData || c.dst_port == 0) __builtin_trap();
+  }
+  void operator()(const proto::CmAcceptReq& a) {
+    if (a.private_len > proto::kCmPrivateData) __builtin_trap();
+  }
+  void operator()(const proto::CmRejectReq& r) {
+    if (r.private_len > proto::kCmPrivateData) __builtin_trap();
+  }
+  void operator()(const proto::CmRtuReq& r) {
+    if (r.passive) __builtin_trap();
+  }
+  void operator()(const proto::CmDisconnectReq& r) {
+    if (r.passive > 1) __builtin_trap();
+  }
+  void operator()(const proto::CmListenReq& l) {
+    if (l.port == 0) __builtin_trap();
+  }
+  void operator()(const auto&) {}
+};
+}  // namespace
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1) return 0;
   int nfds = data[0] % (vrdma::proto::kMaxFdsPerMessage + 1);
@@ -25,28 +51,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     vrdma::proto::Header h;
     std::memcpy(&h, packet.data(), sizeof(h));
     if (h.len != packet.size() - sizeof(h) || h.magic != vrdma::proto::kMagic) __builtin_trap();
-    // Connection manager requests: private data within bounds, a known side, a real port.
-    struct Check {
-      void operator()(const proto::CmConnectReq& c) {
-        if (c.private_len > proto::kCmPrivateData || c.dst_port == 0) __builtin_trap();
-      }
-      void operator()(const proto::CmAcceptReq& a) {
-        if (a.private_len > proto::kCmPrivateData) __builtin_trap();
-      }
-      void operator()(const proto::CmRejectReq& r) {
-        if (r.private_len > proto::kCmPrivateData) __builtin_trap();
-      }
-      void operator()(const proto::CmRtuReq& r) {
-        if (r.passive) __builtin_trap();
-      }
-      void operator()(const proto::CmDisconnectReq& r) {
-        if (r.passive > 1) __builtin_trap();
-      }
-      void operator()(const proto::CmListenReq& l) {
-        if (l.port == 0) __builtin_trap();
-      }
-      void operator()(const auto&) {}
-    };
     bool visited = false;
     d.visit([&](const auto& req) {
       visited = true;

@@ -140,7 +140,8 @@ std::vector<std::string> DirectoryView::settle() {
     accepted_[id] = std::move(e);
   }
 
-  for (const auto& [ip, by_host] : claims_) {
+  for (const auto& [address, by_host] : claims_) {
+    const uint32_t ip = address;  // a plain variable: lambdas capture it (clang 14)
     const std::pair<const uint32_t, Claim>* winner = nullptr;
     for (const auto& entry : by_host) {
       const auto& [host, claim] = entry;
