@@ -249,7 +249,7 @@ TEST(DaemonStatus, NamesAndTruncation) {
 }  // namespace vrdma::daemon
 
 TEST(DaemonRegistry, RecordsWhatAQpsRtrNames) {
-  Registry r;
+  vrdma::daemon::Registry r;
   uint32_t a = 0, b = 0;
   ASSERT_EQ(r.alloc_qpn(1, 2, 64, 100, &a), 0);
   ASSERT_EQ(r.alloc_qpn(2, 2, 64, 100, &b), 0);
