@@ -69,7 +69,7 @@ int main(int argc, char** argv) {
       "Hosts are namespaces vrdma-h<i> with bridge vbr0 at 10.77.<i>.1/24; containers are\n"
       "vrdma-h<i>c<j> with eth0 at 10.77.<i>.<10+j>. With several hosts, each host's u0 at\n"
       "10.76.0.<i+1>/24 joins bridge ubr0 (10.76.0.254) of namespace vrdma-net, where the\n"
-      "cluster directory (etcd, http://10.76.0.254:2379) runs. State lives in $VRDMA_RUN_DIR\n"
+      "cluster directory (etcd, https://10.76.0.254:2379) runs. State lives in $VRDMA_RUN_DIR\n"
       "(default /run/vrdma); $VRDMA_NETNS_PREFIX replaces the namespaces' \"vrdma-\", so that\n"
       "two sandboxes with different values of both can be up at once. up, down, exec and etcd\n"
       "must run as root.");
@@ -95,9 +95,11 @@ int main(int argc, char** argv) {
       "../daemon/vrdmad from it, else on PATH. Each logs to <run dir>/h<i>/vrdmad.log and\n"
       "listens on <run dir>/h<i>/vrdmad.sock (run dir: $VRDMA_RUN_DIR, default /run/vrdma).\n"
       "With --hosts > 1 each vrdmad also gets --host-id i, --router-listen 10.76.0.<i+1>:7471,\n"
-      "--pod-cidr 10.77.<i>.0/24 and --directory etcd://10.76.0.254:2379; that etcd\n"
-      "($VRDMA_ETCD, else etcd on PATH) runs in vrdma-net with its data and etcd.log in\n"
-      "<run dir>/etcd. A single host runs without a directory, as always.");
+      "--pod-cidr 10.77.<i>.0/24, --directory etcd://10.76.0.254:2379 and --tls-ca,\n"
+      "--tls-cert, --tls-key from the sandbox's PKI (<run dir>/pki: a CA, a certificate per\n"
+      "host, etcd's and etcd root's). That etcd ($VRDMA_ETCD, else etcd on PATH) runs in\n"
+      "vrdma-net with TLS, client certificates and auth (a user and role per host), its data\n"
+      "and etcd.log in <run dir>/etcd. A single host runs without a directory, as always.");
 
   CLI::App* down = sandbox->add_subcommand(
       "down", "Stop the daemons and every process in the sandbox, delete its namespaces");
@@ -127,16 +129,23 @@ int main(int argc, char** argv) {
       "the command's (127 if it is not found).");
 
   CLI::App* etcd = sandbox->add_subcommand(
-      "etcd", "Stop or start the etcd of a multi-host sandbox (to test a directory outage)");
+      "etcd",
+      "Stop or start the etcd of a multi-host sandbox (to test a directory outage), or read it");
   etcd->require_subcommand(1);
   CLI::App* etcd_stop = etcd->add_subcommand(
       "stop", "Stop etcd (SIGTERM) and wait until it has exited; its data is kept");
   CLI::App* etcd_start = etcd->add_subcommand(
       "start", "Start etcd again on the same data directory and wait until it answers");
+  std::string etcd_prefix = "/vrdma/";
+  CLI::App* etcd_get = etcd->add_subcommand(
+      "get", "Print the keys under PREFIX and their values as one JSON object (as etcd's root)");
+  etcd_get->add_option("prefix", etcd_prefix, "Key prefix")->capture_default_str();
   etcd->footer(
       "The daemons keep running: while etcd is down they cannot resolve other hosts' addresses,\n"
       "and once it is back they publish their entries again. Both are no-ops (exit 0) when\n"
-      "etcd is already stopped or running; a sandbox without etcd is an error.");
+      "etcd is already stopped or running; a sandbox without etcd is an error. etcd takes\n"
+      "clients on TLS with certificates of the sandbox's CA only (<run dir>/pki), and its auth\n"
+      "lets each host (vrdma-host-<i>) write only /vrdma/hosts/<i>/; `get` reads as root.");
 
   // vrdma status
   StatusOptions status_opts;
@@ -186,6 +195,7 @@ int main(int argc, char** argv) {
     if (exec->parsed()) return sandbox_exec(exec_name, exec_command, exec_no_lib);
     if (etcd_stop->parsed()) return sandbox_etcd_stop();
     if (etcd_start->parsed()) return sandbox_etcd_start();
+    if (etcd_get->parsed()) return sandbox_etcd_get(etcd_prefix);
     if (status->parsed()) return status_command(status_opts);
     if (platform.parsed()) return platform.run();
     if (demo->parsed()) return run_script("bench/demo.py", demo->remaining());

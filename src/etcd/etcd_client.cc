@@ -126,6 +126,7 @@ void Client::begin_call(grpc::ClientContext* ctx) {
   ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(timeout_ms_));
   std::lock_guard lock(call_mu_);
   call_ = ctx;
+  if (interrupted_) ctx->TryCancel();
 }
 
 void Client::end_call() {
@@ -136,6 +137,7 @@ void Client::end_call() {
 void Client::interrupt() {
   {
     std::lock_guard lock(call_mu_);
+    interrupted_ = true;
     if (call_) call_->TryCancel();
   }
   watch_->cancel();
@@ -296,6 +298,10 @@ bool Client::auth_enable(std::string* error) {
 
 bool Client::watch_open(const std::string& prefix, int64_t start_revision, std::string* error) {
   compacted_ = false;
+  if (interrupted_) {
+    *error = "interrupted";
+    return false;
+  }
   return watch_->open(stubs_->watch.get(), prefix, start_revision, timeout_ms_, error);
 }
 

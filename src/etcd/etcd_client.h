@@ -13,6 +13,7 @@
 // interrupt(): one thread owns a client.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -120,8 +121,10 @@ class Client {
   bool watch_compacted() const { return compacted_; }
   void watch_close();
 
-  // From any thread: ends the call in progress now (it fails with "interrupted").
+  // From any thread: ends the call in progress now (it fails with "interrupted"), and every
+  // call after it at once, until resume().
   void interrupt();
+  void resume() { interrupted_ = false; }
 
  private:
   template <class Stub, class Req, class Rep, class Method>
@@ -143,6 +146,7 @@ class Client {
 
   std::mutex call_mu_;
   grpc::ClientContext* call_ = nullptr;  // guarded by call_mu_
+  std::atomic<bool> interrupted_{false};
 };
 
 }  // namespace vrdma::etcd

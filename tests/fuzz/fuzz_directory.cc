@@ -40,15 +40,12 @@ std::string shaped_value(FuzzedDataProvider& in, EntryKind kind) {
     case 0:
       return in.ConsumeRandomLengthString(kMaxValueBytes + 64);
     case 1:
-      if (kind == EntryKind::kHostInfo) {
-        std::string v = "{\"router\":\"" +
-                        (in.ConsumeBool() ? ip_port_text(htonl(near_address(in)), 7471)
-                                          : in.ConsumeRandomLengthString(24)) +
-                        "\",\"cidrs\":[";
-        int n = in.ConsumeIntegralInRange(0, 18);
-        for (int i = 0; i < n; ++i) v += (i ? ",\"" : "\"") + shaped_cidr(in) + "\"";
-        return v + "]}";
-      }
+      if (kind == EntryKind::kHostInfo)
+        return "{\"router\":\"" +
+               (in.ConsumeBool() ? ip_port_text(htonl(near_address(in)), 7471)
+                                 : in.ConsumeRandomLengthString(24)) +
+               "\"}";
+      if (kind == EntryKind::kNetwork || kind == EntryKind::kListener) return "{}";
       return "{\"name\":\"" + in.ConsumeRandomLengthString(300) + "\"}";
     default:
       return in.ConsumeRandomLengthString(64);  // short: often a JSON scalar or garbage
@@ -71,10 +68,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     u.create_revision = in.ConsumeIntegralInRange<int64_t>(1, 1000);
     uint32_t host = in.ConsumeIntegralInRange<uint32_t>(0, kHosts - 1);
     EntryKind kind = EntryKind::kContainer;
-    switch (in.ConsumeIntegralInRange(0, 4)) {
+    switch (in.ConsumeIntegralInRange(0, 5)) {
       case 0:
         u.key = host_info_key(host);
         kind = EntryKind::kHostInfo;
+        break;
+      case 5:
+        u.key = host_prefix(host) + "networks/" + shaped_cidr(in);
+        kind = EntryKind::kNetwork;
         break;
       case 1:
         u.key = container_key(host, htonl(near_address(in)));
@@ -96,6 +97,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     (void)parse_entry_key(u.key, &why);
     (void)parse_host_info(host, u.value, &why);
     (void)parse_container_value(u.value, &why);
+    (void)parse_network_value(u.value, &why);
     (void)parse_listener_value(u.value, &why);
     (void)printable(u.key);
 

@@ -319,8 +319,8 @@ TEST_F(DirectoryEtcd, TwoHostsSeeEachOther) {
                          milliseconds(5000)));
 
   auto self = nlohmann::json::parse(raw_get("/vrdma/hosts/0/info"));
-  EXPECT_EQ(self["router"], "10.76.0.1:7471");
-  EXPECT_EQ(self["cidrs"], nlohmann::json::array({"10.77.0.0/24"}));
+  EXPECT_EQ(self, nlohmann::json({{"router", "10.76.0.1:7471"}}));
+  EXPECT_EQ(raw_get("/vrdma/hosts/0/networks/10.77.0.0/24"), "{}");
 }
 
 TEST_F(DirectoryEtcd, CleanStopRemovesEntriesAtOnce) {
@@ -499,8 +499,9 @@ TEST_F(DirectoryEtcd, MalformedAndConflictingEntriesAreIgnored) {
   ASSERT_TRUE(knows_host(*c, 0, true));
   auto h1 = client("host-1");
   std::string error;
-  const std::string info1 = R"({"router":"10.76.0.2:7471","cidrs":["10.77.1.0/24"]})";
+  const std::string info1 = R"({"router":"10.76.0.2:7471"})";
   ASSERT_TRUE(h1->put("/vrdma/hosts/1/info", info1, 0, &error)) << error;
+  ASSERT_TRUE(h1->put("/vrdma/hosts/1/networks/10.77.1.0/24", "{}", 0, &error)) << error;
   ASSERT_TRUE(knows_host(*c, 1, true));
   ASSERT_TRUE(resolves(*c, "10.77.0.10", 0));
 
@@ -513,9 +514,8 @@ TEST_F(DirectoryEtcd, MalformedAndConflictingEntriesAreIgnored) {
   ASSERT_TRUE(h1->put("/vrdma/hosts/1/junk", "{}", 0, &error)) << error;
   // Claims on what host 0 holds: its container's address, and a piece of its network.
   ASSERT_TRUE(h1->put("/vrdma/hosts/1/containers/10.77.0.10", R"({"name":"fake"})", 0, &error));
-  ASSERT_TRUE(h1->put("/vrdma/hosts/1/info",
-                      R"({"router":"10.76.0.2:7471","cidrs":["10.77.1.0/24","10.77.0.0/25"]})", 0,
-                      &error));
+  ASSERT_TRUE(h1->put("/vrdma/hosts/1/networks/10.77.0.0/25", "{}", 0, &error));
+  ASSERT_TRUE(h1->put("/vrdma/hosts/1/networks/10.0.0.0/7", "{}", 0, &error));
   std::this_thread::sleep_for(milliseconds(500));
   EXPECT_TRUE(a->available());
   EXPECT_TRUE(c->available());
@@ -526,7 +526,7 @@ TEST_F(DirectoryEtcd, MalformedAndConflictingEntriesAreIgnored) {
   EXPECT_EQ(h.cidrs.size(), 1u) << "the network that overlaps host 0's is refused";
 
   // A host info entry that is itself malformed: that host is not known while it stands.
-  ASSERT_TRUE(h1->put("/vrdma/hosts/1/info", R"({"router":7,"cidrs":"x"})", 0, &error));
+  ASSERT_TRUE(h1->put("/vrdma/hosts/1/info", R"({"router":7})", 0, &error));
   EXPECT_TRUE(knows_host(*c, 1, false));
   EXPECT_TRUE(resolves(*c, "10.77.1.20", -1));
   ASSERT_TRUE(h1->put("/vrdma/hosts/1/info", info1, 0, &error));

@@ -202,12 +202,14 @@ class EtcdDirectory final : public Directory {
   void shutdown(bool revoke) {
     if (!thread_.joinable()) return;
     revoke_ = revoke;
+    // A call in progress ends now, not at its deadline, and so do any before the thread sees
+    // stopping_; it resumes the client for the revoke only after that (so never before this).
+    client_.interrupt();
     stopping_ = true;
     {
       std::lock_guard lock(mu_);
       wake();
     }
-    client_.interrupt();  // a call in progress ends now, not at its deadline
     thread_.join();
   }
 
@@ -275,6 +277,7 @@ void EtcdDirectory::run() {
   }
   client_.watch_close();
   available_ = false;
+  client_.resume();
   if (revoke_ && lease_) {
     std::string why;
     client_.set_timeout_ms(kRevokeTimeoutMs);
@@ -361,6 +364,8 @@ bool EtcdDirectory::resync(std::string* why) {
     queue_.clear();
     const uint32_t id = self_.host_id;
     ops.push_back({false, host_info_key(id), host_info_value(self_), lease_});
+    for (const auto& c : self_.cidrs)
+      ops.push_back({false, network_key(id, c), network_value(), lease_});
     for (const auto& [ip, name] : own_containers_)
       if (in_own_networks(ip))
         ops.push_back({false, container_key(id, ip), container_value(name), lease_});

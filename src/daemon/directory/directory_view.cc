@@ -3,7 +3,10 @@
 #include <arpa/inet.h>
 
 #include <algorithm>
+#include <optional>
 #include <tuple>
+#include <utility>
+#include <vector>
 
 #include "common/address.h"
 #include "daemon/directory/entries.h"
@@ -37,6 +40,7 @@ std::string addr_text(uint32_t ipv4_host) {
 void DirectoryView::set_self(HostEntry self) {
   self_ = std::move(self);
   hosts_.erase(self_.host_id);
+  networks_.erase(self_.host_id);
   for (auto it = claims_.begin(); it != claims_.end();) {
     it->second.erase(self_.host_id);
     it = it->second.empty() ? claims_.erase(it) : std::next(it);
@@ -46,6 +50,7 @@ void DirectoryView::set_self(HostEntry self) {
 
 void DirectoryView::clear() {
   hosts_.clear();
+  networks_.clear();
   claims_.clear();
 }
 
@@ -66,6 +71,18 @@ std::string DirectoryView::apply(const DirectoryUpdate& u) {
         return "ignoring " + printable(u.key) + ": " + why;
       }
       hosts_[k->host] = HostRecord{std::move(*info), u.create_revision};
+      return "";
+    }
+    case EntryKind::kNetwork: {
+      const std::pair<uint32_t, uint32_t> net{k->cidr.network, k->cidr.mask};
+      if (u.deleted || !parse_network_value(u.value, &why)) {
+        if (auto it = networks_.find(k->host); it != networks_.end()) {
+          it->second.erase(net);
+          if (it->second.empty()) networks_.erase(it);
+        }
+        return u.deleted ? "" : "ignoring " + printable(u.key) + ": " + why;
+      }
+      networks_[k->host][net] = u.create_revision;
       return "";
     }
     case EntryKind::kContainer: {
@@ -97,47 +114,70 @@ std::vector<std::string> DirectoryView::settle() {
   owners_.clear();
   std::set<std::string> refusals;
 
-  // The accepted block overlapping [first, last], if any. Blocks are disjoint, so if any
-  // overlaps, the one starting last at or before `last` does.
-  auto overlapping = [&](uint32_t first, uint32_t last) -> const std::pair<const uint32_t, Block>* {
-    auto it = blocks_.upper_bound(last);
-    if (it == blocks_.begin()) return nullptr;
-    --it;
-    return it->second.last >= first ? &*it : nullptr;
+  // The accepted blocks overlapping [first, last]: since blocks are disjoint, those from the
+  // last one starting at or before `first` up to the last one starting at or before `last`.
+  auto overlapping = [&](uint32_t first, uint32_t last) {
+    std::vector<std::map<uint32_t, Block>::iterator> found;
+    auto it = blocks_.upper_bound(first);
+    if (it != blocks_.begin()) {
+      auto prev = std::prev(it);
+      if (prev->second.last >= first) found.push_back(prev);
+    }
+    for (; it != blocks_.end() && it->first <= last; ++it) found.push_back(it);
+    return found;
+  };
+  // Places `c` for `host` unless another host holds part of it; blocks of `host` inside it
+  // (networks nest or are disjoint) merge into it. The holder it overlaps, if refused.
+  auto place = [&](const Ipv4Cidr& c,
+                   uint32_t host) -> std::optional<std::pair<Ipv4Cidr, uint32_t>> {
+    auto found = overlapping(c.network, last_address(c));
+    for (auto it : found) {
+      if (it->second.host != host)
+        return std::make_pair(Ipv4Cidr{it->first, ~(it->second.last - it->first)}, it->second.host);
+    }
+    bool inside_own = found.size() == 1 && found[0]->first <= c.network &&
+                      found[0]->second.last >= last_address(c);
+    if (inside_own) return std::nullopt;  // nested in a block it holds already
+    for (auto it : found) blocks_.erase(it);
+    blocks_[c.network] = Block{last_address(c), host};
+    return std::nullopt;
   };
 
-  for (const auto& c : broadest_first(self_.cidrs)) {
-    if (!overlapping(c.network, last_address(c)))
-      blocks_[c.network] = Block{last_address(c), self_.host_id};
-  }
+  for (const auto& c : broadest_first(self_.cidrs)) place(c, self_.host_id);
 
-  std::vector<const HostRecord*> order;
-  for (const auto& [id, rec] : hosts_) order.push_back(&rec);
-  std::sort(order.begin(), order.end(), [](const HostRecord* a, const HostRecord* b) {
-    return std::tie(a->created, a->entry.host_id) < std::tie(b->created, b->entry.host_id);
+  // Every network claim of a known host, earliest first (broadest first within one revision).
+  struct NetworkClaim {
+    int64_t created;
+    uint32_t host;
+    Ipv4Cidr cidr;
+  };
+  std::vector<NetworkClaim> order;
+  for (const auto& [id, nets] : networks_) {
+    if (!hosts_.count(id)) continue;  // no valid info entry: not a host (yet)
+    for (const auto& [net, created] : nets) order.push_back({created, id, {net.first, net.second}});
+  }
+  std::sort(order.begin(), order.end(), [](const NetworkClaim& a, const NetworkClaim& b) {
+    return std::make_tuple(a.created, a.host, a.cidr.prefix_len(), a.cidr.network) <
+           std::make_tuple(b.created, b.host, b.cidr.prefix_len(), b.cidr.network);
   });
-  for (const HostRecord* rec : order) {
-    const uint32_t id = rec->entry.host_id;
-    HostEntry e = rec->entry;
-    e.cidrs.clear();
-    for (const auto& c : broadest_first(rec->entry.cidrs)) {
-      const auto* held = overlapping(c.network, last_address(c));
-      if (!held) {
-        blocks_[c.network] = Block{last_address(c), id};
-        e.cidrs.push_back(c);
-      } else if (held->second.host == id) {
-        e.cidrs.push_back(c);  // nested in its own
-      } else {
-        Ipv4Cidr other{held->first, ~(held->second.last - held->first)};
-        refusals.insert(host_text(id) + " claims network " + cidr_text(c) + ", which overlaps " +
-                        cidr_text(other) + " of " +
-                        (held->second.host == self_.host_id
-                             ? "this host"
-                             : host_text(held->second.host) + " (published first)") +
-                        ": refused; the first claim holds");
-      }
+  for (const auto& [id, rec] : hosts_) accepted_[id] = rec.entry;
+  for (const auto& claim : order) {
+    HostEntry& e = accepted_[claim.host];
+    if (e.cidrs.size() >= kMaxCidrsPerHost) {
+      refusals.insert(host_text(claim.host) + " claims network " + cidr_text(claim.cidr) +
+                      ", more than " + std::to_string(kMaxCidrsPerHost) + " networks: refused");
+      continue;
     }
-    accepted_[id] = std::move(e);
+    if (auto held = place(claim.cidr, claim.host)) {
+      refusals.insert(host_text(claim.host) + " claims network " + cidr_text(claim.cidr) +
+                      ", which overlaps " + cidr_text(held->first) + " of " +
+                      (held->second == self_.host_id
+                           ? "this host"
+                           : host_text(held->second) + " (claimed first)") +
+                      ": refused; the first claim holds");
+      continue;
+    }
+    e.cidrs.push_back(claim.cidr);
   }
 
   for (const auto& [address, by_host] : claims_) {
@@ -151,10 +191,10 @@ std::vector<std::string> DirectoryView::settle() {
                                 [&](const Ipv4Cidr& c) { return c.contains(ip); });
       if (!inside) {
         std::string holder;
-        if (const auto* held = overlapping(ip, ip))
-          holder = ", which belongs to " + (held->second.host == self_.host_id
+        if (auto held = overlapping(ip, ip); !held.empty())
+          holder = ", which belongs to " + (held[0]->second.host == self_.host_id
                                                 ? std::string("this host")
-                                                : host_text(held->second.host));
+                                                : host_text(held[0]->second.host));
         refusals.insert(host_text(host) + " claims container address " + addr_text(ip) +
                         " outside its networks" + holder + ": refused");
         continue;

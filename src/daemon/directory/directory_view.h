@@ -3,12 +3,13 @@
 // drives it with any sequence of updates.
 //
 // The rules, applied by settle() after every batch of updates:
-//   - A host's networks are its own only if nobody holds them already. This host's networks
-//     are always its own; among the other hosts a network that overlaps one held by a host
-//     whose info entry etcd created earlier (lower create revision; on a tie, the lower host
-//     id) is refused. The first claim holds because every host reads the same revisions from
-//     etcd and so reaches the same verdict, and because a newcomer cannot take addresses away
-//     from a host that already serves them.
+//   - A host counts only with a valid info entry; it holds at most kMaxCidrsPerHost networks.
+//   - A network is a host's only if nobody holds it already. This host's networks are always
+//     its own; among the other hosts, a network that overlaps one claimed earlier by another
+//     host (the network key etcd created first: lower create revision; on a tie, the lower
+//     host id) is refused. The first claim holds because every host reads the same revisions
+//     from etcd and so reaches the same verdict, and because a host that joins or adds a
+//     network later cannot take addresses away from one that already serves them.
 //   - A container entry counts only if its address lies inside one of its host's accepted
 //     networks (so no host can claim an address another host holds); one owner per address,
 //     again the earliest entry.
@@ -57,7 +58,7 @@ class DirectoryView {
 
  private:
   struct HostRecord {
-    HostEntry entry;
+    HostEntry entry;  // its router; no networks
     int64_t created = 0;
   };
   struct Claim {
@@ -72,6 +73,8 @@ class DirectoryView {
   HostEntry self_;
   // As published (each entry valid on its own).
   std::map<uint32_t, HostRecord> hosts_;
+  // host -> (network, mask) -> create revision
+  std::map<uint32_t, std::map<std::pair<uint32_t, uint32_t>, int64_t>> networks_;
   std::map<uint32_t, std::map<uint32_t, Claim>> claims_;  // address -> host -> claim
   // From settle().
   std::map<uint32_t, HostEntry> accepted_;  // hosts with only their accepted networks

@@ -14,6 +14,7 @@ namespace {
 using nlohmann::json;
 
 constexpr std::string_view kInfo = "info";
+constexpr std::string_view kNetworks = "networks/";
 constexpr std::string_view kContainers = "containers/";
 constexpr std::string_view kListeners = "listeners/";
 
@@ -65,6 +66,9 @@ std::string host_prefix(uint32_t id) {
 std::string host_info_key(uint32_t id) {
   return host_prefix(id) + std::string(kInfo);
 }
+std::string network_key(uint32_t id, const Ipv4Cidr& cidr) {
+  return host_prefix(id) + std::string(kNetworks) + cidr_text(cidr);
+}
 std::string container_key(uint32_t id, uint32_t ipv4_net) {
   return host_prefix(id) + std::string(kContainers) + ipv4_text(ipv4_net);
 }
@@ -73,9 +77,10 @@ std::string listener_key(uint32_t id, uint32_t ipv4_net, uint16_t port) {
 }
 
 std::string host_info_value(const HostEntry& h) {
-  json cidrs = json::array();
-  for (const auto& c : h.cidrs) cidrs.push_back(cidr_text(c));
-  return json{{"router", h.router}, {"cidrs", cidrs}}.dump();
+  return json{{"router", h.router}}.dump();
+}
+std::string network_value() {
+  return "{}";
 }
 std::string container_value(const std::string& name) {
   // Names come from this host's own namespaces; replace what JSON cannot hold as text.
@@ -106,6 +111,22 @@ std::optional<EntryKey> parse_entry_key(std::string_view key, std::string* why) 
   k.host = *host;
   if (rest == kInfo) {
     k.kind = EntryKind::kHostInfo;
+    return k;
+  }
+  if (rest.starts_with(kNetworks)) {
+    std::string_view text = rest.substr(kNetworks.size());
+    Ipv4Cidr net;
+    if (text.size() > 18 || text.find('/') == std::string_view::npos ||
+        !parse_cidr(text, &net, nullptr) || cidr_text(net) != text) {
+      *why = "bad network (expected a canonical A.B.C.D/LEN)";
+      return std::nullopt;
+    }
+    if (net.prefix_len() < kMinPrefixLen) {
+      *why = "network broader than /" + std::to_string(kMinPrefixLen);
+      return std::nullopt;
+    }
+    k.kind = EntryKind::kNetwork;
+    k.cidr = net;
     return k;
   }
   if (rest.starts_with(kContainers)) {
@@ -157,32 +178,6 @@ std::optional<HostEntry> parse_host_info(uint32_t id, std::string_view value, st
       return std::nullopt;
     }
   }
-  auto cidrs = j.find("cidrs");
-  if (cidrs == j.end() || !cidrs->is_array()) {
-    *why = "\"cidrs\" is missing or not an array";
-    return std::nullopt;
-  }
-  if (cidrs->size() > kMaxCidrsPerHost) {
-    *why = "more than " + std::to_string(kMaxCidrsPerHost) + " networks";
-    return std::nullopt;
-  }
-  for (const auto& c : *cidrs) {
-    if (!c.is_string()) {
-      *why = "a network is not a string";
-      return std::nullopt;
-    }
-    const auto& text = c.get_ref<const std::string&>();
-    Ipv4Cidr net;
-    if (text.size() > 18 || !parse_cidr(text, &net, nullptr) || cidr_text(net) != text) {
-      *why = "a network is not a canonical A.B.C.D/LEN";
-      return std::nullopt;
-    }
-    if (net.prefix_len() < kMinPrefixLen) {
-      *why = "a network is broader than /" + std::to_string(kMinPrefixLen);
-      return std::nullopt;
-    }
-    h.cidrs.push_back(net);
-  }
   return h;
 }
 
@@ -207,6 +202,10 @@ std::optional<std::string> parse_container_value(std::string_view value, std::st
     }
   }
   return text;
+}
+
+bool parse_network_value(std::string_view value, std::string* why) {
+  return !parse_object(value, why).is_discarded();
 }
 
 bool parse_listener_value(std::string_view value, std::string* why) {
