@@ -27,6 +27,9 @@ int sandbox_down();
 // `vrdma sandbox etcd start|stop`: the multi-host sandbox's etcd, on the same data directory.
 int sandbox_etcd_start();
 int sandbox_etcd_stop();
+// `vrdma sandbox etcd get [PREFIX]`: the keys under PREFIX and their values, one JSON object,
+// read as etcd's root user.
+int sandbox_etcd_get(const std::string& prefix);
 int sandbox_list(bool json);
 // Replaces the process with `command` inside the namespace of `name`; returns
 // only on failure (127: command not found, 126: cannot execute it).

@@ -15,6 +15,7 @@
 #include "ctl/sandbox_etcd.h"
 #include "ctl/sandbox_mounts.h"
 #include "ctl/sandbox_net.h"
+#include "ctl/sandbox_pki.h"
 #include "ctl/sandbox_tenant.h"
 
 namespace vrdma::ctl {
@@ -48,7 +49,12 @@ class InterruptGuard {
 // What a host's vrdmad needs to know of the other hosts; nothing with a single host.
 std::vector<std::string> cluster_args(const Sandbox& sandbox, const SandboxHost& host) {
   if (sandbox.directory.empty()) return {};
-  std::vector<std::string> args = {"--router-listen", host.router, "--pod-cidr", host.pod_cidr};
+  const std::string id = "host-" + std::to_string(host.id);
+  std::vector<std::string> args = {"--router-listen", host.router,
+                                   "--pod-cidr",      host.pod_cidr,
+                                   "--tls-ca",        pki_cert(sandbox.run_dir, "ca"),
+                                   "--tls-cert",      pki_cert(sandbox.run_dir, id),
+                                   "--tls-key",       pki_key(sandbox.run_dir, id)};
   if (sandbox.directory == kDirectoryEtcd) {
     args.insert(args.end(), {"--directory", "etcd://" + std::string(kUnderlayEtcdIp) + ":" +
                                                 std::to_string(kEtcdClientPort)});
@@ -92,11 +98,13 @@ int sandbox_up(const SandboxUpOptions& options) {
   InterruptGuard guard;
   try {
     build_network(sandbox, InterruptGuard::check);
+    if (!sandbox.pki.empty()) write_sandbox_pki(sandbox);
     if (sandbox.directory == kDirectoryEtcd) {
       std::error_code ec;
       std::filesystem::remove_all(etcd_dir(dir), ec);  // a crashed sandbox's data
       if (ec) throw Error("cannot remove " + etcd_dir(dir) + ": " + ec.message());
       sandbox.etcd.pid = start_etcd(sandbox, InterruptGuard::check);
+      setup_etcd_auth(sandbox);
     }
     for (auto& h : sandbox.hosts) {
       make_dirs(host_dir(dir, h.id));

@@ -62,6 +62,8 @@ class CmService {
   // A client of this host said Hello with this address: rdma_cm answers for it (a connect
   // there without a listener is refused rather than unreachable). True the first time.
   bool add_address(uint32_t ipv4) { return addresses_.insert(ipv4).second; }
+  // Its last client went away: the address is no longer served here.
+  void remove_address(uint32_t ipv4) { addresses_.erase(ipv4); }
 
   // Requests of the control protocol.
   void on_request(const CmCaller& c, const proto::CmListenReq& r);

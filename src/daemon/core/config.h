@@ -19,7 +19,8 @@ namespace vrdma::daemon {
 struct DaemonConfig {
   // What the directory and the router take from the daemon's options.
   DirectoryConfig directory_config() const {
-    return DirectoryConfig{directory, host_id, static_peers, directory_lease_s};
+    return DirectoryConfig{directory, host_id, static_peers, directory_lease_s,
+                           tls_ca,    tls_cert, tls_key};
   }
   RouterConfig router_config() const { return RouterConfig{host_id, router_listen}; }
   // This host's directory entry.
@@ -69,6 +70,12 @@ struct DaemonConfig {
   std::string directory = "embedded";   // "embedded" or "etcd://host:port[,host:port...]"
   std::vector<std::string> static_peers;  // embedded directory: "ID=a.b.c.d:port=CIDR[,CIDR]"
   int directory_lease_s = 5;            // entries of a dead host expire after this
+  // The cluster's PKI (PEM files): the CA, and this host's certificate (subject CN
+  // vrdma-host-<host_id>) and key. The etcd directory requires them (etcd's user and role for
+  // this host come from the certificate).
+  std::string tls_ca;
+  std::string tls_cert;
+  std::string tls_key;
   // Scheduling priority (nice) of a daemon with a router: it must get a core promptly when
   // routed traffic wakes it, also when the applications it serves spin on every core.
   int router_nice = -10;

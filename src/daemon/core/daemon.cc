@@ -212,6 +212,15 @@ int Daemon::run() {
   return result;
 }
 
+bool Daemon::address_in_use(uint32_t ipv4, uint32_t except) const {
+  for (const auto& [id, other] : clients_)
+    if (id != except && !other->doomed && other->hello &&
+        other->kind == static_cast<uint32_t>(proto::ClientKind::kVerbs) &&
+        other->ident.ipv4 == ipv4)
+      return true;
+  return false;
+}
+
 void Daemon::shutdown_all() {
   // The daemon going away is not the clients' death: leave their arenas alone.
   std::vector<uint32_t> ids;
@@ -364,6 +373,13 @@ void Daemon::drop(Client& c, const std::string& why, bool notify_peers) {
   // 3. Forget everything it had (its rdma_cm peers are told, unless the daemon is stopping).
   if (router_) router_->client_gone(id);
   if (cm_) cm_->client_gone(id, notify_peers);
+  // 4. The last verbs client of a container's address gone: so is the container, for vrdma
+  // (its directory entry is withdrawn; published again when a client comes back).
+  if (notify_peers && c.hello && c.kind == static_cast<uint32_t>(proto::ClientKind::kVerbs) &&
+      !address_in_use(c.ident.ipv4, id)) {
+    if (cm_) cm_->remove_address(c.ident.ipv4);
+    if (c.ident.ipv4 && !c.ident.host) directory_->withdraw_container(c.ident.ipv4);
+  }
   release_client(c);
   registry_.remove_client(id);
   const size_t nfds = c.fds.size();

@@ -67,6 +67,8 @@ class Daemon : private CmPort {
   void schedule_drop(Client& c, const std::string& why);
   void reap();  // drops every client scheduled for it
   void drop(Client& c, const std::string& why, bool notify_peers);
+  // Whether a verbs client other than `except` still uses the address.
+  bool address_in_use(uint32_t ipv4, uint32_t except) const;
   void shutdown_all();
   Client* find_live(uint32_t id);
 

@@ -66,6 +66,11 @@ int check_cluster_options(const std::vector<std::string>& pod_cidr_args,
     }
     cfg->pod_cidrs.push_back(net);
   }
+  int tls_given = !cfg->tls_ca.empty() + !cfg->tls_cert.empty() + !cfg->tls_key.empty();
+  if (tls_given != 0 && tls_given != 3) {
+    std::fprintf(stderr, "vrdmad: --tls-ca, --tls-cert and --tls-key go together\n");
+    return 2;
+  }
   std::string error;
   if (!make_directory(cfg->directory_config(), &error)) {
     std::fprintf(stderr, "vrdmad: bad directory configuration: %s\n", error.c_str());
@@ -159,7 +164,8 @@ void add_options(CLI::App& app, vrdma::daemon::DaemonConfig& cfg, RawArgs& raw) 
       ->allow_extra_args(false);
   app.add_option("--directory", cfg.directory,
                  "Cluster directory: \"embedded\" (this host and its --peer hosts) or "
-                 "\"etcd://HOST:PORT[,HOST:PORT...]\" (etcd v3, IPv4 endpoints)")
+                 "\"etcd://HOST:PORT[,HOST:PORT...]\" (etcd v3 over TLS with --tls-ca, --tls-cert "
+                 "and --tls-key; IPv4 endpoints)")
       ->default_val("embedded");
   app.add_option("--peer", cfg.static_peers,
                  "ID=ADDR:PORT=CIDR[,CIDR...]: another host of an embedded directory, its "
@@ -168,6 +174,12 @@ void add_options(CLI::App& app, vrdma::daemon::DaemonConfig& cfg, RawArgs& raw) 
   app.add_option("--directory-lease", cfg.directory_lease_s,
                  "Seconds after which a dead host's etcd entries expire")
       ->default_val(cfg.directory_lease_s);
+  app.add_option("--tls-ca", cfg.tls_ca,
+                 "FILE (PEM): the cluster CA, which signed etcd's and every host's certificate");
+  app.add_option("--tls-cert", cfg.tls_cert,
+                 "FILE (PEM): this host's certificate, subject CN vrdma-host-<host id> (etcd "
+                 "takes it as this host's user) and a subjectAltName IP of its router address");
+  app.add_option("--tls-key", cfg.tls_key, "FILE (PEM): the private key of --tls-cert");
 }
 
 // Checks what the options say and completes `cfg`. 0, or the exit status (2) after a message.

@@ -72,6 +72,11 @@ struct DirectoryConfig {
   uint32_t host_id = 0;                   // this host's
   std::vector<std::string> static_peers;  // embedded: "ID=a.b.c.d:port=CIDR[,CIDR]"
   int lease_s = 5;                        // etcd: entries of a dead host expire after this
+  // etcd: TLS (PEM files): the cluster CA, and this host's certificate (subject CN
+  // vrdma-host-<host_id>, the etcd user whose role may write /vrdma/hosts/<host_id>/) and key.
+  std::string tls_ca;
+  std::string tls_cert;
+  std::string tls_key;
 };
 
 // nullptr and *error set for a bad specification. Nothing starts before start(), so this also

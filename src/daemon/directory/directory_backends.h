@@ -6,15 +6,17 @@
 #include <vector>
 
 #include "daemon/directory/directory.h"
-#include "daemon/directory/http_client.h"
+#include "etcd/etcd_client.h"
 
 namespace vrdma::daemon {
 
 // This host (from start()) plus fixed peers; always available.
 std::unique_ptr<Directory> make_embedded_directory(std::vector<HostEntry> peers);
 
-// etcd v3 through its JSON gateway; entries under one lease of lease_s seconds.
-std::unique_ptr<Directory> make_etcd_directory(std::vector<HttpEndpoint> endpoints, int lease_s);
+// etcd v3 through its gRPC API over TLS with the host's certificate; entries under one lease of
+// lease_s seconds.
+std::unique_ptr<Directory> make_etcd_directory(std::vector<etcd::Endpoint> endpoints,
+                                               etcd::Credentials credentials, int lease_s);
 
 // The host whose networks hold the address (host byte order) with the longest prefix, `self`
 // first on a tie; an entry of `others` with self's id is skipped. nullptr if none does.
