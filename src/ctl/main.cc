@@ -90,12 +90,17 @@ int main(int argc, char** argv) {
                  "How the hosts find each other: etcd (default with --hosts > 1) or embedded "
                  "(every vrdmad gets the other hosts as --peer)")
       ->check(CLI::IsMember({kDirectoryEtcd, kDirectoryEmbedded}));
+  up->add_flag("--router-plaintext", up_opts.router_plaintext,
+               "With --hosts > 1: routers link without TLS (INSECURE; to measure what TLS costs)");
   up->footer(
       "vrdmad is $VRDMA_DAEMON, else next to this vrdma, else ../sbin/vrdmad or\n"
       "../daemon/vrdmad from it, else on PATH. Each logs to <run dir>/h<i>/vrdmad.log and\n"
       "listens on <run dir>/h<i>/vrdmad.sock (run dir: $VRDMA_RUN_DIR, default /run/vrdma).\n"
       "With --hosts > 1 each vrdmad also gets --host-id i, --router-listen 10.76.0.<i+1>:7471,\n"
-      "--pod-cidr 10.77.<i>.0/24 and --directory etcd://10.76.0.254:2379; that etcd\n"
+      "--pod-cidr 10.77.<i>.0/24, --directory etcd://10.76.0.254:2379 and its certificate\n"
+      "(--tls-ca, --tls-cert, --tls-key from <run dir>/pki, made with openssl; the routers\n"
+      "link over mutual TLS), and iptables in each host drops the containers' packets to the\n"
+      "router port 7471; that etcd\n"
       "($VRDMA_ETCD, else etcd on PATH) runs in vrdma-net with its data and etcd.log in\n"
       "<run dir>/etcd. A single host runs without a directory, as always.");
 

@@ -13,8 +13,10 @@
 #include "ctl/proc.h"
 #include "ctl/sandbox.h"
 #include "ctl/sandbox_etcd.h"
+#include "ctl/sandbox_firewall.h"
 #include "ctl/sandbox_mounts.h"
 #include "ctl/sandbox_net.h"
+#include "ctl/sandbox_pki.h"
 
 namespace vrdma::ctl {
 
@@ -48,6 +50,11 @@ class InterruptGuard {
 std::vector<std::string> cluster_args(const Sandbox& sandbox, const SandboxHost& host) {
   if (sandbox.directory.empty()) return {};
   std::vector<std::string> args = {"--router-listen", host.router, "--pod-cidr", host.pod_cidr};
+  if (sandbox.router_security == "plaintext") {
+    args.push_back("--router-plaintext");
+  } else {
+    for (auto& a : tls_args(sandbox.run_dir, host)) args.push_back(std::move(a));
+  }
   if (sandbox.directory == kDirectoryEtcd) {
     args.insert(args.end(), {"--directory", "etcd://" + std::string(kUnderlayEtcdIp) + ":" +
                                                 std::to_string(kEtcdClientPort)});
@@ -75,6 +82,8 @@ int sandbox_up(const SandboxUpOptions& options) {
                 " to a shorter one)");
   if (!find_tool("ip")) throw Error("cannot find the iproute2 `ip` command");
   sandbox.daemon = find_daemon();
+  if (!sandbox.directory.empty())
+    sandbox.router_security = options.router_plaintext ? "plaintext" : "tls";
   if (sandbox.directory == kDirectoryEtcd) sandbox.etcd.binary = find_etcd();
 
   RunDirLock lock(dir);
@@ -87,6 +96,10 @@ int sandbox_up(const SandboxUpOptions& options) {
   InterruptGuard guard;
   try {
     build_network(sandbox, InterruptGuard::check);
+    if (!sandbox.directory.empty()) {
+      firewall_router_ports(sandbox);
+      if (sandbox.router_security == "tls") make_sandbox_pki(sandbox);
+    }
     if (sandbox.directory == kDirectoryEtcd) {
       std::error_code ec;
       std::filesystem::remove_all(etcd_dir(dir), ec);  // a crashed sandbox's data
@@ -119,6 +132,8 @@ int sandbox_up(const SandboxUpOptions& options) {
     std::cout << ", etcd " << sandbox.etcd.client_url << " (pid " << sandbox.etcd.pid << ")";
   else if (sandbox.directory == kDirectoryEmbedded)
     std::cout << ", embedded directory";
+  if (!sandbox.router_security.empty())
+    std::cout << ", routers " << (sandbox.router_security == "tls" ? "over mutual TLS" : "in PLAINTEXT");
   std::cout << "\n\n";
   print_sandbox_table(sandbox);
   return kExitOk;

@@ -105,7 +105,7 @@ TEST(DaemonDecode, FieldValidation) {
 }
 
 TEST(DaemonRegistry, QpnsAreSequentialUniqueAndWrap) {
-  Registry r;
+  vrdma::daemon::Registry r;
   uint32_t a = 0, b = 0;
   ASSERT_EQ(r.alloc_qpn(1, 2, 64, 100, &a), 0);
   ASSERT_EQ(r.alloc_qpn(2, 2, 64, 100, &b), 0);
@@ -124,7 +124,7 @@ TEST(DaemonRegistry, QpnsAreSequentialUniqueAndWrap) {
 }
 
 TEST(DaemonRegistry, QpnWrapSkipsLiveNumbers) {
-  Registry r;
+  vrdma::daemon::Registry r;
   uint32_t first = 0;
   ASSERT_EQ(r.alloc_qpn(1, 2, 64, 1 << 30, &first), 0);  // 0x100 stays allocated
   r.seek_qpn(Registry::kLastQpn - 1);
@@ -137,7 +137,7 @@ TEST(DaemonRegistry, QpnWrapSkipsLiveNumbers) {
 }
 
 TEST(DaemonRegistry, LinksAndDeathNotices) {
-  Registry r;
+  vrdma::daemon::Registry r;
   uint32_t a1, a2, b1, b2, c1;
   r.alloc_qpn(1, 2, 64, 100, &a1);
   r.alloc_qpn(1, 4, 128, 100, &a2);
@@ -249,7 +249,7 @@ TEST(DaemonStatus, NamesAndTruncation) {
 }  // namespace vrdma::daemon
 
 TEST(DaemonRegistry, RecordsWhatAQpsRtrNames) {
-  Registry r;
+  vrdma::daemon::Registry r;
   uint32_t a = 0, b = 0;
   ASSERT_EQ(r.alloc_qpn(1, 2, 64, 100, &a), 0);
   ASSERT_EQ(r.alloc_qpn(2, 2, 64, 100, &b), 0);

@@ -1,11 +1,26 @@
 #include "daemon/cm/cm_table.h"
 
 #include <errno.h>
+#include <sys/random.h>
 
 #include <algorithm>
 #include <cstring>
 
 namespace vrdma::daemon {
+
+namespace {
+
+uint32_t kernel_random32() {
+  uint32_t v = 0;
+  while (::getrandom(&v, sizeof(v), 0) != sizeof(v)) {
+  }
+  return v;
+}
+
+}  // namespace
+
+CmTable::CmTable(std::function<uint32_t()> random32)
+    : random32_(random32 ? std::move(random32) : kernel_random32) {}
 
 int CmTable::listen(uint32_t client, uint32_t ipv4, uint16_t port, uint64_t cookie) {
   auto key = std::make_pair(ipv4, port);
@@ -33,8 +48,12 @@ CmConnection* CmTable::add(uint32_t active_client, uint64_t active_cookie, uint3
                            uint32_t passive_client, uint32_t qp_type) {
   size_t& n = conns_per_client_[active_client];
   if (n >= kMaxConnectionsPerClient) return nullptr;
-  uint32_t id = next_id_++;
-  while (id == 0 || conns_.count(id)) id = next_id_++;
+  // Not sequential: an id says nothing of the others.
+  uint32_t id = random32_();
+  for (int tries = 0; id == 0 || conns_.count(id); ++tries) {
+    if (tries > 64) return nullptr;
+    id = random32_();
+  }
   ++n;
   CmConnection& c = conns_[id];
   c.id = id;
@@ -46,7 +65,27 @@ CmConnection* CmTable::add(uint32_t active_client, uint64_t active_cookie, uint3
   return &c;
 }
 
+CmConnection* CmTable::add_from_host(uint32_t host, uint32_t remote_conn, uint32_t active_qpn,
+                                     uint32_t passive_client, uint32_t qp_type) {
+  size_t& n = conns_per_host_[host];
+  if (n >= kMaxConnectionsFromHost) return nullptr;
+  CmConnection* c = add(0, 0, active_qpn, passive_client, qp_type);
+  if (!c) return nullptr;
+  // Counted for the host, not for "client 0" that every other host would share.
+  if (auto k = conns_per_client_.find(0); k != conns_per_client_.end() && --k->second == 0)
+    conns_per_client_.erase(k);
+  ++n;
+  set_remote(*c, host);
+  c->remote_conn = remote_conn;
+  return c;
+}
+
 CmConnection* CmTable::find(uint32_t conn_id) {
+  auto it = conns_.find(conn_id);
+  return it == conns_.end() ? nullptr : &it->second;
+}
+
+const CmConnection* CmTable::find(uint32_t conn_id) const {
   auto it = conns_.find(conn_id);
   return it == conns_.end() ? nullptr : &it->second;
 }
@@ -54,8 +93,15 @@ CmConnection* CmTable::find(uint32_t conn_id) {
 void CmTable::erase(uint32_t conn_id) {
   auto it = conns_.find(conn_id);
   if (it == conns_.end()) return;
-  auto n = conns_per_client_.find(it->second.active_client);
-  if (n != conns_per_client_.end() && --n->second == 0) conns_per_client_.erase(n);
+  const CmConnection& c = it->second;
+  if (c.remote()) --remote_count_;
+  if (c.active_client == 0 && c.remote()) {
+    auto h = conns_per_host_.find(c.remote_host);
+    if (h != conns_per_host_.end() && --h->second == 0) conns_per_host_.erase(h);
+  } else {
+    auto n = conns_per_client_.find(c.active_client);
+    if (n != conns_per_client_.end() && --n->second == 0) conns_per_client_.erase(n);
+  }
   conns_.erase(it);
 }
 
@@ -95,6 +141,18 @@ std::vector<uint32_t> CmTable::connections_with(uint32_t host) const {
   for (const auto& [id, c] : conns_)
     if (c.remote_host == host) out.push_back(id);
   return out;
+}
+
+std::vector<uint32_t> CmTable::remote_connections() const {
+  std::vector<uint32_t> out;
+  for (const auto& [id, c] : conns_)
+    if (c.remote()) out.push_back(id);
+  return out;
+}
+
+void CmTable::set_remote(CmConnection& c, uint32_t host) {
+  if (!c.remote()) ++remote_count_;
+  c.remote_host = host;
 }
 
 std::vector<CmNotice> CmTable::remove_client(uint32_t client) {

@@ -57,6 +57,16 @@ int check_cluster_options(const std::vector<std::string>& pod_cidr_args,
                  cfg->router_listen.c_str());
     return 2;
   }
+  const bool tls_given = !cfg->tls_ca.empty() || !cfg->tls_cert.empty() || !cfg->tls_key.empty();
+  if (!cfg->router_listen.empty() && !cfg->router_plaintext &&
+      (cfg->tls_ca.empty() || cfg->tls_cert.empty() || cfg->tls_key.empty())) {
+    std::fprintf(stderr,
+                 "vrdmad: a router (--router-listen) authenticates and encrypts its links with "
+                 "TLS: give --tls-ca, --tls-cert and --tls-key%s (or --router-plaintext, "
+                 "insecure)\n",
+                 tls_given ? " (all three)" : "");
+    return 2;
+  }
   for (const auto& c : pod_cidr_args) {
     Ipv4Cidr net;
     if (c.empty() || !parse_cidr(c, &net, nullptr)) {
@@ -107,6 +117,20 @@ void add_options(CLI::App& app, vrdma::daemon::DaemonConfig& cfg, RawArgs& raw) 
   app.add_option("--router-listen", cfg.router_listen,
                  "ADDR:PORT (IPv4) where this host's router accepts links from other hosts; "
                  "without it the daemon serves its own host only");
+  app.add_option("--tls-ca", cfg.tls_ca,
+                 "PEM file of the cluster CA: a router accepts links only from hosts whose "
+                 "certificate it signed")
+      ->check(CLI::ExistingFile);
+  app.add_option("--tls-cert", cfg.tls_cert,
+                 "PEM file of this host's certificate (subject CN vrdma-host-<host id>, "
+                 "subjectAltName IP of its --router-listen address)")
+      ->check(CLI::ExistingFile);
+  app.add_option("--tls-key", cfg.tls_key, "PEM file of this host's private key")
+      ->check(CLI::ExistingFile);
+  app.add_flag("--router-plaintext", cfg.router_plaintext,
+               "INSECURE: links between routers without TLS, neither authenticated nor "
+               "encrypted (for benchmarks and closed test networks); without it a router needs "
+               "--tls-ca, --tls-cert and --tls-key");
   app.add_option("--pod-cidr", raw.pod_cidrs,
                  "CIDR: a container network this host owns, published in the directory "
                  "(repeatable)")
@@ -119,6 +143,11 @@ void add_options(CLI::App& app, vrdma::daemon::DaemonConfig& cfg, RawArgs& raw) 
                  "ID=ADDR:PORT=CIDR[,CIDR...]: another host of an embedded directory, its "
                  "router address and container networks (repeatable)")
       ->allow_extra_args(false);
+  app.add_option("--cm-remote-timeout", cfg.cm_remote_timeout_s,
+                 "Seconds an rdma_cm connection waits for another host (its reply, its RTU) or "
+                 "for a listener here to answer that host, before it fails")
+      ->default_val(cfg.cm_remote_timeout_s)
+      ->check(CLI::Range(1, 3600));
   app.add_option("--directory-lease", cfg.directory_lease_s,
                  "Seconds after which a dead host's etcd entries expire")
       ->default_val(cfg.directory_lease_s);
