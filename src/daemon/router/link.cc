@@ -44,6 +44,17 @@ int Link::handshake(std::string* why) {
     state_ = State::kOpen;
     ktls_send_ = BIO_get_ktls_send(SSL_get_wbio(ssl_)) > 0;
     ktls_recv_ = BIO_get_ktls_recv(SSL_get_rbio(ssl_)) > 0;
+    if (!ktls_send_) {
+      // Records collect in tls_out_ from now on (nothing of the handshake is left to write).
+      BIO* out = BIO_new(out_method());
+      if (!out) {
+        *why = "TLS: " + tls_error_text();
+        return -1;
+      }
+      BIO_set_data(out, this);
+      tls_out_.reset(new uint8_t[kTlsOut]);
+      SSL_set0_wbio(ssl_, out);
+    }
     return 1;
   }
   int e = SSL_get_error(ssl_, rc);
@@ -170,52 +181,116 @@ bool Link::flush_plain() {
   return true;
 }
 
-void Link::stage_frames() {
-  if (!stage_) stage_.reset(new uint8_t[kStage]);
-  while (tail_ != head_ && stage_len_ < kStage) {
-    const Out& o = ring_[tail_ % kRing];
-    uint64_t size = 0;
-    for (int i = 0; i < o.niov; ++i) size += o.iov[i].iov_len;
-    uint64_t skip = tail_off_;
-    for (int i = 0; i < o.niov && stage_len_ < kStage; ++i) {
-      uint64_t len = o.iov[i].iov_len;
-      if (skip >= len) {
-        skip -= len;
-        continue;
-      }
-      uint64_t n = std::min<uint64_t>(len - skip, kStage - stage_len_);
-      memcpy(stage_.get() + stage_len_, static_cast<uint8_t*>(o.iov[i].iov_base) + skip, n);
-      stage_len_ += n;
-      tail_off_ += n;
-      skip = 0;
-    }
-    if (tail_off_ < size) return;  // the rest of it next time
-    // The frame is copied: its slot (and the memory its payload came from) is free.
-    tail_off_ = 0;
-    ++tail_;
+BIO_METHOD* Link::out_method() {
+  static BIO_METHOD* m = [] {
+    BIO_METHOD* meth = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK, "vrdma link");
+    BIO_meth_set_write(meth, &Link::out_write);
+    BIO_meth_set_ctrl(meth, [](BIO*, int cmd, long, void*) -> long {
+      return cmd == BIO_CTRL_FLUSH ? 1 : 0;
+    });
+    BIO_meth_set_create(meth, [](BIO* b) {
+      BIO_set_init(b, 1);
+      return 1;
+    });
+    return meth;
+  }();
+  return m;
+}
+
+int Link::out_write(BIO* b, const char* data, int len) {
+  auto* l = static_cast<Link*>(BIO_get_data(b));
+  BIO_clear_retry_flags(b);
+  // Written-out space at the front is reused once it is half the buffer: at most one byte
+  // moved per byte sent.
+  if (l->tls_out_pos_ >= kTlsOut / 2) {
+    memmove(l->tls_out_.get(), l->tls_out_.get() + l->tls_out_pos_,
+            l->tls_out_len_ - l->tls_out_pos_);
+    l->tls_out_len_ -= l->tls_out_pos_;
+    l->tls_out_pos_ = 0;
   }
+  size_t n = std::min(kTlsOut - l->tls_out_len_, static_cast<size_t>(len));
+  if (!n) {
+    BIO_set_retry_write(b);
+    return -1;
+  }
+  memcpy(l->tls_out_.get() + l->tls_out_len_, data, n);
+  l->tls_out_len_ += n;
+  return static_cast<int>(n);
+}
+
+bool Link::next_plain() {
+  if (plain_len_) return true;
+  if (!stage_) stage_.reset(new uint8_t[kStage]);
+  size_t staged = 0;
+  while (tail_ != head_) {
+    const Out& o = ring_[tail_ % kRing];
+    uint64_t skip = tail_off_;
+    int i = 0;
+    while (i < o.niov && skip >= o.iov[i].iov_len) skip -= o.iov[i++].iov_len;
+    if (i == o.niov) {
+      // The frame is encrypted or staged: its slot (and the memory its payload came from)
+      // is free.
+      tail_off_ = 0;
+      ++tail_;
+      continue;
+    }
+    const uint64_t left = o.iov[i].iov_len - skip;
+    const uint8_t* p = static_cast<const uint8_t*>(o.iov[i].iov_base) + skip;
+    if (left >= kDirectWrite) {
+      if (staged) break;  // what is staged goes first
+      plain_ = p;
+      plain_len_ = left;
+      plain_direct_ = true;
+      return true;
+    }
+    size_t n = std::min<size_t>(left, kStage - staged);
+    if (!n) break;
+    memcpy(stage_.get() + staged, p, n);
+    staged += n;
+    tail_off_ += n;
+  }
+  if (!staged) return false;
+  plain_ = stage_.get();
+  plain_len_ = staged;
+  plain_direct_ = false;
+  return true;
+}
+
+bool Link::drain_tls_out() {
+  while (tls_out_pos_ < tls_out_len_) {
+    ssize_t w = ::send(fd_.get(), tls_out_.get() + tls_out_pos_, tls_out_len_ - tls_out_pos_,
+                       MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (w < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return true;
+      if (errno == EINTR) continue;
+      return false;
+    }
+    tls_out_pos_ += static_cast<size_t>(w);
+  }
+  tls_out_pos_ = tls_out_len_ = 0;
+  return true;
 }
 
 bool Link::flush_tls() {
   for (int i = 0; i < kTlsWritesPerFlush; ++i) {
-    if (stage_pos_ == stage_len_) {
-      stage_pos_ = stage_len_ = 0;
-      stage_frames();
-      if (!stage_len_) return true;
-    }
+    if (!drain_tls_out()) return false;
+    if (tls_out_len_ - tls_out_pos_ >= kTlsOutHigh) return true;  // the socket is full
+    if (!next_plain()) return true;
     ERR_clear_error();
-    int n = SSL_write(ssl_, stage_.get() + stage_pos_, static_cast<int>(stage_len_ - stage_pos_));
+    int n = SSL_write(ssl_, plain_, static_cast<int>(std::min<size_t>(plain_len_, 1 << 30)));
     if (n > 0) {
-      stage_pos_ += static_cast<size_t>(n);
+      plain_ += n;
+      plain_len_ -= static_cast<size_t>(n);
+      if (plain_direct_) tail_off_ += static_cast<uint64_t>(n);
       bytes_out += static_cast<uint64_t>(n);
       continue;
     }
     int e = SSL_get_error(ssl_, n);
-    if (e == SSL_ERROR_WANT_WRITE || e == SSL_ERROR_WANT_READ) return true;
+    if (e == SSL_ERROR_WANT_WRITE || e == SSL_ERROR_WANT_READ) continue;  // drained next round
     ERR_clear_error();
     return false;
   }
-  return true;
+  return drain_tls_out();
 }
 
 ssize_t Link::read_some(uint8_t* buf, size_t len) {
@@ -232,8 +307,12 @@ ssize_t Link::read_some(uint8_t* buf, size_t len) {
     errno = EAGAIN;
     return -1;
   }
-  if (e == SSL_ERROR_ZERO_RETURN || (e == SSL_ERROR_SYSCALL && ERR_peek_error() == 0 && !errno))
+  // The peer's close_notify, or its end of the stream without one (a router just closes).
+  if (e == SSL_ERROR_ZERO_RETURN || (e == SSL_ERROR_SYSCALL && ERR_peek_error() == 0 && !errno) ||
+      (e == SSL_ERROR_SSL && ERR_GET_REASON(ERR_peek_error()) == SSL_R_UNEXPECTED_EOF_WHILE_READING)) {
+    ERR_clear_error();
     return 0;
+  }
   ERR_clear_error();
   if (!errno || errno == EAGAIN) errno = EPROTO;
   return -1;

@@ -100,7 +100,9 @@ class Link : private FrameSink {
   bool send(wire::Type type, const void* body, uint32_t body_len, const shm::Seg* payload = nullptr,
             int nseg = 0, uint64_t payload_len = 0, bool copy = false);
   bool has_room(uint32_t frames = 1) const { return kRing - (head_ - tail_) >= frames; }
-  bool tx_pending() const { return head_ != tail_ || stage_pos_ < stage_len_; }
+  bool tx_pending() const {
+    return head_ != tail_ || plain_len_ || tls_out_pos_ < tls_out_len_;
+  }
   // Decrypted bytes the TLS layer holds that the socket no longer signals.
   bool rx_pending() const;
 
@@ -122,8 +124,14 @@ class Link : private FrameSink {
     iovec iov[shm::kMaxSendSge + 1];
   };
   static constexpr size_t kRecvBuffer = 256 * 1024;
-  static constexpr size_t kStage = 256 * 1024;        // user-space TLS: bytes per SSL_write
   static constexpr uint64_t kDirectRead = 16 * 1024;  // payloads this large skip the buffer
+  // User-space TLS: small pieces of frames are gathered into a staging buffer for SSL_write;
+  // pieces this large are encrypted from where they are. The records OpenSSL makes collect in
+  // tls_out_, which goes to the socket in large writes.
+  static constexpr size_t kStage = 64 * 1024;
+  static constexpr uint64_t kDirectWrite = 16 * 1024;
+  static constexpr size_t kTlsOut = 256 * 1024;
+  static constexpr size_t kTlsOutHigh = kTlsOut / 2;  // stop encrypting while this much waits
 
   // FrameSink, forwarded to the handler of the receive() in progress.
   bool on_frame(wire::Type type, const uint8_t* body, uint32_t payload, PayloadDest& dest,
@@ -133,7 +141,12 @@ class Link : private FrameSink {
 
   bool flush_plain();
   bool flush_tls();
-  void stage_frames();  // copies queued frames into the staging buffer, retiring them
+  // The plaintext SSL_write takes next (plain_, plain_len_): staged pieces of frames, or one
+  // large piece in place. Retires the frames it is done with. False when nothing is queued.
+  bool next_plain();
+  bool drain_tls_out();  // writes the collected records to the socket
+  static BIO_METHOD* out_method();
+  static int out_write(BIO* b, const char* data, int len);
   // recv / SSL_read into one buffer or a scatter list: >0 bytes, 0 end of stream, -1 errno set
   // (EAGAIN: nothing now).
   ssize_t read_some(uint8_t* buf, size_t len);
@@ -153,7 +166,11 @@ class Link : private FrameSink {
   uint64_t head_ = 0, tail_ = 0;  // produce at head, write from tail
   uint64_t tail_off_ = 0;         // bytes of the tail frame already written (or staged)
   std::unique_ptr<uint8_t[]> stage_;
-  size_t stage_pos_ = 0, stage_len_ = 0;
+  const uint8_t* plain_ = nullptr;
+  size_t plain_len_ = 0;
+  bool plain_direct_ = false;  // plain_ points into a frame (its bytes count in tail_off_)
+  std::unique_ptr<uint8_t[]> tls_out_;
+  size_t tls_out_pos_ = 0, tls_out_len_ = 0;
 
   // Receive side.
   std::unique_ptr<uint8_t[]> rbuf_;

@@ -431,10 +431,12 @@ void Router::on_peer_gone(Link& link, const wire::PeerGone& g) {
   // A QP of the other host that sent to ours died.
   auto it = inbound_.find(inbound_key(link.id(), g.qpn));
   if (it == inbound_.end()) return;
-  LocalQp q;
-  if (hooks_.find_qp(it->second->dst_qpn, &q) && q.owner == it->second->owner &&
-      hooks_.names_peer(it->second->dst_qpn, it->second->src_ipv4, it->second->src_qpn))
-    hooks_.qp_fatal(q.owner, it->second->dst_qpn, proto::FatalReason::kPeerGone);
+  // Its QP, if it agreed to that source (and no other link of that host carries it), failed.
+  if (agreed_and_alone(*it->second)) {
+    LocalQp q;
+    if (hooks_.find_qp(it->second->dst_qpn, &q))
+      hooks_.qp_fatal(q.owner, it->second->dst_qpn, proto::FatalReason::kPeerGone);
+  }
   release_held(*it->second, &link);
   inbound_.erase(it);
 }

@@ -167,6 +167,9 @@ class Router : public LinkHandler {
   void on_peer_gone(Link& link, const wire::PeerGone& g);
   std::shared_ptr<shm::Peer> peer(uint32_t client);
   bool owns_address(const Link& link, uint32_t ipv4) const;
+  // Whether the connection's destination QP agreed to its source, and no other link carries
+  // the same connection: its end is the QP's peer's end.
+  bool agreed_and_alone(const Inbound& in) const;
 
   // Requester (router_requester.cc).
   int attach_outbound(const PendingConnect& pc, std::unique_ptr<Outbound>* out);

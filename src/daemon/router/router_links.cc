@@ -259,11 +259,6 @@ bool Router::on_hello(Link& link, const wire::Hello& h, const char** why) {
   link.peer_cidrs = e.cidrs;
   link.authenticated = true;
   link.last_rx_ns = now_;
-  // A host that restarted: its earlier links (and everything on them) are gone.
-  for (auto& [id, l] : links_)
-    if (l.get() != &link && l->host_id == h.host_id && l->peer_boot && l->peer_boot != h.boot &&
-        (!l->outbound() ? l->authenticated : true))
-      doom(id, "the host restarted");
   LOG_INFO("router: link %u from host %u (%s, %s)", link.id(), h.host_id, link.peer_addr.c_str(),
            !link.ssl() ? "plaintext" : link.ktls_recv() ? "TLS, kernel" : "TLS");
   return true;
@@ -318,6 +313,19 @@ void Router::check_links(int64_t now) {
   }
 }
 
+bool Router::agreed_and_alone(const Inbound& in) const {
+  LocalQp q;
+  if (!hooks_.find_qp(in.dst_qpn, &q) || q.owner != in.owner ||
+      !hooks_.names_peer(in.dst_qpn, in.src_ipv4, in.src_qpn))
+    return false;
+  // The same source on another link (a second link of that host): that one carries on.
+  for (const auto& [key, other] : inbound_)
+    if (other.get() != &in && other->dst_qpn == in.dst_qpn && other->src_qpn == in.src_qpn &&
+        other->src_ipv4 == in.src_ipv4 && !other->failed)
+      return false;
+  return true;
+}
+
 bool Router::owns_address(const Link& link, uint32_t ipv4) const {
   const uint32_t ip = ntohl(ipv4);
   for (const auto& c : link.peer_cidrs)
@@ -369,10 +377,11 @@ void Router::close_link(Link& link, const char* why) {
       ++it;
       continue;
     }
-    LocalQp q;
-    if (hooks_.find_qp(in.dst_qpn, &q) && q.owner == in.owner &&
-        hooks_.names_peer(in.dst_qpn, in.src_ipv4, in.src_qpn))
-      hooks_.qp_fatal(q.owner, in.dst_qpn, proto::FatalReason::kPeerGone);
+    if (agreed_and_alone(in)) {
+      LocalQp q;
+      if (hooks_.find_qp(in.dst_qpn, &q))
+        hooks_.qp_fatal(q.owner, in.dst_qpn, proto::FatalReason::kPeerGone);
+    }
     release_held(in, &link);
     it = inbound_.erase(it);
   }

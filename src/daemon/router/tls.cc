@@ -85,6 +85,10 @@ std::unique_ptr<TlsContext> TlsContext::load(const TlsFiles& files, std::string*
   SSL_CTX_set_options(ctx, SSL_OP_NO_TICKET | SSL_OP_ENABLE_KTLS);
   SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_OFF);
   SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+  // Read a record with one call rather than its header and body with one each (the buffer
+  // stays one record long: OpenSSL moves what is left of a larger one to its front at every
+  // record).
+  SSL_CTX_set_read_ahead(ctx, 1);
   // Our own certificate must be one the peers accept: signed by the CA, named for a host.
   uint32_t id;
   if (!out->own_host_id(&id)) {
