@@ -28,6 +28,8 @@ packages=(
   # build
   build-essential cmake pkg-config libgtest-dev
   libibverbs-dev librdmacm-dev libcli11-dev nlohmann-json3-dev
+  # TLS between routers (OpenSSL); the sandbox makes its certificates with the openssl command
+  libssl-dev openssl
   # the Kubernetes device plugin (gRPC, protobuf) and its stand-in kubelet in the tests
   libgrpc++-dev protobuf-compiler-grpc protobuf-compiler libprotobuf-dev
   python3-grpcio python3-protobuf python3-yaml

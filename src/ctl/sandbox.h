@@ -20,6 +20,8 @@ struct SandboxUpOptions {
   // With several hosts: kDirectoryEtcd (default: an etcd in the underlay namespace) or
   // kDirectoryEmbedded (each vrdmad gets the other hosts as --peer).
   std::string directory;
+  // With several hosts: links between routers without TLS (insecure; for benchmarks).
+  bool router_plaintext = false;
 };
 
 int sandbox_up(const SandboxUpOptions& options);

@@ -39,6 +39,9 @@ void add_up(CLI::App* sandbox, SandboxCommands::State& s) {
                    "How the hosts find each other: etcd (default with --hosts > 1) or embedded "
                    "(every vrdmad gets the other hosts as --peer)")
       ->check(CLI::IsMember({kDirectoryEtcd, kDirectoryEmbedded}));
+  s.up->add_flag("--router-plaintext", s.up_opts.router_plaintext,
+                 "With --hosts > 1: routers link without TLS (INSECURE; to measure what TLS "
+                 "costs)");
   s.up->footer(
       "vrdmad is $VRDMA_DAEMON, else next to this vrdma, else ../sbin/vrdmad or\n"
       "../daemon/vrdmad from it, else on PATH. Each logs to <run dir>/h<i>/vrdmad.log and\n"
@@ -46,9 +49,11 @@ void add_up(CLI::App* sandbox, SandboxCommands::State& s) {
       "With --hosts > 1 each vrdmad also gets --host-id i, --router-listen 10.76.0.<i+1>:7471,\n"
       "--pod-cidr 10.77.<i>.0/24, --directory etcd://10.76.0.254:2379 and --tls-ca,\n"
       "--tls-cert, --tls-key from the sandbox's PKI (<run dir>/pki: a CA, a certificate per\n"
-      "host, etcd's and etcd root's). That etcd ($VRDMA_ETCD, else etcd on PATH) runs in\n"
-      "vrdma-net with TLS, client certificates and auth (a user and role per host), its data\n"
-      "and etcd.log in <run dir>/etcd. A single host runs without a directory, as always.\n"
+      "host, etcd's and etcd root's; the routers link over mutual TLS with them), and iptables\n"
+      "in each host drops the containers' packets to the router port 7471. That etcd\n"
+      "($VRDMA_ETCD, else etcd on PATH) runs in vrdma-net with TLS, client certificates and\n"
+      "auth (a user and role per host), its data and etcd.log in <run dir>/etcd. A single host\n"
+      "runs without a directory, as always.\n"
       "Tenants: vrdmad gives containers a device each in a tenant of its own; the sandbox\n"
       "declares one tenant for all its containers (--tenant sandbox=<their addresses>) unless\n"
       "--tenant rules are given. The hosts' own processes get no device.");

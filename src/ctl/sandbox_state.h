@@ -75,6 +75,8 @@ struct Sandbox {
   // With several hosts kDirectoryEtcd or kDirectoryEmbedded; empty with a single host (its
   // vrdmad runs as it always has, without directory options).
   std::string directory;
+  // With several hosts: "tls" (certificates in <run dir>/pki) or "plaintext".
+  std::string router_security;
   SandboxEtcd etcd;  // with kDirectoryEtcd only
   std::string pki;   // <run dir>/pki with several hosts (sandbox_pki.h)
   std::vector<SandboxHost> hosts;
@@ -93,8 +95,8 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(SandboxEtcd, binary, netns, clie
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(SandboxContainer, name, netns, ip, host, host_id,
                                                 socket)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Sandbox, version, run_dir, daemon, created,
-                                                containers_per_host, underlay, directory, etcd, pki,
-                                                hosts, containers)
+                                                containers_per_host, underlay, directory,
+                                                router_security, etcd, pki, hosts, containers)
 
 // The namespace that links the hosts of a multi-host sandbox: <prefix>net.
 std::string underlay_netns();

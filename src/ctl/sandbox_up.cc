@@ -13,6 +13,7 @@
 #include "ctl/proc.h"
 #include "ctl/sandbox.h"
 #include "ctl/sandbox_etcd.h"
+#include "ctl/sandbox_firewall.h"
 #include "ctl/sandbox_mounts.h"
 #include "ctl/sandbox_net.h"
 #include "ctl/sandbox_pki.h"
@@ -55,6 +56,7 @@ std::vector<std::string> cluster_args(const Sandbox& sandbox, const SandboxHost&
                                    "--tls-ca",        pki_cert(sandbox.run_dir, "ca"),
                                    "--tls-cert",      pki_cert(sandbox.run_dir, id),
                                    "--tls-key",       pki_key(sandbox.run_dir, id)};
+  if (sandbox.router_security == "plaintext") args.push_back("--router-plaintext");
   if (sandbox.directory == kDirectoryEtcd) {
     args.insert(args.end(), {"--directory", "etcd://" + std::string(kUnderlayEtcdIp) + ":" +
                                                 std::to_string(kEtcdClientPort)});
@@ -82,6 +84,8 @@ int sandbox_up(const SandboxUpOptions& options) {
                 " to a shorter one)");
   if (!find_tool("ip")) throw Error("cannot find the iproute2 `ip` command");
   sandbox.daemon = find_daemon();
+  if (!sandbox.directory.empty())
+    sandbox.router_security = options.router_plaintext ? "plaintext" : "tls";
   if (sandbox.directory == kDirectoryEtcd) sandbox.etcd.binary = find_etcd();
 
   RunDirLock lock(dir);
@@ -98,6 +102,7 @@ int sandbox_up(const SandboxUpOptions& options) {
   InterruptGuard guard;
   try {
     build_network(sandbox, InterruptGuard::check);
+    if (!sandbox.directory.empty()) firewall_router_ports(sandbox);
     if (!sandbox.pki.empty()) write_sandbox_pki(sandbox);
     if (sandbox.directory == kDirectoryEtcd) {
       std::error_code ec;
@@ -132,6 +137,8 @@ int sandbox_up(const SandboxUpOptions& options) {
     std::cout << ", etcd " << sandbox.etcd.client_url << " (pid " << sandbox.etcd.pid << ")";
   else if (sandbox.directory == kDirectoryEmbedded)
     std::cout << ", embedded directory";
+  if (!sandbox.router_security.empty())
+    std::cout << ", routers " << (sandbox.router_security == "tls" ? "over mutual TLS" : "in PLAINTEXT");
   std::cout << "\n\n";
   print_sandbox_table(sandbox);
   return kExitOk;

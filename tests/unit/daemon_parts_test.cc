@@ -178,7 +178,7 @@ TEST(DaemonRegistry, RandomQpnsSkipLiveOnesAndGiveUpBounded) {
 }
 
 TEST(DaemonRegistry, LinksAndDeathNotices) {
-  Registry r;
+  vrdma::daemon::Registry r;
   uint32_t a1, a2, b1, b2, c1;
   r.alloc_qpn(1, 2, 64, 100, &a1);
   r.alloc_qpn(1, 4, 128, 100, &a2);

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "common/address.h"
+#include "common/clock.h"
 #include "common/log.h"
 #include "daemon/directory/directory.h"
 
@@ -99,6 +100,7 @@ void CmService::on_request(const CmCaller& c, const proto::CmAcceptReq& r) {
   if (type != conn->qp_type) return void(port_.cm_reply(c, EINVAL, nullptr, 0));
   conn->passive_qpn = r.local_qpn;
   conn->state = CmState::kAccepted;
+  conn->since_ns = now_ns();
   proto::CmEvent ev = event_with_private_data(conn->id, conn->active_cookie, r);
   ev.remote_qpn = r.local_qpn;
   ev.qkey = r.qkey;

@@ -9,6 +9,9 @@
 
 namespace vrdma::daemon {
 
+CmTable::CmTable(std::function<uint32_t()> random32)
+    : random32_(random32 ? std::move(random32) : random_u32) {}
+
 int CmTable::listen(uint32_t client, uint32_t ipv4, uint16_t port, uint64_t cookie) {
   auto key = std::make_pair(ipv4, port);
   if (listeners_.count(key)) return EADDRINUSE;
@@ -49,10 +52,18 @@ CmConnection* CmTable::add(uint32_t active_client, uint64_t active_cookie, uint3
     if (err) *err = refused;
     return nullptr;
   }
-  // Random ids: a connection's id tells nothing about the others'. The table holds far fewer
-  // than 2^32 connections, so a free id is found within a few draws.
-  uint32_t id = random_u32();
-  while (id == 0 || conns_.count(id)) id = random_u32();
+  // Not sequential: an id says nothing of the others. The table holds far fewer than 2^32
+  // connections, so a free id is found within a few draws.
+  uint32_t id = random32_();
+  for (int tries = 0; id == 0 || conns_.count(id); ++tries) {
+    if (tries > 64) {
+      if (n == 0) conns_per_client_.erase(active_client);
+      if (hooks_.release) hooks_.release(active_client, CmCharge::kConnection);
+      if (err) *err = EAGAIN;
+      return nullptr;
+    }
+    id = random32_();
+  }
   ++n;
   CmConnection& c = conns_[id];
   c.id = id;
@@ -64,7 +75,27 @@ CmConnection* CmTable::add(uint32_t active_client, uint64_t active_cookie, uint3
   return &c;
 }
 
+CmConnection* CmTable::add_from_host(uint32_t host, uint32_t remote_conn, uint32_t active_qpn,
+                                     uint32_t passive_client, uint32_t qp_type) {
+  size_t& n = conns_per_host_[host];
+  if (n >= kMaxConnectionsFromHost) return nullptr;
+  CmConnection* c = add(0, 0, active_qpn, passive_client, qp_type);
+  if (!c) return nullptr;
+  // Counted for the host, not for "client 0" that every other host would share.
+  if (auto k = conns_per_client_.find(0); k != conns_per_client_.end() && --k->second == 0)
+    conns_per_client_.erase(k);
+  ++n;
+  set_remote(*c, host);
+  c->remote_conn = remote_conn;
+  return c;
+}
+
 CmConnection* CmTable::find(uint32_t conn_id) {
+  auto it = conns_.find(conn_id);
+  return it == conns_.end() ? nullptr : &it->second;
+}
+
+const CmConnection* CmTable::find(uint32_t conn_id) const {
   auto it = conns_.find(conn_id);
   return it == conns_.end() ? nullptr : &it->second;
 }
@@ -72,9 +103,16 @@ CmConnection* CmTable::find(uint32_t conn_id) {
 void CmTable::erase(uint32_t conn_id) {
   auto it = conns_.find(conn_id);
   if (it == conns_.end()) return;
-  const uint32_t active = it->second.active_client;
-  auto n = conns_per_client_.find(active);
-  if (n != conns_per_client_.end() && --n->second == 0) conns_per_client_.erase(n);
+  const CmConnection& c = it->second;
+  const uint32_t active = c.active_client;
+  if (c.remote()) --remote_count_;
+  if (c.active_client == 0 && c.remote()) {
+    auto h = conns_per_host_.find(c.remote_host);
+    if (h != conns_per_host_.end() && --h->second == 0) conns_per_host_.erase(h);
+  } else {
+    auto n = conns_per_client_.find(c.active_client);
+    if (n != conns_per_client_.end() && --n->second == 0) conns_per_client_.erase(n);
+  }
   conns_.erase(it);
   if (hooks_.release) hooks_.release(active, CmCharge::kConnection);
 }
@@ -115,6 +153,18 @@ std::vector<uint32_t> CmTable::connections_with(uint32_t host) const {
   for (const auto& [id, c] : conns_)
     if (c.remote_host == host) out.push_back(id);
   return out;
+}
+
+std::vector<uint32_t> CmTable::remote_connections() const {
+  std::vector<uint32_t> out;
+  for (const auto& [id, c] : conns_)
+    if (c.remote()) out.push_back(id);
+  return out;
+}
+
+void CmTable::set_remote(CmConnection& c, uint32_t host) {
+  if (!c.remote()) ++remote_count_;
+  c.remote_host = host;
 }
 
 std::vector<CmNotice> CmTable::remove_client(uint32_t client) {

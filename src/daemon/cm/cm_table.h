@@ -43,6 +43,9 @@ struct CmConnection {
   uint32_t remote_host = kLocal;
   uint32_t remote_conn = 0;
   bool remote() const { return remote_host != kLocal; }
+  // When the connection last changed state (remote ones: a side waiting for the other host
+  // gives up after a while).
+  int64_t since_ns = 0;
 };
 
 // "Send `op` about connection `conn_id` to `client`."
@@ -76,6 +79,13 @@ class CmTable {
   // Per client, whatever the hooks allow.
   static constexpr size_t kMaxConnectionsPerClient = 16384;
   static constexpr size_t kMaxListenersPerClient = 1024;
+  // Connections that clients of one other host may have requested of this host's listeners:
+  // a flood from one host cannot take what the others need.
+  static constexpr size_t kMaxConnectionsFromHost = 4096;
+
+  // Connection ids come from `random32` (tests); by default from the kernel's CSPRNG, so that
+  // nobody can guess another connection's id.
+  explicit CmTable(std::function<uint32_t()> random32 = {});
 
   // Every listener and connection is charged to its client through `hooks` (and released with
   // it), on top of the per-client limits above.
@@ -92,11 +102,20 @@ class CmTable {
   // is over its quota (*err, when given: EMFILE or what the quota hook refused with).
   CmConnection* add(uint32_t active_client, uint64_t active_cookie, uint32_t active_qpn,
                     uint32_t passive_client, uint32_t qp_type, int* err = nullptr);
+  // A connection that a client of another host (connection `remote_conn` there) requests of
+  // a listener of ours; nullptr when that host is over kMaxConnectionsFromHost.
+  CmConnection* add_from_host(uint32_t host, uint32_t remote_conn, uint32_t active_qpn,
+                              uint32_t passive_client, uint32_t qp_type);
   CmConnection* find(uint32_t conn_id);
+  const CmConnection* find(uint32_t conn_id) const;
   // The connection whose other side is connection `remote_conn` on host `host`.
   CmConnection* find_remote(uint32_t host, uint32_t remote_conn);
-  // Every connection with a side on `host`.
+  // Every connection with a side on `host`; every connection with a side on another host.
   std::vector<uint32_t> connections_with(uint32_t host) const;
+  std::vector<uint32_t> remote_connections() const;
+  bool has_remote() const { return remote_count_ != 0; }
+  // Our connector's request goes to `host`.
+  void set_remote(CmConnection& c, uint32_t host);
   void erase(uint32_t conn_id);
 
   // The client is gone: forgets its listeners and connections, and returns what the other
@@ -112,6 +131,9 @@ class CmTable {
   std::map<uint32_t, size_t> conns_per_client_;  // as connector
   std::map<uint32_t, size_t> listeners_per_client_;
   CmQuotaHooks hooks_;
+  std::map<uint32_t, size_t> conns_per_host_;    // requested by clients of another host
+  std::function<uint32_t()> random32_;
+  size_t remote_count_ = 0;  // connections with a side on another host
 };
 
 }  // namespace vrdma::daemon

@@ -22,7 +22,14 @@ struct DaemonConfig {
     return DirectoryConfig{directory, host_id, static_peers, directory_lease_s,
                            tls_ca,    tls_cert, tls_key};
   }
-  RouterConfig router_config() const { return RouterConfig{host_id, router_listen}; }
+  RouterConfig router_config() const {
+    RouterConfig r;
+    r.host_id = host_id;
+    r.listen = router_listen;
+    r.tls = TlsFiles{tls_ca, tls_cert, tls_key};
+    r.plaintext = router_plaintext;
+    return r;
+  }
   // This host's directory entry.
   HostEntry self_entry() const { return HostEntry{host_id, router_listen, pod_cidrs}; }
 
@@ -66,16 +73,17 @@ struct DaemonConfig {
 
   // Across hosts. A daemon without router_listen serves its own host only.
   std::string router_listen;            // "a.b.c.d:port" this host's router accepts links on
+  // The cluster's PKI (PEM files): the CA, this host's certificate (CN vrdma-host-<id>,
+  // subjectAltName IP of its router address) and key. Required with a router unless
+  // router_plaintext, and by the etcd directory (etcd takes the certificate's CN as this host's
+  // user, whose role may write only this host's keys).
+  std::string tls_ca, tls_cert, tls_key;
+  bool router_plaintext = false;  // links between routers without TLS (insecure)
   std::vector<Ipv4Cidr> pod_cidrs;      // container networks this host owns
   std::string directory = "embedded";   // "embedded" or "etcd://host:port[,host:port...]"
   std::vector<std::string> static_peers;  // embedded directory: "ID=a.b.c.d:port=CIDR[,CIDR]"
   int directory_lease_s = 5;            // entries of a dead host expire after this
-  // The cluster's PKI (PEM files): the CA, and this host's certificate (subject CN
-  // vrdma-host-<host_id>) and key. The etcd directory requires them (etcd's user and role for
-  // this host come from the certificate).
-  std::string tls_ca;
-  std::string tls_cert;
-  std::string tls_key;
+  int cm_remote_timeout_s = 30;  // an rdma_cm side waiting for another host gives up after this
   // Scheduling priority (nice) of a daemon with a router: it must get a core promptly when
   // routed traffic wakes it, also when the applications it serves spin on every core.
   int router_nice = -10;

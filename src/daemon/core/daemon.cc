@@ -142,6 +142,7 @@ int Daemon::start_services() {
     return err;
   }
   cm_ = std::make_unique<CmService>(static_cast<CmPort&>(*this), *directory_);
+  cm_->set_remote_timeout(int64_t(cfg_.cm_remote_timeout_s) * 1'000'000'000);
   if (cfg_.router_listen.empty()) return 0;
   router_ = std::make_unique<Router>(cfg_.router_config(), *directory_, router_hooks(), boot_);
   if (cfg_.router_nice && ::setpriority(PRIO_PROCESS, 0, cfg_.router_nice) < 0)
@@ -163,6 +164,7 @@ int Daemon::run() {
   // While routed traffic flows the loop polls without sleeping; after kLingerNs without work
   // it sleeps in epoll (QPs then ring the router's doorbell).
   int64_t last_work = 0;
+  int64_t next_cm_tick = 0;
   while (!stopping) {
     int timeout = -1;
     if (router_) {
@@ -172,8 +174,12 @@ int Daemon::run() {
       } else if (!router_->prepare_sleep()) {
         timeout = 0;
         last_work = now;
-      } else if (int64_t dl = router_->next_deadline(now); dl >= 0) {
-        timeout = static_cast<int>(std::max<int64_t>(1, (dl - now + 999999) / 1000000));
+      } else {
+        int64_t dl = router_->next_deadline(now);
+        int64_t cm = cm_->next_deadline(now);
+        if (cm >= 0 && (dl < 0 || cm < dl)) dl = cm;
+        if (dl >= 0)
+          timeout = static_cast<int>(std::max<int64_t>(1, (dl - now + 999999) / 1000000));
       }
     }
     int n = ::epoll_wait(epoll_.get(), events, 64, timeout);
@@ -202,6 +208,10 @@ int Daemon::run() {
     if (router_) {
       int64_t now = now_ns();
       if (router_->poll(now)) last_work = now;
+      if (int64_t dl = cm_->next_deadline(now); dl >= 0 && now >= next_cm_tick) {
+        cm_->tick(now);
+        next_cm_tick = dl;
+      }
       reap();
     }
   }

@@ -58,6 +58,16 @@ int check_cluster_options(const std::vector<std::string>& pod_cidr_args,
                  cfg->router_listen.c_str());
     return 2;
   }
+  const bool tls_given = !cfg->tls_ca.empty() || !cfg->tls_cert.empty() || !cfg->tls_key.empty();
+  if (!cfg->router_listen.empty() && !cfg->router_plaintext &&
+      (cfg->tls_ca.empty() || cfg->tls_cert.empty() || cfg->tls_key.empty())) {
+    std::fprintf(stderr,
+                 "vrdmad: a router (--router-listen) authenticates and encrypts its links with "
+                 "TLS: give --tls-ca, --tls-cert and --tls-key%s (or --router-plaintext, "
+                 "insecure)\n",
+                 tls_given ? " (all three)" : "");
+    return 2;
+  }
   for (const auto& c : pod_cidr_args) {
     Ipv4Cidr net;
     if (c.empty() || !parse_cidr(c, &net, nullptr)) {
@@ -66,8 +76,8 @@ int check_cluster_options(const std::vector<std::string>& pod_cidr_args,
     }
     cfg->pod_cidrs.push_back(net);
   }
-  int tls_given = !cfg->tls_ca.empty() + !cfg->tls_cert.empty() + !cfg->tls_key.empty();
-  if (tls_given != 0 && tls_given != 3) {
+  if (tls_given &&
+      (cfg->tls_ca.empty() || cfg->tls_cert.empty() || cfg->tls_key.empty())) {
     std::fprintf(stderr, "vrdmad: --tls-ca, --tls-cert and --tls-key go together\n");
     return 2;
   }
@@ -158,6 +168,20 @@ void add_options(CLI::App& app, vrdma::daemon::DaemonConfig& cfg, RawArgs& raw) 
   app.add_option("--router-listen", cfg.router_listen,
                  "ADDR:PORT (IPv4) where this host's router accepts links from other hosts; "
                  "without it the daemon serves its own host only");
+  app.add_option("--tls-ca", cfg.tls_ca,
+                 "PEM file of the cluster CA, which signed etcd's and every host's certificate: "
+                 "a router accepts links only from hosts whose certificate it signed")
+      ->check(CLI::ExistingFile);
+  app.add_option("--tls-cert", cfg.tls_cert,
+                 "PEM file of this host's certificate (subject CN vrdma-host-<host id>, which etcd "
+                 "takes as this host's user; subjectAltName IP of its --router-listen address)")
+      ->check(CLI::ExistingFile);
+  app.add_option("--tls-key", cfg.tls_key, "PEM file of this host's private key")
+      ->check(CLI::ExistingFile);
+  app.add_flag("--router-plaintext", cfg.router_plaintext,
+               "INSECURE: links between routers without TLS, neither authenticated nor "
+               "encrypted (for benchmarks and closed test networks); without it a router needs "
+               "--tls-ca, --tls-cert and --tls-key");
   app.add_option("--pod-cidr", raw.pod_cidrs,
                  "CIDR: a container network this host owns, published in the directory "
                  "(repeatable)")
@@ -171,15 +195,14 @@ void add_options(CLI::App& app, vrdma::daemon::DaemonConfig& cfg, RawArgs& raw) 
                  "ID=ADDR:PORT=CIDR[,CIDR...]: another host of an embedded directory, its "
                  "router address and container networks (repeatable)")
       ->allow_extra_args(false);
+  app.add_option("--cm-remote-timeout", cfg.cm_remote_timeout_s,
+                 "Seconds an rdma_cm connection waits for another host (its reply, its RTU) or "
+                 "for a listener here to answer that host, before it fails")
+      ->default_val(cfg.cm_remote_timeout_s)
+      ->check(CLI::Range(1, 3600));
   app.add_option("--directory-lease", cfg.directory_lease_s,
                  "Seconds after which a dead host's etcd entries expire")
       ->default_val(cfg.directory_lease_s);
-  app.add_option("--tls-ca", cfg.tls_ca,
-                 "FILE (PEM): the cluster CA, which signed etcd's and every host's certificate");
-  app.add_option("--tls-cert", cfg.tls_cert,
-                 "FILE (PEM): this host's certificate, subject CN vrdma-host-<host id> (etcd "
-                 "takes it as this host's user) and a subjectAltName IP of its router address");
-  app.add_option("--tls-key", cfg.tls_key, "FILE (PEM): the private key of --tls-cert");
 }
 
 // Checks what the options say and completes `cfg`. 0, or the exit status (2) after a message.

@@ -47,8 +47,15 @@ Router::Hooks Daemon::router_hooks() {
     out->tenant = owner->tenant;
     return true;
   };
+  h.names_peer = [this](uint32_t qpn, uint32_t ipv4, uint32_t peer_qpn) {
+    return registry_.names_peer(qpn, ipv4, peer_qpn);
+  };
   h.tenant_of = [this](uint32_t ipv4) { return tenant_for(cfg_.tenants, ipv4); };
   h.on_cm = [this](uint32_t host, const wire::Cm& m) { cm_->on_remote(host, m); };
+  h.cm_connections_with = [this](uint32_t host) {
+    return cm_->table().connections_with(host).size();
+  };
+  h.host_gone = [this](uint32_t host) { cm_->host_gone(host); };
   return h;
 }
 

@@ -92,7 +92,8 @@ json build(const StatusInput& in, size_t list_cap, size_t client_cap, bool trunc
                      {"connected", l.connected},
                      {"addr", l.addr},
                      {"bytes_in", l.bytes_in},
-                     {"bytes_out", l.bytes_out}});
+                     {"bytes_out", l.bytes_out},
+                     {"security", l.security}});
   return json{
       {"daemon",
        {{"pid", in.pid},

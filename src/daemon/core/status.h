@@ -66,6 +66,7 @@ struct StatusInput {
     bool outbound, connected;
     std::string addr;
     uint64_t bytes_in, bytes_out;
+    std::string security;  // "plaintext", "tls" (user space) or "ktls" (the kernel encrypts)
   };
   std::vector<Link> links;
 };

@@ -37,7 +37,8 @@ std::string Daemon::status_text(const Client& viewer) {
     in.routed_qps = router_->routed_qps();
     if (all)
       for (const auto& l : router_->links())
-        in.links.push_back({l.host_id, l.outbound, l.connected, l.addr, l.bytes_in, l.bytes_out});
+        in.links.push_back({l.host_id, l.outbound, l.connected, l.addr, l.bytes_in, l.bytes_out,
+                            !l.tls ? "plaintext" : l.ktls ? "ktls" : "tls"});
   }
   in.scope = all                     ? "all"
              : viewer.tenant.empty() ? "container:" + viewer.ident.container

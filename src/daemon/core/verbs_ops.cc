@@ -138,10 +138,16 @@ void Daemon::connect_routed(Client& c, const Decoded& d, const proto::ConnectQpR
           send(*cl, op, seq, status, nullptr, 0);
           return;
         }
+        // Each client its own doorbell: what one client does with its eventfd (read it, never
+        // ring it) concerns its own QPs alone.
+        int fd = router_->doorbell_for(id);
+        if (fd < 0) {
+          send(*cl, op, seq, EMFILE, nullptr, 0);
+          return;
+        }
         proto::ConnectQpRep rep{};
         rep.peer_qp_type = type;
         rep.routed = 1;
-        int fd = router_->doorbell_fd();
         send(*cl, op, seq, 0, &rep, sizeof(rep), std::span<const int>(&fd, 1));
       });
 }

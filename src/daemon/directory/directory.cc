@@ -130,6 +130,19 @@ const HostEntry* host_by_cidr(const HostEntry& self, const std::map<uint32_t, Ho
   return best;
 }
 
+const HostEntry* host_by_router_ip(const HostEntry& self,
+                                   const std::map<uint32_t, HostEntry>& others, uint32_t ipv4_net) {
+  auto matches = [&](const HostEntry& h) {
+    uint32_t ip;
+    uint16_t port;
+    return parse_ipv4_port(h.router, &ip, &port) && ip == ipv4_net;
+  };
+  if (matches(self)) return &self;
+  for (const auto& [id, h] : others)
+    if (id != self.host_id && matches(h)) return &h;
+  return nullptr;
+}
+
 std::unique_ptr<Directory> make_directory(const DirectoryConfig& cfg, std::string* error) {
   if (cfg.spec == "embedded") {
     std::vector<HostEntry> peers;

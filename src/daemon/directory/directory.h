@@ -58,6 +58,9 @@ class Directory {
   // containers, its networks) is answered even while the backend is unavailable.
   virtual Lookup host_of(uint32_t ipv4_net, HostEntry* out) = 0;
   virtual Lookup host_by_id(uint32_t host_id, HostEntry* out) = 0;
+  // The host whose router listens at this address (network byte order; any port): who a link
+  // from that address can be. This host is found too.
+  virtual Lookup host_by_router(uint32_t ipv4_net, HostEntry* out) = 0;
 
   // For status: backend, health, number of hosts known.
   virtual std::string describe() const = 0;

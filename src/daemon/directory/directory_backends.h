@@ -22,5 +22,8 @@ std::unique_ptr<Directory> make_etcd_directory(std::vector<etcd::Endpoint> endpo
 // first on a tie; an entry of `others` with self's id is skipped. nullptr if none does.
 const HostEntry* host_by_cidr(const HostEntry& self, const std::map<uint32_t, HostEntry>& others,
                               uint32_t ipv4_host);
+// The host (this one or another) whose router address has this IPv4 address (network order).
+const HostEntry* host_by_router_ip(const HostEntry& self,
+                                   const std::map<uint32_t, HostEntry>& others, uint32_t ipv4_net);
 
 }  // namespace vrdma::daemon

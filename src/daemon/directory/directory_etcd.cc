@@ -158,6 +158,15 @@ class EtcdDirectory final : public Directory {
     return Lookup::kFound;
   }
 
+  Lookup host_by_router(uint32_t ipv4_net, HostEntry* out) override {
+    std::lock_guard lock(mu_);
+    if (!available_) return Lookup::kUnavailable;
+    const HostEntry* h = view_.host_by_router(ipv4_net);
+    if (!h) return Lookup::kNotFound;
+    *out = *h;
+    return Lookup::kFound;
+  }
+
   std::string describe() const override {
     std::lock_guard lock(mu_);
     std::string text = "etcd " + where_ + ": ";

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "daemon/directory/directory.h"
+#include "daemon/directory/directory_backends.h"
 
 namespace vrdma::daemon {
 
@@ -53,6 +54,11 @@ class DirectoryView {
   // A container entry, else the host whose accepted network holds the address (this host's
   // own first).
   std::optional<HostEntry> host_of(uint32_t ipv4_host) const;
+  // The host (this one or an accepted one) whose router listens at this IPv4 address (network
+  // order; any port).
+  const HostEntry* host_by_router(uint32_t ipv4_net) const {
+    return host_by_router_ip(self_, accepted_, ipv4_net);
+  }
   // Other hosts with a valid info entry, plus this one.
   size_t hosts_known() const { return accepted_.size() + (accepted_.count(self_.host_id) ? 0 : 1); }
 
