@@ -50,11 +50,20 @@ Peer::Peer(FdSource& source, uint32_t client_id)
     : source_(source), client_id_(client_id), views_(new View[kMrSlots]) {}
 
 Peer::~Peer() {
-  for (auto& [p, len] : mappings_) ::munmap(p, len);
+  for (auto& [p, len] : kept_) ::munmap(p, len);
+  for (auto& [p, len] : retired_) ::munmap(p, len);
+  for (uint32_t i = 0; i < kMrSlots; ++i)
+    if (views_[i].area) ::munmap(views_[i].area, views_[i].map_len);
   if (base_) ::munmap(base_, size_);
   if (const KeyTable* k = keys_.load()) ::munmap(const_cast<KeyTable*>(k), keys_size_);
   for (auto& [id, o] : objects_) ::munmap(o.base, o.size);
   for (auto& [id, e] : event_fds_) ::close(e.fd);
+}
+
+void Peer::reclaim() {
+  std::lock_guard lock(mu_);
+  for (auto& [p, len] : retired_) ::munmap(p, len);
+  retired_.clear();
 }
 
 void Peer::release(uint32_t fd_id) {
@@ -181,6 +190,20 @@ uint8_t* Peer::translate(uint32_t via_qpn, uint32_t pd, uint32_t key, uint64_t a
   return nullptr;
 }
 
+// The area a view used before it was refilled. The same registration (a wider grant of it) may
+// still be in use through the old area: kept. A registration that is gone is refused by every
+// lookup since its generation changed; a caller that passed its lookup just before may still
+// touch the area, so it stays mapped, but as anonymous memory: the owner's pages are let go.
+void Peer::retire(void* area, uint64_t len, bool same_registration) {
+  if (!same_registration &&
+      ::mmap(area, len, PROT_READ | PROT_WRITE, MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+             -1, 0) != MAP_FAILED) {
+    retired_.emplace_back(area, len);
+    return;
+  }
+  kept_.emplace_back(area, len);
+}
+
 bool Peer::map_mr(uint32_t via_qpn, uint32_t key, uint32_t access) {
   MrGrant g;
   if (source_.grant_mr(client_id_, via_qpn, key, access, g) != 0) {
@@ -224,12 +247,17 @@ bool Peer::map_mr(uint32_t via_qpn, uint32_t key, uint32_t access) {
     ::munmap(area, g.map_length);
     return false;
   }
-  mappings_.emplace_back(area, g.map_length);
   // Publish: invalidate, fill, then set the new key and generation.
   View& v = views_[g.slot];
-  uint32_t old_key = static_cast<uint32_t>(v.tag.load(std::memory_order_relaxed));
+  const uint64_t old_tag = v.tag.load(std::memory_order_relaxed);
+  const uint64_t new_tag = uint64_t(key) | uint64_t(g.gen) << 32;
+  const uint32_t old_key = static_cast<uint32_t>(old_tag);
+  void* old_area = v.area;
+  const uint64_t old_len = v.map_len;
   v.tag.store(0, std::memory_order_release);
   std::atomic_thread_fence(std::memory_order_release);
+  v.area = area;
+  v.map_len = g.map_length;
   v.base = static_cast<uint8_t*>(area);
   v.iova = g.iova;
   v.length = g.length;
@@ -237,7 +265,8 @@ bool Peer::map_mr(uint32_t via_qpn, uint32_t key, uint32_t access) {
   v.access = g.access;
   v.pd = g.pd;
   v.writable = g.writable;
-  v.tag.store(uint64_t(key) | uint64_t(g.gen) << 32, std::memory_order_release);
+  v.tag.store(new_tag, std::memory_order_release);
+  if (old_area) retire(old_area, old_len, old_tag == new_tag);
   if (old_key && old_key != key) index_.erase(old_key);
   index_.insert(key, g.slot);
   return true;

@@ -87,18 +87,24 @@ class Peer {
   // once: the last release unmaps or closes it (a peer that lives on while its QPs come and go
   // costs only what is still reached).
   void release(uint32_t fd_id);
+  // Unmaps the areas of registrations that are gone. Only for a user that knows no pointer
+  // translate() returned before is still in use (vrdmad's router, between frames).
+  void reclaim();
 
  private:
   struct View {
     std::atomic<uint64_t> tag{0};  // key | gen << 32; 0 when empty
     uint8_t* base = nullptr;       // where the MR's map_start is mapped here
     uint64_t iova = 0, length = 0, va_off = 0;
+    void* area = nullptr;  // the whole mapping this view owns, map_len bytes
+    uint64_t map_len = 0;
     uint32_t access = 0, pd = 0;
     bool writable = false;
   };
   const uint8_t* lookup(uint32_t pd, uint32_t key, uint64_t addr, uint64_t len, uint32_t access,
                         bool& retry) const;
   bool map_mr(uint32_t via_qpn, uint32_t key, uint32_t access);  // requires mu_
+  void retire(void* area, uint64_t len, bool same_registration);  // requires mu_
   int attach_keys(uint32_t via_qpn);                              // requires mu_
 
   FdSource& source_;
@@ -122,7 +128,12 @@ class Peer {
     uint32_t refs;
   };
   std::unordered_map<uint32_t, Object> objects_;    // fd_id ->
-  std::vector<std::pair<void*, size_t>> mappings_;  // kept until the peer is dropped
+  // Areas views no longer use. `kept_`: replaced by a wider grant of the same registration,
+  // which a caller may still be using; unmapped with the peer. `retired_`: of registrations that
+  // are gone (their generation changed), already emptied (anonymous memory now: the owner's
+  // pages are no longer held, and a late access touches nothing of anyone's); unmapped by
+  // reclaim().
+  std::vector<std::pair<void*, size_t>> kept_, retired_;
 };
 
 // A destination QP as the initiator sees it: validated views of its rings.

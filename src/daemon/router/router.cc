@@ -133,6 +133,15 @@ Link* Router::find_link(uint32_t id) {
   return it == links_.end() ? nullptr : it->second.get();
 }
 
+void Router::reclaim_mappings() {
+  if (!graveyard_.empty()) return;
+  for (auto& [id, l] : links_)
+    if (l->tx_pending()) return;  // frames may send from clients' memory
+  for (auto& [id, f] : rx_)
+    if (f->kind == RxFrame::Kind::kPlace || f->kind == RxFrame::Kind::kReadData) return;
+  for (auto& [client, p] : peers_) p->reclaim();
+}
+
 bool Router::poll(int64_t now) {
   now_ = now;
   bool work = false;
@@ -181,6 +190,7 @@ bool Router::poll(int64_t now) {
   check_timeouts(now);
   if (now >= next_check_ns_) {
     check_links(now);
+    reclaim_mappings();
     next_check_ns_ = now + 100'000'000;
   }
   close_doomed();

@@ -166,6 +166,8 @@ class Router : public LinkHandler {
   void close_link(Link& link, const char* why);
   void doom(uint32_t link_id, std::string why);  // closed at the end of this pass
   void close_doomed();
+  // Unmaps the clients' deregistered MRs once no frame in flight can point into one.
+  void reclaim_mappings();
   void set_rx_paused(Link& link, bool paused);
   void watch(Link& link);  // registers the link's socket with epoll
   void on_connect_rep(Link& link, const wire::ConnectRep& r);
