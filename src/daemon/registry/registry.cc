@@ -202,9 +202,13 @@ std::vector<FatalNotice> Registry::notices_for_death(uint32_t client) const {
   std::set<std::pair<uint32_t, uint32_t>> seen;  // (client, qpn), ordered and unique
   for (uint32_t qpn : qpns_of(client)) {
     const QpRecord& rec = qps_.at(qpn);
+    // A datagram QP has no connection to lose: sends to a destination that is gone are
+    // dropped, as on a fabric, and the QP goes on serving its other destinations.
+    if (rec.type == static_cast<uint32_t>(proto::QpType::kUd)) continue;
     for (uint32_t l : rec.in) {
-      uint32_t owner = qps_.at(l).owner;
-      if (owner != client) seen.emplace(owner, l);
+      const QpRecord& from = qps_.at(l);
+      if (from.owner != client && from.type != static_cast<uint32_t>(proto::QpType::kUd))
+        seen.emplace(from.owner, l);
     }
   }
   std::vector<FatalNotice> out;

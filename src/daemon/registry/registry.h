@@ -104,7 +104,8 @@ class Registry {
   size_t qp_count() const { return qps_.size(); }
   size_t key_count() const { return keys_.size(); }
 
-  // For a client that died: every (other client, its QP) linked to one of its QPs, once per QP.
+  // For a client that died: every (other client, its RC or UC QP) connected to one of its QPs,
+  // once per QP. UD QPs are never told: a datagram destination that goes loses nobody a QP.
   std::vector<FatalNotice> notices_for_death(uint32_t client) const;
   // Drops every QP, link and key of the client.
   void remove_client(uint32_t client);
