@@ -96,8 +96,8 @@ class DaemonAttacks(unittest.TestCase):
         victim_ip = container_ip("h0c0")
         results = {}
         with Victims(SB, VICTIMS) as victims:
-            entries = wait_for(lambda: SB.etcd_get("/vrdma/containers/").get(
-                f"/vrdma/containers/{victim_ip}"), 20)
+            entries = wait_for(lambda: SB.etcd_get("/vrdma/hosts/0/containers/").get(
+                f"/vrdma/hosts/0/containers/{victim_ip}"), 20)
             self.assertTrue(entries, "the victim's entry was never published")
             for ip in (victim_ip, UNUSED_IP):
                 script = (f"ip link add d0 type veth peer name d1 && "
@@ -114,9 +114,9 @@ class DaemonAttacks(unittest.TestCase):
         got_device = [ip for ip, (rc, out, err) in results.items()
                       if '"status": "ok"' in out or "hca_id" in out]
         time.sleep(1.0)  # anything published would be in etcd by now
-        keys = SB.etcd_get("/vrdma/containers/")
-        published = f"/vrdma/containers/{UNUSED_IP}" in keys
-        victim_entry = keys.get(f"/vrdma/containers/{victim_ip}")
+        keys = SB.etcd_get("/vrdma/hosts/0/containers/")
+        published = f"/vrdma/hosts/0/containers/{UNUSED_IP}" in keys
+        victim_entry = keys.get(f"/vrdma/hosts/0/containers/{victim_ip}")
         refused_logged = len(re.findall(r"no device: its network namespace belongs to a user "
                                         r"namespace other than vrdmad's", daemon_log()))
         unprivileged_connected = rc_u == 0 or "Permission denied" not in err_u
@@ -203,8 +203,8 @@ class DaemonAttacks(unittest.TestCase):
     def test_06_second_namespace_with_the_victims_address(self):
         victim_ip = container_ip("h0c0")
         ns = f"{NETNS_PREFIX}dup"
-        entry = wait_for(lambda: SB.etcd_get("/vrdma/containers/").get(
-            f"/vrdma/containers/{victim_ip}"), 20)
+        entry = wait_for(lambda: SB.etcd_get("/vrdma/hosts/0/containers/").get(
+            f"/vrdma/hosts/0/containers/{victim_ip}"), 20)
         self.assertTrue(entry, "the victim's entry was never published")
         subprocess.run(["ip", "netns", "del", ns], capture_output=True)
         try:
@@ -225,7 +225,7 @@ class DaemonAttacks(unittest.TestCase):
         finally:
             subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30)
         time.sleep(1.0)
-        after = SB.etcd_get("/vrdma/containers/").get(f"/vrdma/containers/{victim_ip}")
+        after = SB.etcd_get("/vrdma/hosts/0/containers/").get(f"/vrdma/hosts/0/containers/{victim_ip}")
         detail = f"hello {hello.stdout}{hello.stderr}; ibv_devinfo {dev.returncode}; etcd " \
                  f"{entry} -> {after}"
         self.record("a second namespace with the victim's address",

@@ -368,10 +368,18 @@ class ContainerEntries(unittest.TestCase):
         finally:
             srv.kill()
             srv.wait(10)
+        # No program left, but the container is still there (its namespace is pinned): still
+        # published, as an idle pod's address stays reachable.
+        time.sleep(2.5)
+        self.assertIn(key, keys("/vrdma/hosts/1/"), "kept while the container exists")
+        # The container goes: its namespace pin is removed (the last test of this module: no
+        # other test uses h1c1 after it).
+        netns = next(c["netns"] for c in SB.state()["containers"] if c["name"] == "h1c1")
+        subprocess.run(["ip", "netns", "delete", netns], check=True, timeout=20)
         end = time.monotonic() + 10
         while key in keys("/vrdma/hosts/1/") and time.monotonic() < end:
             time.sleep(0.1)
-        self.assertNotIn(key, keys("/vrdma/hosts/1/"), "withdrawn once its last program ended")
+        self.assertNotIn(key, keys("/vrdma/hosts/1/"), "withdrawn once the container went away")
         self.assertIn("/vrdma/hosts/1/info", keys("/vrdma/hosts/1/"))
 
 

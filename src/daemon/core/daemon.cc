@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <dirent.h>
 #include <sys/eventfd.h>
 #include <sys/random.h>
 #include <sys/resource.h>
@@ -28,6 +29,8 @@ constexpr uint64_t kListenTag = 1ull << 32;
 constexpr uint64_t kWakeTag = 2ull << 32;
 constexpr int kPacketsPerWakeup = 64;  // then let other clients have a turn
 constexpr int kAcceptsPerWakeup = 64;
+// How often the namespaces of containers without clients are looked for (check_idle_addresses).
+constexpr int64_t kIdleCheckNs = 1'000'000'000;
 // How long the loop keeps polling after routed work before it sleeps. Hosts whose cores are
 // all busy (the sandbox runs every host on one machine) do better sleeping at once: a woken
 // router preempts spinning applications, a spinning one competes with them.
@@ -182,6 +185,10 @@ int Daemon::run() {
           timeout = static_cast<int>(std::max<int64_t>(1, (dl - now + 999999) / 1000000));
       }
     }
+    if (!idle_addresses_.empty()) {
+      const int idle_ms = static_cast<int>(kIdleCheckNs / 1000000);
+      timeout = timeout < 0 ? idle_ms : std::min(timeout, idle_ms);
+    }
     int n = ::epoll_wait(epoll_.get(), events, 64, timeout);
     if (n < 0) {
       if (errno == EINTR) continue;
@@ -205,6 +212,7 @@ int Daemon::run() {
       }
       reap();
     }
+    check_idle_addresses(now_ns());
     if (router_) {
       int64_t now = now_ns();
       if (router_->poll(now)) last_work = now;
@@ -229,6 +237,57 @@ bool Daemon::address_in_use(uint32_t ipv4, uint32_t except) const {
         other->ident.ipv4 == ipv4)
       return true;
   return false;
+}
+
+void Daemon::withdraw_address(uint32_t ipv4) {
+  if (cm_) cm_->remove_address(ipv4);
+  if (ipv4 && directory_) directory_->withdraw_container(ipv4);
+}
+
+void Daemon::address_idle(const Client& c) {
+  if (c.ident.host || !c.ident.ipv4) {
+    if (cm_) cm_->remove_address(c.ident.ipv4);
+    return;
+  }
+  if (!c.ident.named || c.ident.anonymous) return withdraw_address(c.ident.ipv4);
+  idle_addresses_[c.ident.ipv4] = c.ident.netns;
+}
+
+namespace {
+
+// Whether an entry of `dir` pins the namespace `ns` (a bind mount of it: same device and inode).
+bool netns_pinned(const std::string& dir, const NetnsId& ns) {
+  DIR* d = ::opendir(dir.c_str());
+  if (!d) return false;
+  bool found = false;
+  while (dirent* e = ::readdir(d)) {
+    if (e->d_name[0] == '.') continue;
+    struct stat st {};
+    if (::fstatat(::dirfd(d), e->d_name, &st, 0) == 0 && st.st_dev == ns.dev &&
+        st.st_ino == ns.ino) {
+      found = true;
+      break;
+    }
+  }
+  ::closedir(d);
+  return found;
+}
+
+}  // namespace
+
+void Daemon::check_idle_addresses(int64_t now) {
+  if (idle_addresses_.empty() || now < next_idle_check_ns_) return;
+  next_idle_check_ns_ = now + kIdleCheckNs;
+  for (auto it = idle_addresses_.begin(); it != idle_addresses_.end();) {
+    if (netns_pinned(cfg_.netns_dir, it->second)) {
+      ++it;
+      continue;
+    }
+    LOG_INFO("container %s is gone (its network namespace is no longer pinned): withdrawn",
+             ipv4_text(it->first).c_str());
+    withdraw_address(it->first);
+    it = idle_addresses_.erase(it);
+  }
 }
 
 void Daemon::shutdown_all() {
@@ -383,13 +442,11 @@ void Daemon::drop(Client& c, const std::string& why, bool notify_peers) {
   // 3. Forget everything it had (its rdma_cm peers are told, unless the daemon is stopping).
   if (router_) router_->client_gone(id);
   if (cm_) cm_->client_gone(id, notify_peers);
-  // 4. The last verbs client of a container's address gone: so is the container, for vrdma
-  // (its directory entry is withdrawn; published again when a client comes back).
+  // 4. The last verbs client of a container's address gone: the address is withdrawn when the
+  // container goes (published again when a client comes back).
   if (notify_peers && c.hello && c.kind == static_cast<uint32_t>(proto::ClientKind::kVerbs) &&
-      !address_in_use(c.ident.ipv4, id)) {
-    if (cm_) cm_->remove_address(c.ident.ipv4);
-    if (c.ident.ipv4 && !c.ident.host) directory_->withdraw_container(c.ident.ipv4);
-  }
+      !address_in_use(c.ident.ipv4, id))
+    address_idle(c);
   release_client(c);
   registry_.remove_client(id);
   const size_t nfds = c.fds.size();

@@ -69,6 +69,12 @@ class Daemon : private CmPort {
   void drop(Client& c, const std::string& why, bool notify_peers);
   // Whether a verbs client other than `except` still uses the address.
   bool address_in_use(uint32_t ipv4, uint32_t except) const;
+  // The address of a container without clients stays served (rdma_cm resolves it, its
+  // directory entry stays) while its network namespace is pinned in the netns directory: the
+  // container is still there. Once the pin is gone, so is the container: withdrawn.
+  void address_idle(const Client& c);
+  void check_idle_addresses(int64_t now);
+  void withdraw_address(uint32_t ipv4);
   void shutdown_all();
   Client* find_live(uint32_t id);
 
@@ -141,6 +147,8 @@ class Daemon : private CmPort {
   std::unique_ptr<Directory> directory_;
   std::unique_ptr<CmService> cm_;
   std::unique_ptr<Router> router_;  // only with cfg_.router_listen
+  std::map<uint32_t, NetnsId> idle_addresses_;  // address -> its container's namespace
+  int64_t next_idle_check_ns_ = 0;
   UniqueFd listen_;
   UniqueFd epoll_;
   UniqueFd wake_;   // eventfd written by stop()

@@ -51,6 +51,7 @@ void Daemon::handle(Client& c, const Decoded& d, const proto::HelloReq& r) {
   }
   c.hello = true;
   c.kind = r.kind;
+  if (verbs) idle_addresses_.erase(c.ident.ipv4);
   if (verbs && cm_->add_address(c.ident.ipv4) && c.ident.ipv4 && !c.ident.host)
     directory_->publish_container(c.ident.ipv4, c.ident.container);
   proto::HelloRep rep{};
