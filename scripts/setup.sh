@@ -28,7 +28,7 @@ packages=(
   # build
   build-essential cmake pkg-config libgtest-dev
   libibverbs-dev librdmacm-dev libcli11-dev nlohmann-json3-dev
-  # TLS between routers (OpenSSL); the sandbox makes its certificates with the openssl command
+  # TLS between routers and the sandbox's PKI (OpenSSL)
   libssl-dev openssl
   # the Kubernetes device plugin (gRPC, protobuf) and its stand-in kubelet in the tests
   libgrpc++-dev protobuf-compiler-grpc protobuf-compiler libprotobuf-dev
