@@ -5,7 +5,6 @@
 #include <fcntl.h>
 #include <string.h>
 #include <sys/epoll.h>
-#include <dirent.h>
 #include <sys/eventfd.h>
 #include <sys/random.h>
 #include <sys/resource.h>
@@ -253,33 +252,11 @@ void Daemon::address_idle(const Client& c) {
   idle_addresses_[c.ident.ipv4] = c.ident.netns;
 }
 
-namespace {
-
-// Whether an entry of `dir` pins the namespace `ns` (a bind mount of it: same device and inode).
-bool netns_pinned(const std::string& dir, const NetnsId& ns) {
-  DIR* d = ::opendir(dir.c_str());
-  if (!d) return false;
-  bool found = false;
-  while (dirent* e = ::readdir(d)) {
-    if (e->d_name[0] == '.') continue;
-    struct stat st {};
-    if (::fstatat(::dirfd(d), e->d_name, &st, 0) == 0 && st.st_dev == ns.dev &&
-        st.st_ino == ns.ino) {
-      found = true;
-      break;
-    }
-  }
-  ::closedir(d);
-  return found;
-}
-
-}  // namespace
-
 void Daemon::check_idle_addresses(int64_t now) {
   if (idle_addresses_.empty() || now < next_idle_check_ns_) return;
   next_idle_check_ns_ = now + kIdleCheckNs;
   for (auto it = idle_addresses_.begin(); it != idle_addresses_.end();) {
-    if (netns_pinned(cfg_.netns_dir, it->second)) {
+    if (identity_.pinned(it->second)) {
       ++it;
       continue;
     }

@@ -85,7 +85,7 @@ bool IdentityResolver::owned_by_our_userns(int ns_fd) const {
   return owner && fstat_netns(owner.get(), &id) == 0 && id == own_userns_;
 }
 
-std::string IdentityResolver::lookup_name(const NetnsId& ns) const {
+std::string IdentityResolver::lookup_name(const NetnsId& ns, bool strip_prefix) const {
   DIR* dir = ::opendir(opt_.netns_dir.c_str());
   if (!dir) return {};
   std::vector<std::string> matches;
@@ -102,7 +102,7 @@ std::string IdentityResolver::lookup_name(const NetnsId& ns) const {
   for (const auto& m : matches)
     if (m < name) name = m;  // deterministic when a namespace is pinned twice
   const std::string& prefix = opt_.name_prefix;
-  if (name.size() > prefix.size() && name.compare(0, prefix.size(), prefix) == 0)
+  if (strip_prefix && name.size() > prefix.size() && name.compare(0, prefix.size(), prefix) == 0)
     name.erase(0, prefix.size());
   return name;
 }

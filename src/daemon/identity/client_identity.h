@@ -88,6 +88,9 @@ class IdentityResolver {
   // A client identified earlier is gone; forget its namespace when it was the last one.
   void release(const NetnsId& ns);
 
+  // Whether an entry of the netns directory still pins namespace `ns` (the container exists).
+  bool pinned(const NetnsId& ns) const { return !lookup_name(ns, false).empty(); }
+
   const NetnsId& own_netns() const { return own_; }
   size_t cached_namespaces() const { return cache_.size(); }
   const IdentityOptions& options() const { return opt_; }
@@ -105,7 +108,9 @@ class IdentityResolver {
   };
   int resolve_foreign(pid_t pid, int ns_fd, const NetnsId& ns, Entry* out, std::string* why);
   bool owned_by_our_userns(int ns_fd) const;
-  std::string lookup_name(const NetnsId& ns) const;
+  // The netns directory's entry that pins `ns` (the first by name), without the name prefix
+  // when `strip_prefix`; empty when none does.
+  std::string lookup_name(const NetnsId& ns, bool strip_prefix = true) const;
 
   IdentityOptions opt_;
   UniqueFd own_fd_;
