@@ -134,6 +134,12 @@ void add_options(CLI::App& app, vrdma::daemon::DaemonConfig& cfg, RawArgs& raw) 
                  "may connect to each other; the first matching rule wins. A container no rule "
                  "covers is a tenant of its own, \"@<its address>\" (repeatable)")
       ->allow_extra_args(false);
+  app.add_option("--platform-tenants", cfg.platform_tenants,
+                 "FILE: take containers' tenants from the platform: lines \"TENANT NETNS_PATH\" "
+                 "written by `vrdma device-plugin --tenants-from-cri` from the container "
+                 "runtime's pod sandboxes, read when a client connects. Only root (or vrdmad's "
+                 "user) may write the file and its directory, or it is ignored. A container "
+                 "it does not name is a tenant of its own. Exclusive with --tenant");
   app.add_flag("--allow-host-clients", cfg.allow_host_clients,
                "Give a device to the host's own processes (vrdmad's network namespace) without "
                "a --tenant rule covering the host's address; their tenant is \"@host\"");
@@ -218,6 +224,16 @@ int apply_options(const RawArgs& raw, vrdma::daemon::DaemonConfig* cfg) {
       std::fprintf(stderr, "vrdmad: --socket-group: %s\n", why.c_str());
       return 2;
     }
+  }
+  if (!cfg->platform_tenants.empty() && !raw.tenants.empty()) {
+    std::fprintf(stderr,
+                 "vrdmad: --platform-tenants and --tenant exclude each other: with tenants from "
+                 "the platform, a container the platform does not name shares no tenant\n");
+    return 2;
+  }
+  if (!cfg->platform_tenants.empty() && cfg->platform_tenants.front() != '/') {
+    std::fprintf(stderr, "vrdmad: --platform-tenants: an absolute path, please\n");
+    return 2;
   }
   for (const auto& t : raw.tenants) {
     std::string error;
