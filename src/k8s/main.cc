@@ -174,15 +174,16 @@ int print_tenants(const CommandLine& c) {
   return 0;
 }
 
-// The tenant file kept up to date in a thread of its own while `body` runs.
+// The tenant file kept up to date in a thread of its own while `body` runs (given the
+// TenantSync, or nullptr without --tenants-from-cri).
 template <typename Body>
 int with_tenant_sync(const CommandLine& c, Body body) {
-  if (c.tenants.cri_endpoint.empty()) return body();
+  if (c.tenants.cri_endpoint.empty()) return body(nullptr);
   vrdma::k8s::TenantSync sync(c.tenants);
   std::thread thread([&sync] { sync.run(); });
   int rc = 1;
   try {
-    rc = body();
+    rc = body(&sync);
   } catch (...) {
     sync.stop();
     thread.join();
@@ -206,7 +207,7 @@ int serve(const CommandLine& c, const vrdma::platform::ContainerEdits& edits) {
   ::signal(SIGPIPE, SIG_IGN);
   try {
     if (c.tenants_only) {
-      return with_tenant_sync(c, [&set] {
+      return with_tenant_sync(c, [&set](k8s::TenantSync*) {
         int sig = 0;
         sigwait(&set, &sig);
         LOG_INFO("stopping on %s", strsignal(sig));
@@ -215,8 +216,14 @@ int serve(const CommandLine& c, const vrdma::platform::ContainerEdits& edits) {
     }
     k8s::GrpcKubelet kubelet(c.o.plugin_dir + "/" + k8s::kKubeletSocket, kRegisterTimeoutMs);
     k8s::DaemonHealth health(c.socket, kHealthTimeoutMs);
-    k8s::Plugin plugin(c.o, edits, kubelet, health);
-    return with_tenant_sync(c, [&plugin] { return plugin.run(); });
+    return with_tenant_sync(c, [&](k8s::TenantSync* sync) {
+      k8s::PluginOptions o = c.o;
+      // The pod's sandbox exists before its containers: a round before each one starts puts
+      // it in the file before any of its programs can reach vrdmad.
+      if (sync) o.pre_start = [sync](std::string* error) { return sync->sync(error); };
+      k8s::Plugin plugin(o, edits, kubelet, health);
+      return plugin.run();
+    });
   } catch (const std::exception& e) {
     std::cerr << "vrdma device-plugin: " << e.what() << "\n";
     return 1;

@@ -10,6 +10,7 @@ TenantSync::TenantSync(TenantSyncOptions options)
     : options_(std::move(options)), runtime_(options_.cri_endpoint, options_.timeout_ms) {}
 
 bool TenantSync::sync(std::string* error) {
+  std::lock_guard round(sync_mu_);
   std::vector<PodSandboxView> sandboxes;
   if (!runtime_.ready_sandboxes(&sandboxes, error)) return false;
   std::string text = tenant_file_text(sandboxes, options_.tenants, runtime_.target());

@@ -26,6 +26,7 @@ class TenantSync {
   explicit TenantSync(TenantSyncOptions options);
 
   // One round: the runtime's sandboxes, and the file when its text changed. False with *error.
+  // Rounds run one at a time (the loop's, and the device plugin's PreStartContainer's).
   bool sync(std::string* error);
   // The file's text as of the last round; "" before one succeeded.
   std::string text() const;
@@ -37,6 +38,7 @@ class TenantSync {
  private:
   TenantSyncOptions options_;
   CriRuntime runtime_;
+  std::mutex sync_mu_;  // one round at a time: a slower, older round never writes last
   mutable std::mutex mu_;
   std::condition_variable wake_;
   bool stopping_ = false;

@@ -324,5 +324,52 @@ class PlatformTenants(unittest.TestCase):
         self.assertIn("exclude each other", p.stderr)
 
 
+    def test_9_pre_start_puts_the_pod_in_the_file_before_its_container_starts(self):
+        # The device plugin itself (with a stand-in kubelet) asks for PreStartContainer and
+        # asks the runtime then: the file names the pod before its container's programs can
+        # reach vrdmad. Its own rounds are 10 minutes apart here, and the --tenants-only
+        # process is stopped, so only PreStartContainer can update the file.
+        import test_device_plugin as dp
+        SYNC.terminate()
+        SYNC.wait(10)
+        pb, pb_grpc = dp.generate_stubs(os.path.join(WORK, "gen-dp"))
+        plugin_dir = os.path.join(WORK, "dp")
+        os.makedirs(plugin_dir)
+        kubelet = dp.StandInKubelet(pb, pb_grpc, plugin_dir)
+        log = open(os.path.join(WORK, "plugin.log"), "a")
+        plugin = subprocess.Popen(
+            [VRDMA, "device-plugin", "--plugin-dir", plugin_dir, "--socket",
+             host_file("h0", "vrdmad.sock"), "--lib-dir", "/opt/vrdma-test/lib",
+             "--tenants-from-cri", os.path.join(WORK, "cri.sock"), "--tenant-file", TENANT_FILE,
+             "--tenants-interval-ms", "600000"], stdout=log, stderr=subprocess.STDOUT)
+        log.close()
+        channel = grpc.insecure_channel("unix://" + os.path.join(plugin_dir, "vrdma.sock"))
+        try:
+            _, req, options = kubelet.next_registration(10)
+            self.assertTrue(req.options.pre_start_required)
+            self.assertTrue(options.pre_start_required)
+            stub = pb_grpc.DevicePluginStub(channel)
+            wait_tenants({"h0c0": "team-a", "h0c1": "team-a", "h0c2": "team-b"})
+            RUNTIME.set(pods(**INITIAL, h0c3="team-a"))
+            calls = RUNTIME.calls
+            stub.PreStartContainer(pb.PreStartContainerRequest(devices_ids=["vrdma0-0"]),
+                                   timeout=10)
+            self.assertGreater(RUNTIME.calls, calls)
+            self.assertEqual(read_tenants().get(netns_path("h0c3")), "team-a")
+            rc, out, src, sout, _ = pingpong("h0c3")
+            self.assertEqual((rc, src), (0, 0), out + sout)
+            # Without an answer from the runtime the container does not start (yet).
+            RUNTIME.stop()
+            with self.assertRaises(grpc.RpcError) as e:
+                stub.PreStartContainer(pb.PreStartContainerRequest(devices_ids=["vrdma0-0"]),
+                                       timeout=30)
+            self.assertEqual(e.exception.code(), grpc.StatusCode.UNAVAILABLE)
+        finally:
+            channel.close()
+            plugin.terminate()
+            plugin.wait(10)
+            kubelet.stop()
+
+
 if __name__ == "__main__":
     unittest.main()
