@@ -98,8 +98,9 @@ int hook_in_container(const platform::EditsConfig& config, const platform::Conta
   struct stat runtime_mnt {};
   const pid_t runtime = runtime_outside(&runtime_mnt);
   if (runtime == 0)
-    throw Error("the state names no container pid, and the hook runs in its runtime's mount "
-                "namespace: not inside a container");
+    throw Error(
+        "the state names no container pid, and the hook runs in its runtime's mount "
+        "namespace: not inside a container");
   if (same_file("/proc/self/ns/net", "/proc/" + std::to_string(runtime) + "/ns/net"))
     throw Error("the hook runs in its runtime's network namespace, not a container's");
   const struct stat& init_mnt = runtime_mnt;

@@ -98,11 +98,12 @@ int sandbox_up(const SandboxUpOptions& options) {
   // The sandbox's containers share one tenant unless the caller gives tenants of its own, or
   // has vrdmad take them from the platform.
   const bool platform_tenants =
-      std::find(options.daemon_args.begin(), options.daemon_args.end(), "--platform-tenants") !=
-      options.daemon_args.end();
-  const std::vector<std::string> tenants =
-      !options.tenants.empty() || platform_tenants ? options.tenants
-                                                   : sandbox_tenant_rules(sandbox);
+      std::any_of(options.daemon_args.begin(), options.daemon_args.end(), [](const auto& a) {
+        return a == "--platform-tenants" || a.rfind("--platform-tenants=", 0) == 0;
+      });
+  const std::vector<std::string> tenants = !options.tenants.empty() || platform_tenants
+                                               ? options.tenants
+                                               : sandbox_tenant_rules(sandbox);
   for (const auto& t : tenants) daemon_args.insert(daemon_args.end(), {"--tenant", t});
   for (const auto& a : options.daemon_args) daemon_args.push_back(a);
   InterruptGuard guard;

@@ -21,8 +21,8 @@ namespace {
 bool valid_name(std::string_view name) {
   if (name.empty()) return false;
   return std::all_of(name.begin(), name.end(), [](char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-           c == '-' || c == '_' || c == '.' || c == ':';
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+           c == '_' || c == '.' || c == ':';
   });
 }
 
@@ -48,8 +48,8 @@ bool NamespaceTenants::add(std::string_view rule, std::string* error) {
   std::string_view ns = rule.substr(0, eq);
   std::string_view tenant = eq == std::string_view::npos ? "" : rule.substr(eq + 1);
   if (!valid_name(ns) || !valid_name(tenant)) {
-    *error = "expected NAMESPACE=TENANT (letters, digits and - _ . :), not '" +
-             std::string(rule) + "'";
+    *error =
+        "expected NAMESPACE=TENANT (letters, digits and - _ . :), not '" + std::string(rule) + "'";
     return false;
   }
   map_[std::string(ns)] = std::string(tenant);
@@ -87,14 +87,13 @@ std::string tenant_file_text(const std::vector<PodSandboxView>& sandboxes,
     if (!s.netns_path.empty() && s.netns_path.front() == '/' && valid_name(s.pod_namespace) &&
         s.netns_path.find_first_of(" \t\n#") == std::string::npos)
       with_netns.push_back(&s);
-  std::sort(with_netns.begin(), with_netns.end(), [](const auto* a, const auto* b) {
-    return a->netns_path < b->netns_path;
-  });
+  std::sort(with_netns.begin(), with_netns.end(),
+            [](const auto* a, const auto* b) { return a->netns_path < b->netns_path; });
   std::string text = "# vrdma tenants from the platform (" + source +
                      "): TENANT NETNS_PATH  # NAMESPACE/POD SANDBOX\n";
   for (const auto* s : with_netns) {
-    text += tenants.tenant_of(s->pod_namespace) + " " + s->netns_path + "  # " +
-            s->pod_namespace + "/" + s->pod_name + " " + s->id + "\n";
+    text += tenants.tenant_of(s->pod_namespace) + " " + s->netns_path + "  # " + s->pod_namespace +
+            "/" + s->pod_name + " " + s->id + "\n";
   }
   return text;
 }

@@ -42,7 +42,8 @@ void TenantSync::run() {
     lock.lock();
     if (!ok && error != last_error_)
       LOG_WARN("tenants from the platform: %s (the file keeps its last contents)", error.c_str());
-    if (ok && !last_error_.empty()) LOG_INFO("tenants from the platform: the runtime answers again");
+    if (ok && !last_error_.empty())
+      LOG_INFO("tenants from the platform: the runtime answers again");
     last_error_ = ok ? std::string() : error;
     wake_.wait_for(lock, std::chrono::milliseconds(options_.interval_ms),
                    [this] { return stopping_; });

@@ -1,6 +1,8 @@
 // Tenants from the platform: the tenant file vrdmad reads (daemon/identity/platform_tenants.h)
 // and what the device plugin writes into it from the container runtime's answers
 // (k8s/pod_tenants.h).
+#include "daemon/identity/platform_tenants.h"
+
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -13,7 +15,6 @@
 #include <fstream>
 
 #include "daemon/identity/admission.h"
-#include "daemon/identity/platform_tenants.h"
 #include "k8s/pod_tenants.h"
 
 namespace vrdma {
@@ -72,9 +73,8 @@ TEST(PlatformTenantsFile, RefusesBadLines) {
 }
 
 TEST(PlatformTenantsFile, NamesTheTenantOfANamespaceByItsPath) {
-  const std::vector<PlatformEntry> entries = {{"gone", "/nonexistent/netns"},
-                                              {"other", "/proc/1/ns/mnt"},
-                                              {"mine", "/proc/self/ns/net"}};
+  const std::vector<PlatformEntry> entries = {
+      {"gone", "/nonexistent/netns"}, {"other", "/proc/1/ns/mnt"}, {"mine", "/proc/self/ns/net"}};
   EXPECT_EQ(daemon::platform_tenant_of(entries, own_netns()), "mine");
   EXPECT_EQ(daemon::platform_tenant_of(entries, NetnsId{1, 2}), "");
 }
@@ -146,9 +146,8 @@ TEST(PodTenants, NamespaceMap) {
 }
 
 TEST(PodTenants, NetnsPathFromVerboseInfo) {
-  const std::string spec =
-      R"({"pid":7,"runtimeSpec":{"linux":{"namespaces":[{"type":"pid"},)"
-      R"({"type":"network","path":"/var/run/netns/cni-1234"}]}}})";
+  const std::string spec = R"({"pid":7,"runtimeSpec":{"linux":{"namespaces":[{"type":"pid"},)"
+                           R"({"type":"network","path":"/var/run/netns/cni-1234"}]}}})";
   EXPECT_EQ(k8s::netns_path_from_info({{"info", spec}}), "/var/run/netns/cni-1234");
   EXPECT_EQ(k8s::netns_path_from_info({}), "");
   EXPECT_EQ(k8s::netns_path_from_info({{"info", "not json"}}), "");
@@ -164,8 +163,8 @@ TEST(PodTenants, FileTextReadsBackAsTheDaemonParsesIt) {
   std::vector<k8s::PodSandboxView> sandboxes = {
       {"sb2", "team-b", "web", "/run/netns/cni-2"},
       {"sb1", "team-a", "db", "/run/netns/cni-1"},
-      {"sb3", "team-a", "hostnet", ""},                // no namespace of its own: left out
-      {"sb4", "team-a", "odd", "/run/netns/a b"},      // would not parse: left out
+      {"sb3", "team-a", "hostnet", ""},            // no namespace of its own: left out
+      {"sb4", "team-a", "odd", "/run/netns/a b"},  // would not parse: left out
       {"sb5", "Bad/Namespace", "x", "/run/netns/cni-5"}};
   std::string text = k8s::tenant_file_text(sandboxes, t, "unix:///run/cri.sock");
   std::vector<PlatformEntry> e;

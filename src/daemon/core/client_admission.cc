@@ -28,9 +28,10 @@ std::string Daemon::platform_tenant(const Identity& id) const {
   }
   std::string tenant = platform_tenant_of(entries, id.netns);
   if (tenant.empty())
-    LOG_INFO("container %s: the platform names no tenant for its network namespace (%s): a "
-             "tenant of its own",
-             id.container.c_str(), cfg_.platform_tenants.c_str());
+    LOG_INFO(
+        "container %s: the platform names no tenant for its network namespace (%s): a "
+        "tenant of its own",
+        id.container.c_str(), cfg_.platform_tenants.c_str());
   return tenant;
 }
 

@@ -7,7 +7,7 @@
 namespace vrdma::daemon {
 
 Admission admit(const Identity& id, const DevicePolicy& policy,
-               const std::string& platform_tenant) {
+                const std::string& platform_tenant) {
   static const std::vector<TenantRule> kNone;
   const std::vector<TenantRule>& rules = policy.tenants ? *policy.tenants : kNone;
   Admission a;

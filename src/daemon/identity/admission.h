@@ -33,6 +33,6 @@ struct Admission {
 };
 
 Admission admit(const Identity& id, const DevicePolicy& policy,
-               const std::string& platform_tenant = {});
+                const std::string& platform_tenant = {});
 
 }  // namespace vrdma::daemon

@@ -23,7 +23,8 @@ std::optional<TenantRule> parse_tenant_rule(std::string_view text, std::string* 
   if (eq == std::string_view::npos) return fail("expected NAME=CIDR");
   std::string_view name = text.substr(0, eq);
   if (name.empty()) return fail("empty tenant name");
-  if (!valid_tenant_name(name)) return fail("tenant name may hold only letters, digits and - _ . :");
+  if (!valid_tenant_name(name))
+    return fail("tenant name may hold only letters, digits and - _ . :");
   TenantRule rule;
   std::string why;
   if (!parse_cidr(text.substr(eq + 1), &rule, &why)) return fail(why);
