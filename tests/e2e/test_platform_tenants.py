@@ -322,6 +322,22 @@ class PlatformTenants(unittest.TestCase):
                            capture_output=True, text=True, timeout=30)
         self.assertEqual(p.returncode, 2, p.stdout + p.stderr)
         self.assertIn("exclude each other", p.stderr)
+        # --print-tenants: one round, written and printed.
+        out_file = os.path.join(WORK, "print", "tenants")
+        p = subprocess.run([VRDMA, "device-plugin", "--tenants-from-cri",
+                            os.path.join(WORK, "cri.sock"), "--tenant-file", out_file,
+                            "--namespace-tenant", "team-a=red", "--print-tenants"],
+                           capture_output=True, text=True, timeout=30)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn(f"red {netns_path('h0c0')}  # team-a/pod-h0c0 sb-h0c0\n", p.stdout)
+        self.assertIn(f"team-b {netns_path('h0c2')}  # team-b/pod-h0c2 sb-h0c2\n", p.stdout)
+        with open(out_file) as f:
+            self.assertEqual(f.read(), p.stdout)
+        p = subprocess.run([VRDMA, "device-plugin", "--tenants-from-cri",
+                            os.path.join(WORK, "none.sock"), "--tenant-file", out_file,
+                            "--print-tenants"], capture_output=True, text=True, timeout=60)
+        self.assertEqual(p.returncode, 1, p.stdout)
+        self.assertIn("ListPodSandbox at unix://", p.stderr)
 
 
     def test_9_pre_start_puts_the_pod_in_the_file_before_its_container_starts(self):
