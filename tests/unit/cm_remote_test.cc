@@ -42,7 +42,7 @@ class FakeDirectory : public Directory {
   }
   int start(const HostEntry&) override { return 0; }
   void stop() override {}
-  void publish_container(uint32_t, const std::string&) override {}
+  void publish_container(uint32_t, const ContainerInfo&) override {}
   void withdraw_container(uint32_t) override {}
   void publish_listener(uint32_t, uint16_t) override {}
   void withdraw_listener(uint32_t, uint16_t) override {}
@@ -55,6 +55,7 @@ class FakeDirectory : public Directory {
         }
     return Lookup::kNotFound;
   }
+  Lookup tenant_of(uint32_t, std::string*) override { return Lookup::kNotFound; }
   Lookup host_by_id(uint32_t id, HostEntry* out) override {
     auto it = hosts.find(id);
     if (it == hosts.end()) return Lookup::kNotFound;

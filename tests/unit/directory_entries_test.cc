@@ -143,24 +143,32 @@ TEST(DirectoryEntries, HostInfoValues) {
 
 TEST(DirectoryEntries, ContainerValues) {
   std::string why;
-  auto name = parse_container_value(container_value("h1c0"), &why);
-  ASSERT_TRUE(name) << why;
-  EXPECT_EQ(*name, "h1c0");
-  EXPECT_EQ(parse_container_value("{}", &why).value_or("?"), "");
-  EXPECT_EQ(parse_container_value(R"({"name":"a","host":99})", &why).value_or("?"), "a");
-  // The value that once killed every vrdmad, and its relatives.
+  auto info = parse_container_value(container_value({"h1c0", ""}), &why);
+  ASSERT_TRUE(info) << why;
+  EXPECT_EQ(info->name, "h1c0");
+  EXPECT_EQ(info->tenant, "");
+  EXPECT_EQ(container_value({"h1c0", ""}), R"({"name":"h1c0"})");
+  info = parse_container_value(container_value({"h1c0", "team-a"}), &why);
+  ASSERT_TRUE(info) << why;
+  EXPECT_EQ(*info, (ContainerInfo{"h1c0", "team-a"}));
+  EXPECT_EQ(parse_container_value("{}", &why).value_or(ContainerInfo{"?", "?"}),
+            (ContainerInfo{"", ""}));
+  EXPECT_EQ(parse_container_value(R"({"name":"a","host":99})", &why)->name, "a");
+  // The value that once killed every vrdmad, and its relatives; the tenant is checked alike.
   for (const char* bad :
        {R"({"host":1,"name":5})", R"({"name":["x"]})", R"({"name":null})", R"({"name":"a b"})",
-        R"({"name":"tab\t"})", "[1]", "5", "", "{\"name\":\"\xff\"}"}) {
+        R"({"name":"tab\t"})", "[1]", "5", "", "{\"name\":\"\xff\"}", R"({"tenant":7})",
+        R"({"name":"a","tenant":"b c"})", R"({"tenant":{}})"}) {
     why.clear();
     EXPECT_FALSE(parse_container_value(bad, &why)) << bad;
     EXPECT_NE(why, "") << bad;
   }
   EXPECT_FALSE(parse_container_value(R"({"name":")" + std::string(254, 'a') + "\"}", &why));
+  EXPECT_FALSE(parse_container_value(R"({"tenant":")" + std::string(254, 'a') + "\"}", &why));
   EXPECT_TRUE(parse_listener_value(listener_value(), &why));
   EXPECT_FALSE(parse_listener_value("{{", &why));
   // A name JSON cannot hold as text still makes a valid value.
-  EXPECT_NO_THROW(container_value(std::string("\xff\xfe", 2)));
+  EXPECT_NO_THROW(container_value({std::string("\xff\xfe", 2), ""}));
 }
 
 TEST(DirectoryEntries, PrintableEscapes) {
@@ -191,7 +199,7 @@ TEST(DirectoryView, KnowsValidHostsAndTheirContainers) {
   DirectoryView v(host(0, {"10.77.0.0/24"}));
   EXPECT_EQ(v.apply(put(host_info_key(1), host_info_value(host(1, {})), 5)), "");
   EXPECT_EQ(v.apply(put(network_key(1, cidr("10.77.1.0/24")), network_value(), 5)), "");
-  EXPECT_EQ(v.apply(put(container_key(1, net("10.77.1.10")), container_value("h1c0"), 6)), "");
+  EXPECT_EQ(v.apply(put(container_key(1, net("10.77.1.10")), container_value({"h1c0", ""}), 6)), "");
   EXPECT_TRUE(v.settle().empty());
   EXPECT_EQ(v.hosts_known(), 2u);
   EXPECT_EQ(owner(v, "10.77.1.10"), 1u);
@@ -246,9 +254,9 @@ TEST(DirectoryView, ContainerOutsideItsHostsNetworksIsRefused) {
   publish(v, host(1, {"10.77.1.0/24"}), 5);
   publish(v, host(2, {"10.77.2.0/24"}), 6);
   // Host 1 claims an address of host 0, one of host 2 and one of nobody.
-  v.apply(put(container_key(1, net("10.77.0.10")), container_value("fake"), 7));
-  v.apply(put(container_key(1, net("10.77.2.10")), container_value("fake"), 8));
-  v.apply(put(container_key(1, net("10.99.0.5")), container_value("fake"), 9));
+  v.apply(put(container_key(1, net("10.77.0.10")), container_value({"fake", ""}), 7));
+  v.apply(put(container_key(1, net("10.77.2.10")), container_value({"fake", ""}), 8));
+  v.apply(put(container_key(1, net("10.99.0.5")), container_value({"fake", ""}), 9));
   auto notes = v.settle();
   ASSERT_EQ(notes.size(), 3u);
   std::string all;
@@ -263,6 +271,32 @@ TEST(DirectoryView, ContainerOutsideItsHostsNetworksIsRefused) {
   EXPECT_EQ(owner(v, "10.77.2.10"), 2u);
   EXPECT_EQ(owner(v, "10.99.0.5"), 999u);
   EXPECT_TRUE(v.settle().empty()) << "each refusal is reported once";
+}
+
+// The tenant other hosts read for an address is the one its accepted owner published: a
+// claim that loses (outside its host's networks, or later) names no tenant.
+TEST(DirectoryView, ContainerTenantIsTheAcceptedOwners) {
+  DirectoryView v(host(0, {"10.77.0.0/24"}));
+  publish(v, host(1, {"10.77.1.0/24"}), 5);
+  publish(v, host(2, {"10.77.2.0/24"}), 6);
+  v.apply(put(container_key(1, net("10.77.1.10")), container_value({"h1c0", "team-a"}), 7));
+  v.apply(put(container_key(2, net("10.77.1.10")), container_value({"x", "team-b"}), 8));
+  v.apply(put(container_key(2, net("10.77.0.10")), container_value({"x", "team-b"}), 9));
+  v.apply(put(container_key(1, net("10.77.1.11")), container_value({"h1c1", ""}), 10));
+  v.settle();
+  const ContainerInfo* c = v.container(hostorder("10.77.1.10"));
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(c->tenant, "team-a");
+  EXPECT_EQ(v.container(hostorder("10.77.0.10")), nullptr);
+  ASSERT_NE(v.container(hostorder("10.77.1.11")), nullptr);
+  EXPECT_EQ(v.container(hostorder("10.77.1.11"))->tenant, "");
+  // A new value for the same key replaces the tenant; a deleted entry has none.
+  v.apply(put(container_key(1, net("10.77.1.10")), container_value({"h1c0", "team-c"}), 7));
+  v.settle();
+  EXPECT_EQ(v.container(hostorder("10.77.1.10"))->tenant, "team-c");
+  v.apply(del(container_key(1, net("10.77.1.10"))));
+  v.settle();
+  EXPECT_EQ(v.container(hostorder("10.77.1.10")), nullptr);
 }
 
 TEST(DirectoryView, FirstClaimOfANetworkHolds) {
@@ -290,7 +324,7 @@ TEST(DirectoryView, FirstClaimOfANetworkHolds) {
   ASSERT_EQ(v.host_by_id(1)->cidrs.size(), 1u) << "only its uncontested network is accepted";
   EXPECT_EQ(cidr_text(v.host_by_id(1)->cidrs[0]), "10.77.1.0/24");
   // A container of host 1 in the network it was refused is refused too.
-  v.apply(put(container_key(1, net("10.77.2.200")), container_value("x"), 22));
+  v.apply(put(container_key(1, net("10.77.2.200")), container_value({"x", ""}), 22));
   v.settle();
   EXPECT_EQ(owner(v, "10.77.2.200"), 2u);
 
@@ -316,8 +350,8 @@ TEST(DirectoryView, NestedNetworksOfOneHost) {
   publish(v, host(1, {"10.77.1.0/24"}), 3);
   v.apply(put(network_key(1, cidr("10.77.0.0/16")), network_value(), 4));  // grows later
   publish(v, host(2, {"10.77.2.0/24"}), 5);                                // inside it: refused
-  v.apply(put(container_key(1, net("10.77.1.10")), container_value("a"), 6));
-  v.apply(put(container_key(2, net("10.77.2.10")), container_value("b"), 7));
+  v.apply(put(container_key(1, net("10.77.1.10")), container_value({"a", ""}), 6));
+  v.apply(put(container_key(2, net("10.77.2.10")), container_value({"b", ""}), 7));
   auto notes = v.settle();
   EXPECT_EQ(owner(v, "10.77.1.10"), 1u);
   EXPECT_EQ(owner(v, "10.77.2.10"), 1u) << "host 1's /16 was claimed before host 2's /24";

@@ -296,17 +296,28 @@ TEST_F(DirectoryEtcd, TwoHostsSeeEachOther) {
   EXPECT_NE(a->describe().find("2 hosts"), std::string::npos) << a->describe();
 
   // A published container appears under its host's prefix, and goes when withdrawn.
-  b->publish_container(ip("10.77.1.10"), "h1c0");
+  b->publish_container(ip("10.77.1.10"), {"h1c0", ""});
   EXPECT_TRUE(eventually([&] { return raw_get("/vrdma/hosts/1/containers/10.77.1.10") != ""; },
                          milliseconds(5000)));
   auto value = nlohmann::json::parse(raw_get("/vrdma/hosts/1/containers/10.77.1.10"));
   EXPECT_EQ(value, nlohmann::json({{"name", "h1c0"}}));
   EXPECT_TRUE(resolves(*a, "10.77.1.10", 1));
+  std::string tenant;
+  EXPECT_EQ(a->tenant_of(ip("10.77.1.10"), &tenant), Lookup::kNotFound);  // it named none
+  // Published again with a tenant (the platform named the pod's namespace): the entry is
+  // replaced and the other host reads the tenant.
+  b->publish_container(ip("10.77.1.10"), {"h1c0", "team-a"});
+  EXPECT_TRUE(eventually(
+      [&] { return a->tenant_of(ip("10.77.1.10"), &tenant) == Lookup::kFound; },
+      milliseconds(5000)));
+  EXPECT_EQ(tenant, "team-a");
+  EXPECT_EQ(nlohmann::json::parse(raw_get("/vrdma/hosts/1/containers/10.77.1.10")),
+            nlohmann::json({{"name", "h1c0"}, {"tenant", "team-a"}}));
   b->withdraw_container(ip("10.77.1.10"));
   EXPECT_TRUE(eventually([&] { return raw_get("/vrdma/hosts/1/containers/10.77.1.10") == ""; },
                          milliseconds(5000)));
   // One outside its networks is not published: every other host would refuse it.
-  b->publish_container(ip("10.99.0.5"), "odd");
+  b->publish_container(ip("10.99.0.5"), {"odd", ""});
   ASSERT_EQ(b->host_of(ip("10.99.0.5"), &h), Lookup::kFound);  // it knows its own
   EXPECT_EQ(h.host_id, 1u);
   b->publish_listener(ip("10.77.1.10"), 7174);  // a later write: the one above came first
@@ -327,7 +338,7 @@ TEST_F(DirectoryEtcd, CleanStopRemovesEntriesAtOnce) {
   auto a = host(0);
   auto b = host(1, 30);  // a lease far longer than the wait below
   ASSERT_TRUE(a && b);
-  b->publish_container(ip("10.77.1.10"), "h1c0");
+  b->publish_container(ip("10.77.1.10"), {"h1c0", ""});
   ASSERT_TRUE(eventually([&] { return raw_get("/vrdma/hosts/1/containers/10.77.1.10") != ""; },
                          milliseconds(5000)));
   ASSERT_TRUE(knows_host(*a, 1, true));
@@ -344,7 +355,7 @@ TEST_F(DirectoryEtcd, DeadHostExpiresWithItsLease) {
   auto a = host(0);
   auto b = host(1);
   ASSERT_TRUE(a && b);
-  b->publish_container(ip("10.77.1.10"), "h1c0");
+  b->publish_container(ip("10.77.1.10"), {"h1c0", ""});
   ASSERT_TRUE(eventually([&] { return raw_get("/vrdma/hosts/1/containers/10.77.1.10") != ""; },
                          milliseconds(5000)));
   ASSERT_TRUE(resolves(*a, "10.77.1.10", 1));
@@ -361,9 +372,9 @@ TEST_F(DirectoryEtcd, OutageMakesLookupsUnavailableAndRecovers) {
   auto a = host(0);
   auto b = host(1);
   ASSERT_TRUE(a && b);
-  b->publish_container(ip("10.77.1.10"), "h1c0");
+  b->publish_container(ip("10.77.1.10"), {"h1c0", ""});
   ASSERT_TRUE(resolves(*a, "10.77.1.10", 1));
-  a->publish_container(ip("10.77.0.10"), "h0c0");
+  a->publish_container(ip("10.77.0.10"), {"h0c0", ""});
   ASSERT_TRUE(eventually([&] { return raw_get("/vrdma/hosts/1/containers/10.77.1.10") != ""; },
                          milliseconds(5000)));
 
@@ -382,7 +393,7 @@ TEST_F(DirectoryEtcd, OutageMakesLookupsUnavailableAndRecovers) {
 
   // Writes during the outage are applied once etcd is back.
   b->withdraw_container(ip("10.77.1.10"));
-  b->publish_container(ip("10.77.1.11"), "h1c1");
+  b->publish_container(ip("10.77.1.11"), {"h1c1", ""});
   std::this_thread::sleep_for(milliseconds(500));  // a few failed retries
 
   ASSERT_TRUE(etcd_.start());
@@ -402,7 +413,7 @@ TEST_F(DirectoryEtcd, LostLeaseIsReplacedAndEntriesPublishedAgain) {
   auto a = host(0);
   auto b = host(1);
   ASSERT_TRUE(a && b);
-  b->publish_container(ip("10.77.1.10"), "h1c0");
+  b->publish_container(ip("10.77.1.10"), {"h1c0", ""});
   ASSERT_TRUE(eventually([&] { return raw_get("/vrdma/hosts/1/containers/10.77.1.10") != ""; },
                          milliseconds(5000)));
   int64_t old_lease = 0;
@@ -433,7 +444,7 @@ TEST_F(DirectoryEtcd, StartsWhileEtcdIsDown) {
   etcd_.kill();
   auto a = host(0);
   ASSERT_TRUE(a);
-  a->publish_container(ip("10.77.0.7"), "h0c0");
+  a->publish_container(ip("10.77.0.7"), {"h0c0", ""});
   std::this_thread::sleep_for(milliseconds(300));
   EXPECT_FALSE(a->available());
   HostEntry h;

@@ -192,10 +192,10 @@ TEST(DirectoryEmbedded, PublishedContainerBeatsNetworks) {
   HostEntry h;
   ASSERT_EQ(dir->host_of(ip("10.77.1.99"), &h), Lookup::kFound);
   EXPECT_EQ(h.host_id, 1u);
-  dir->publish_container(ip("10.77.1.99"), "odd");  // an address in the peer's network
+  dir->publish_container(ip("10.77.1.99"), {"odd", ""});  // an address in the peer's network
   ASSERT_EQ(dir->host_of(ip("10.77.1.99"), &h), Lookup::kFound);
   EXPECT_EQ(h.host_id, 0u);
-  dir->publish_container(ip("192.168.5.5"), "outside");  // in nobody's network
+  dir->publish_container(ip("192.168.5.5"), {"outside", ""});  // in nobody's network
   ASSERT_EQ(dir->host_of(ip("192.168.5.5"), &h), Lookup::kFound);
   EXPECT_EQ(h.host_id, 0u);
   dir->withdraw_container(ip("10.77.1.99"));
@@ -224,7 +224,7 @@ TEST(DirectoryEmbedded, SingleHostWithoutRouter) {
   EXPECT_EQ(dir->describe(), "embedded: 1 host");
   HostEntry h;
   EXPECT_EQ(dir->host_of(ip("10.77.0.10"), &h), Lookup::kNotFound);
-  dir->publish_container(ip("10.77.0.10"), "h0c0");
+  dir->publish_container(ip("10.77.0.10"), {"h0c0", ""});
   ASSERT_EQ(dir->host_of(ip("10.77.0.10"), &h), Lookup::kFound);
   EXPECT_EQ(h.host_id, 0u);
   EXPECT_EQ(h.router, "");

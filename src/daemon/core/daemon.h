@@ -135,6 +135,9 @@ class Daemon : private CmPort {
   void cm_event(uint32_t client, proto::Op op, const void* payload, size_t len) override;
   bool cm_client_tenant(uint32_t client, std::string* tenant) override;
   std::string cm_tenant_of(uint32_t ipv4) override;
+  // The tenant of another host's container address: by the --tenant rules, or with tenants
+  // from the platform, as its host published it in the directory ("" when none).
+  std::string remote_tenant_of(uint32_t ipv4);
   bool cm_qp_of(uint32_t client, uint32_t qpn, uint32_t* type) override;
   int cm_charge(uint32_t client, CmCharge what) override;
   void cm_release(uint32_t client, CmCharge what) override;

@@ -50,7 +50,7 @@ Router::Hooks Daemon::router_hooks() {
   h.names_peer = [this](uint32_t qpn, uint32_t ipv4, uint32_t peer_qpn) {
     return registry_.names_peer(qpn, ipv4, peer_qpn);
   };
-  h.tenant_of = [this](uint32_t ipv4) { return tenant_for(cfg_.tenants, ipv4); };
+  h.tenant_of = [this](uint32_t ipv4) { return remote_tenant_of(ipv4); };
   h.on_cm = [this](uint32_t host, const wire::Cm& m) { cm_->on_remote(host, m); };
   h.cm_connections_with = [this](uint32_t host) {
     return cm_->table().connections_with(host).size();
@@ -75,7 +75,17 @@ bool Daemon::cm_client_tenant(uint32_t client, std::string* tenant) {
   return true;
 }
 
-std::string Daemon::cm_tenant_of(uint32_t ipv4) { return tenant_for(cfg_.tenants, ipv4); }
+std::string Daemon::cm_tenant_of(uint32_t ipv4) { return remote_tenant_of(ipv4); }
+
+std::string Daemon::remote_tenant_of(uint32_t ipv4) {
+  if (cfg_.platform_tenants.empty()) return tenant_for(cfg_.tenants, ipv4);
+  // Tenants from the platform: each host names its own pods' tenants in their directory
+  // entries (only it may write them); an address without one, or with a tenant of its own
+  // ("@a.b.c.d", which no platform gives), is in no tenant a local client shares.
+  std::string tenant;
+  if (directory_->tenant_of(ipv4, &tenant) != Lookup::kFound || tenant.starts_with('@')) return {};
+  return tenant;
+}
 
 bool Daemon::cm_qp_of(uint32_t client, uint32_t qpn, uint32_t* type) {
   const QpRecord* qp = registry_.find_qp(qpn);

@@ -52,8 +52,11 @@ void Daemon::handle(Client& c, const Decoded& d, const proto::HelloReq& r) {
   c.hello = true;
   c.kind = r.kind;
   if (verbs) idle_addresses_.erase(c.ident.ipv4);
-  if (verbs && cm_->add_address(c.ident.ipv4) && c.ident.ipv4 && !c.ident.host)
-    directory_->publish_container(c.ident.ipv4, c.ident.container);
+  if (verbs) cm_->add_address(c.ident.ipv4);
+  // Again for every program: the platform may have moved the container to another tenant
+  // (publishing what is already published costs nothing).
+  if (verbs && c.ident.ipv4 && !c.ident.host)
+    directory_->publish_container(c.ident.ipv4, {c.ident.container, c.tenant});
   proto::HelloRep rep{};
   rep.version = proto::kVersion;
   rep.client_id = c.id;

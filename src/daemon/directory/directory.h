@@ -18,6 +18,14 @@
 
 namespace vrdma::daemon {
 
+// A container this host serves, as it publishes it: its name and the tenant vrdmad admitted it
+// to (other hosts believe the tenant only in platform-tenant mode: see Directory::tenant_of).
+struct ContainerInfo {
+  std::string name;
+  std::string tenant;
+  bool operator==(const ContainerInfo&) const = default;
+};
+
 struct HostEntry {
   uint32_t host_id = 0;
   std::string router;           // "a.b.c.d:port"; empty: the host has no router
@@ -47,7 +55,9 @@ class Directory {
 
   // This host's containers and rdma_cm listeners, kept under the host's lease (re-published
   // after the backend comes back).
-  virtual void publish_container(uint32_t ipv4_net, const std::string& name) = 0;
+  // Publishing again with other values replaces them (the entry keeps its age, so its claim on
+  // the address holds); publishing the same values again costs nothing.
+  virtual void publish_container(uint32_t ipv4_net, const ContainerInfo& info) = 0;
   virtual void withdraw_container(uint32_t ipv4_net) = 0;
   virtual void publish_listener(uint32_t ipv4_net, uint16_t port) = 0;
   virtual void withdraw_listener(uint32_t ipv4_net, uint16_t port) = 0;
@@ -61,6 +71,11 @@ class Directory {
   // The host whose router listens at this address (network byte order; any port): who a link
   // from that address can be. This host is found too.
   virtual Lookup host_by_router(uint32_t ipv4_net, HostEntry* out) = 0;
+
+  // The tenant another host published for a container address it owns (network byte order):
+  // kFound with *tenant; kNotFound when no other host's accepted entry holds the address or the
+  // entry names no tenant. The embedded directory knows no other host's containers.
+  virtual Lookup tenant_of(uint32_t ipv4_net, std::string* tenant) = 0;
 
   // For status: backend, health, number of hosts known.
   virtual std::string describe() const = 0;

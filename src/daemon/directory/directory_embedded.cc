@@ -25,9 +25,9 @@ class EmbeddedDirectory final : public Directory {
   }
   void stop() override {}
 
-  void publish_container(uint32_t ipv4_net, const std::string& name) override {
+  void publish_container(uint32_t ipv4_net, const ContainerInfo& info) override {
     std::lock_guard lock(mu_);
-    containers_[ipv4_net] = name;
+    containers_[ipv4_net] = info;
   }
   void withdraw_container(uint32_t ipv4_net) override {
     std::lock_guard lock(mu_);
@@ -48,6 +48,9 @@ class EmbeddedDirectory final : public Directory {
     *out = *h;
     return Lookup::kFound;
   }
+
+  // Its peers are fixed hosts whose containers it does not know.
+  Lookup tenant_of(uint32_t, std::string*) override { return Lookup::kNotFound; }
 
   Lookup host_by_id(uint32_t host_id, HostEntry* out) override {
     std::lock_guard lock(mu_);
@@ -84,7 +87,7 @@ class EmbeddedDirectory final : public Directory {
   mutable std::mutex mu_;
   HostEntry self_;
   std::map<uint32_t, HostEntry> peers_;
-  std::map<uint32_t, std::string> containers_;  // this host's, by address (network order)
+  std::map<uint32_t, ContainerInfo> containers_;  // this host's, by address (network order)
 };
 
 }  // namespace

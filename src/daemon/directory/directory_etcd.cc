@@ -104,17 +104,19 @@ class EtcdDirectory final : public Directory {
   void stop() override { shutdown(true); }
   void abandon() override { shutdown(false); }
 
-  void publish_container(uint32_t ipv4_net, const std::string& name) override {
+  void publish_container(uint32_t ipv4_net, const ContainerInfo& info) override {
     std::lock_guard lock(mu_);
-    own_containers_[ipv4_net] = name;
+    auto [it, added] = own_containers_.try_emplace(ipv4_net, info);
+    if (!added && it->second == info) return;
+    it->second = info;
     if (!in_own_networks(ipv4_net)) {
       LOG_WARN(
           "directory: container %s (%s) is outside this host's networks (--pod-cidr); other "
           "hosts would refuse its entry, so it is not published",
-          ipv4_text(ipv4_net).c_str(), name.c_str());
+          ipv4_text(ipv4_net).c_str(), info.name.c_str());
       return;
     }
-    enqueue(false, container_key(self_.host_id, ipv4_net), container_value(name));
+    enqueue(false, container_key(self_.host_id, ipv4_net), container_value(info));
   }
   void withdraw_container(uint32_t ipv4_net) override {
     std::lock_guard lock(mu_);
@@ -142,6 +144,15 @@ class EtcdDirectory final : public Directory {
     auto h = view_.host_of(ntohl(ipv4_net));
     if (!h) return Lookup::kNotFound;
     *out = std::move(*h);
+    return Lookup::kFound;
+  }
+
+  Lookup tenant_of(uint32_t ipv4_net, std::string* tenant) override {
+    std::lock_guard lock(mu_);
+    if (!available_) return Lookup::kUnavailable;
+    const ContainerInfo* c = view_.container(ntohl(ipv4_net));
+    if (!c || c->tenant.empty()) return Lookup::kNotFound;
+    *tenant = c->tenant;
     return Lookup::kFound;
   }
 
@@ -248,7 +259,7 @@ class EtcdDirectory final : public Directory {
   mutable std::mutex mu_;
   bool started_ = false;
   HostEntry self_;
-  std::map<uint32_t, std::string> own_containers_;  // what this host publishes
+  std::map<uint32_t, ContainerInfo> own_containers_;  // what this host publishes
   std::set<std::pair<uint32_t, uint16_t>> own_listeners_;
   std::deque<Write> queue_;  // not yet sent to etcd
   DirectoryView view_;       // the other hosts, from etcd
@@ -375,9 +386,9 @@ bool EtcdDirectory::resync(std::string* why) {
     ops.push_back({false, host_info_key(id), host_info_value(self_), lease_});
     for (const auto& c : self_.cidrs)
       ops.push_back({false, network_key(id, c), network_value(), lease_});
-    for (const auto& [ip, name] : own_containers_)
+    for (const auto& [ip, info] : own_containers_)
       if (in_own_networks(ip))
-        ops.push_back({false, container_key(id, ip), container_value(name), lease_});
+        ops.push_back({false, container_key(id, ip), container_value(info), lease_});
     for (const auto& [ip, port] : own_listeners_)
       ops.push_back({false, listener_key(id, ip, port), listener_value(), lease_});
     std::set<std::string> wanted;

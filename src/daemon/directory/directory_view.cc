@@ -86,16 +86,16 @@ std::string DirectoryView::apply(const DirectoryUpdate& u) {
       return "";
     }
     case EntryKind::kContainer: {
-      std::optional<std::string> name;
-      if (!u.deleted) name = parse_container_value(u.value, &why);
-      if (!name) {
+      std::optional<ContainerInfo> info;
+      if (!u.deleted) info = parse_container_value(u.value, &why);
+      if (!info) {
         if (auto it = claims_.find(k->ipv4); it != claims_.end()) {
           it->second.erase(k->host);
           if (it->second.empty()) claims_.erase(it);
         }
         return u.deleted ? "" : "ignoring " + printable(u.key) + ": " + why;
       }
-      claims_[k->ipv4][k->host] = Claim{std::move(*name), u.create_revision};
+      claims_[k->ipv4][k->host] = Claim{std::move(*info), u.create_revision};
       return "";
     }
     case EntryKind::kListener:
@@ -226,6 +226,15 @@ std::optional<HostEntry> DirectoryView::host_by_id(uint32_t id) const {
   auto it = accepted_.find(id);
   if (it == accepted_.end()) return std::nullopt;
   return it->second;
+}
+
+const ContainerInfo* DirectoryView::container(uint32_t ipv4_host) const {
+  auto o = owners_.find(ipv4_host);
+  if (o == owners_.end()) return nullptr;
+  auto by_host = claims_.find(ipv4_host);
+  if (by_host == claims_.end()) return nullptr;
+  auto c = by_host->second.find(o->second);
+  return c == by_host->second.end() ? nullptr : &c->second.info;
 }
 
 std::optional<HostEntry> DirectoryView::host_of(uint32_t ipv4_host) const {

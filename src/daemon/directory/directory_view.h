@@ -54,6 +54,8 @@ class DirectoryView {
   // A container entry, else the host whose accepted network holds the address (this host's
   // own first).
   std::optional<HostEntry> host_of(uint32_t ipv4_host) const;
+  // The accepted container entry for an address: what its owner published.
+  const ContainerInfo* container(uint32_t ipv4_host) const;
   // The host (this one or an accepted one) whose router listens at this IPv4 address (network
   // order; any port).
   const HostEntry* host_by_router(uint32_t ipv4_net) const {
@@ -68,7 +70,7 @@ class DirectoryView {
     int64_t created = 0;
   };
   struct Claim {
-    std::string name;
+    ContainerInfo info;
     int64_t created = 0;
   };
   struct Block {

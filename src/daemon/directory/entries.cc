@@ -82,9 +82,11 @@ std::string host_info_value(const HostEntry& h) {
 std::string network_value() {
   return "{}";
 }
-std::string container_value(const std::string& name) {
+std::string container_value(const ContainerInfo& info) {
   // Names come from this host's own namespaces; replace what JSON cannot hold as text.
-  return json{{"name", name}}.dump(-1, ' ', false, json::error_handler_t::replace);
+  json j{{"name", info.name}};
+  if (!info.tenant.empty()) j["tenant"] = info.tenant;
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 std::string listener_value() {
   return "{}";
@@ -181,27 +183,42 @@ std::optional<HostEntry> parse_host_info(uint32_t id, std::string_view value, st
   return h;
 }
 
-std::optional<std::string> parse_container_value(std::string_view value, std::string* why) {
-  json j = parse_object(value, why);
-  if (j.is_discarded()) return std::nullopt;
-  auto name = j.find("name");
-  if (name == j.end()) return std::string();
-  if (!name->is_string()) {
-    *why = "\"name\" is not a string";
-    return std::nullopt;
+namespace {
+
+// A text field of a container's value: absent is "", else a string of printable ASCII without
+// spaces, at most kMaxNameBytes. False and *why if not.
+bool text_field(const json& j, const char* field, std::string* out, std::string* why) {
+  auto it = j.find(field);
+  if (it == j.end()) return true;
+  const std::string quoted = std::string("\"") + field + "\"";
+  if (!it->is_string()) {
+    *why = quoted + " is not a string";
+    return false;
   }
-  const auto& text = name->get_ref<const std::string&>();
+  const auto& text = it->get_ref<const std::string&>();
   if (text.size() > kMaxNameBytes) {
-    *why = "\"name\" is longer than " + std::to_string(kMaxNameBytes) + " bytes";
-    return std::nullopt;
+    *why = quoted + " is longer than " + std::to_string(kMaxNameBytes) + " bytes";
+    return false;
   }
   for (char ch : text) {
     if (ch < 0x21 || ch > 0x7e) {
-      *why = "\"name\" holds a character that is not printable ASCII";
-      return std::nullopt;
+      *why = quoted + " holds a character that is not printable ASCII";
+      return false;
     }
   }
-  return text;
+  *out = text;
+  return true;
+}
+
+}  // namespace
+
+std::optional<ContainerInfo> parse_container_value(std::string_view value, std::string* why) {
+  json j = parse_object(value, why);
+  if (j.is_discarded()) return std::nullopt;
+  ContainerInfo info;
+  if (!text_field(j, "name", &info.name, why) || !text_field(j, "tenant", &info.tenant, why))
+    return std::nullopt;
+  return info;
 }
 
 bool parse_network_value(std::string_view value, std::string* why) {

@@ -7,7 +7,7 @@
 //   key under /vrdma/hosts/<id>/    value
 //   info                            {"router": "a.b.c.d:port"}
 //   networks/<a.b.c.d>/<len>        {}                  a container network the host owns
-//   containers/<a.b.c.d>            {"name": "h1c0"}
+//   containers/<a.b.c.d>            {"name": "h1c0", "tenant": "team-a"}
 //   listeners/<a.b.c.d>:<port>      {}
 //
 // The host an entry speaks for is the <id> of its key, never a field of its value. Each
@@ -42,7 +42,7 @@ std::string listener_key(uint32_t id, uint32_t ipv4_net, uint16_t port);
 // Values.
 std::string host_info_value(const HostEntry& h);  // its router
 std::string network_value();
-std::string container_value(const std::string& name);
+std::string container_value(const ContainerInfo& info);
 std::string listener_value();
 
 enum class EntryKind { kHostInfo, kNetwork, kContainer, kListener };
@@ -65,9 +65,9 @@ std::optional<EntryKey> parse_entry_key(std::string_view key, std::string* why);
 std::optional<HostEntry> parse_host_info(uint32_t id, std::string_view value, std::string* why);
 // A network's value: any JSON object. false and *why if not.
 bool parse_network_value(std::string_view value, std::string* why);
-// A container's value: its name (printable ASCII without spaces, at most kMaxNameBytes;
-// absent means ""). nullopt and *why if bad.
-std::optional<std::string> parse_container_value(std::string_view value, std::string* why);
+// A container's value: its name and tenant (each printable ASCII without spaces, at most
+// kMaxNameBytes; absent means ""). nullopt and *why if bad.
+std::optional<ContainerInfo> parse_container_value(std::string_view value, std::string* why);
 // A listener's value: any JSON object. false and *why if not.
 bool parse_listener_value(std::string_view value, std::string* why);
 
