@@ -144,6 +144,18 @@ class Manifests(unittest.TestCase):
         self.assertTrue(self.pod["hostPID"])
         self.assertTrue(self.pod["hostNetwork"])
 
+    def test_names_and_options_are_given_once(self):
+        # The API server refuses a pod spec with two volumes of one name (kubectl's client-side
+        # dry run does not check), and an option given twice is at best redundant.
+        for spec in [self.pod] + [d["spec"] for d in self.examples if d.get("kind") == "Pod"]:
+            names = [v["name"] for v in spec.get("volumes", [])]
+            self.assertEqual(len(names), len(set(names)), names)
+            for c in spec.get("initContainers", []) + spec["containers"]:
+                mounts = [m["mountPath"] for m in c.get("volumeMounts", [])]
+                self.assertEqual(len(mounts), len(set(mounts)), mounts)
+        options = [a for a in self.vrdmad_args() if a.startswith("--")]
+        self.assertEqual(len(options), len(set(options)), options)
+
     def test_examples_request_the_resource(self):
         resource = self.cm["data"]["resource-name"]
         pods = [d for d in self.examples if d["kind"] == "Pod"]
