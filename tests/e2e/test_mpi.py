@@ -9,9 +9,9 @@ import unittest
 
 import conftest_path  # noqa: F401
 
-from mpi_run import MPI_CHECK, mpirun  # noqa: E402
+from vrdma_py.mpi_job import MPI_CHECK, mpirun  # noqa: E402
 from topology import CLIENT, SB, SERVER  # noqa: E402
-from ucx_run import DEVICE, lanes  # noqa: E402
+from vrdma_py.ucx_run import DEVICE, lanes  # noqa: E402
 
 setUpModule = SB.up
 tearDownModule = SB.down

@@ -12,7 +12,7 @@ import conftest_path  # noqa: F401
 from vrdma_py.sandbox import container_ip
 
 from topology import CLIENT, CROSS, SB, SERVER  # noqa: E402
-from ucx_run import DEVICE, StatusSampler, final_row, lanes, perftest_pair  # noqa: E402
+from vrdma_py.ucx_run import DEVICE, StatusSampler, final_row, lanes, perftest_pair  # noqa: E402
 
 setUpModule = SB.up
 tearDownModule = SB.down

@@ -10,7 +10,7 @@ import os
 import shutil
 import subprocess
 
-from ucx_run import ucx_env
+from .ucx_run import ucx_env
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 AGENT = os.path.join(HERE, "mpi_launch_agent")
@@ -28,7 +28,7 @@ def mpirun(sb, state, containers, program, *, tls="rc_verbs,ud_verbs,self", pml=
     host_list = ",".join(f"{by_name[c]['ip']}:1" for c in containers)
     cmd = ["nsenter", f"--net=/run/netns/{launcher}", "mpirun", "--allow-run-as-root",
            "--bind-to", "none", "-np", str(len(containers)), "--host", host_list,
-           "--mca", "plm_rsh_agent", AGENT]
+           "--mca", "plm_rsh_agent", AGENT, "--mca", "routed", "direct"]
     env = dict(os.environ)
     env["PMIX_MCA_gds"] = "hash"  # PMIx's shared-memory store needs a shared /dev/shm
     if pml == "ucx":
