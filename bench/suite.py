@@ -10,7 +10,9 @@ namespaces, one vrdmad each) and measures, in one run, with unmodified programs:
   throughput with up to 1024 QPs, connection setup rate through verbs and rdma_cm;
   what encrypting the links between routers costs (mutual TLS against --router-plaintext,
   across hosts, ib_write_bw 64 KiB and ib_write_lat 8 B); and the baselines: memcpy, UCX
-  shared memory and tcp (ucx_perftest), TCP (iperf3, sockperf) between the same containers.
+  shared memory and tcp (ucx_perftest), TCP (iperf3, sockperf) between the same containers;
+  real clients: UCX over vrdma against UCX posix and tcp, Open MPI ping-pong over vrdma
+  (pml ucx) against Open MPI over TCP.
 
 Writes results.json (every figure and the machine), report.md (tables with vrdma's
 ratio to each baseline; >1 means vrdma is better) and PNG plots to --out. A part
@@ -51,6 +53,7 @@ def _ensure_matplotlib():
 
 _ensure_matplotlib()
 
+from vrdma_py import bench_clients  # noqa: E402
 from vrdma_py import bench_measure as m  # noqa: E402
 from vrdma_py import bench_proc as bp  # noqa: E402
 from vrdma_py import bench_report  # noqa: E402
@@ -77,7 +80,8 @@ MODES = {
         "idle_seconds": 5, "run_timeout": 60, "probe_timeout": 20,
         "tls_reps": 2,  # TLS / plaintext alternations (each a sandbox of its own)
         "budget": {"idle": 10, "memory": 45, "memcpy": 10, "probe": 30, "same_host": 180,
-                   "cross_host": 180, "scalability": 290, "connections": 90, "tls": 120},
+                   "cross_host": 180, "scalability": 290, "connections": 90, "tls": 120,
+                   "clients": 240},
     },
     "quick": {
         "sizes": [8, 64 * KIB, 4 * MIB],
@@ -93,7 +97,8 @@ MODES = {
         "idle_seconds": 2, "run_timeout": 40, "probe_timeout": 8,
         "tls_reps": 1,
         "budget": {"idle": 4, "memory": 10, "memcpy": 4, "probe": 10, "same_host": 26,
-                   "cross_host": 30, "scalability": 20, "connections": 14, "tls": 40},
+                   "cross_host": 30, "scalability": 20, "connections": 14, "tls": 40,
+                   "clients": 90},
     },
 }
 
@@ -320,9 +325,22 @@ class Suite:
                        summary=lambda r: "cross-host RDMA works"))
         for topo in ("same_host", "cross_host"):
             steps += self.plan_size_sweep(topo)
+        for topo in ("same_host", "cross_host"):
+            steps += self.plan_clients(topo)
         steps += self.plan_scalability()
         # Last: it replaces the sandbox (routers with and without TLS).
         steps += self.plan_router_security()
+        return steps
+
+    def plan_clients(self, topo):
+        """UCX over vrdma against UCX posix and tcp, Open MPI over vrdma against Open MPI over
+        TCP, between the same two containers (bench_clients)."""
+        cross = topo == "cross_host"
+        server, client = self.cross_pair() if cross else self.same_pair()
+        steps = bench_clients.plan(self, Step, topo, server, client, self.mode == "quick")
+        if cross:
+            for st in steps:
+                st.gate = self.cross_gate
         return steps
 
     def plan_router_security(self):

@@ -10,6 +10,8 @@ import math
 import os
 import traceback
 
+from . import bench_clients
+
 KIB, MIB = 1 << 10, 1 << 20
 REF_BW_SIZE = 64 * KIB
 REF_LAT_SIZE = 8
@@ -589,6 +591,7 @@ def report_md(results, plots):
             else:
                 parts = sorted({x["part"] for x in es})
                 L.append(f"- {len(es)} steps ({', '.join(parts)}): {msg}")
+    L += [""] + bench_clients.report_md(results)
     if plots:
         L.append("\n## Plots\n")
         for p in plots:

@@ -12,7 +12,9 @@
 #include <atomic>
 #include <memory>
 
+#include "common/mremap_fixed.h"
 #include "engine/control.h"
+#include "engine/mapping_check.h"
 #include "shm/shared_file.h"
 
 namespace vrdma {
@@ -149,7 +151,7 @@ int commit_job(void* arg) {
   const Prepared p = *static_cast<const Prepared*>(arg);
   size_t len = p.end - p.start;
   copy_pages(p.tmp, reinterpret_cast<void*>(p.start), len);
-  void* r = ::mremap(p.tmp, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, reinterpret_cast<void*>(p.start));
+  void* r = mremap_fixed(p.tmp, len, len, reinterpret_cast<void*>(p.start));
   return r == MAP_FAILED ? errno : 0;
 }
 
@@ -163,8 +165,7 @@ int privatize_job(void* arg) {
   void* anon = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (anon == MAP_FAILED) return errno;
   copy_pages(anon, reinterpret_cast<void*>(j.start), len);
-  if (::mremap(anon, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, reinterpret_cast<void*>(j.start)) ==
-      MAP_FAILED) {
+  if (mremap_fixed(anon, len, len, reinterpret_cast<void*>(j.start)) == MAP_FAILED) {
     int e = errno;
     ::munmap(anon, len);
     return e;
@@ -224,10 +225,11 @@ void MemoryRegistry::drop_fd(const Backing& b) {
 }
 
 // Moves the pages of one backing back to private anonymous memory and forgets it: whoever
-// still maps the file maps pages the process no longer uses.
+// still maps the file maps pages the process no longer uses. Pages the application unmapped
+// or replaced since are left as they are: they are no longer the file's.
 void MemoryRegistry::privatize(BackingMap::iterator it) {
   PrivatizeJob job{it->first, it->second.end};
-  mover_.run(privatize_job, &job);
+  if (range_maps_file(job.start, job.end, it->second.fd)) mover_.run(privatize_job, &job);
   drop_fd(it->second);
   backings_.erase(it);
 }

@@ -114,7 +114,9 @@ int Channel::get_event(Cq*& out) {
 
 namespace {
 std::atomic<uint32_t> g_next_pd{1};
-}
+// A RoCE completion's SL field: the received packet's L3 header type.
+constexpr uint8_t kRoceL3HeaderIpv4 = 2;
+}  // namespace
 
 Pd::Pd(Context& ctx) : ctx_(ctx), id_(g_next_pd.fetch_add(1)) {}
 
@@ -210,7 +212,13 @@ int Cq::take_recv(RecvSource& src, int max, ibv_wc* out) {
         wc.wc_flags |= IBV_WC_WITH_IMM;
         wc.imm_data = r.imm_data;
       }
-      if (r.flags & shm::kRecvGrh) wc.wc_flags |= IBV_WC_GRH;
+      if (r.flags & shm::kRecvGrh) {
+        // As a RoCE v2 device reports a datagram: its GRH area holds an IPv4 header, and the
+        // SL field of a RoCE completion carries the L3 header type (0 GRH, 1 IPv6, 2 IPv4),
+        // which tells a reader where the destination address sits in those 40 bytes.
+        wc.wc_flags |= IBV_WC_GRH;
+        wc.sl = kRoceL3HeaderIpv4;
+      }
     }
   }
   return n;
@@ -247,6 +255,18 @@ int Cq::arm(bool solicited_only) {
   armed_.store(solicited_only ? 2 : 1, std::memory_order_seq_cst);
   shm::arm_word(view_.cq->armed, solicited_only);
   for (RecvSource* src : sources_) shm::arm_word(src->ring.ring->armed, solicited_only);
+  // As a hardware CQ armed at its consumer index: completions already waiting unpolled make
+  // the event at once. A program that polls, finds nothing, and arms (UCX) would otherwise
+  // sleep through a completion that came in between, until the next one.
+  if (channel_ && !solicited_only) {
+    bool waiting = shm::cq_ready(view_, head_);
+    for (size_t i = 0; i < sources_.size() && !waiting; ++i)
+      waiting = shm::ring_ready(sources_[i]->ring, sources_[i]->head);
+    if (waiting) {
+      uint64_t one = 1;
+      [[maybe_unused]] ssize_t r = ::write(event_fd_, &one, sizeof(one));
+    }
+  }
   return 0;
 }
 

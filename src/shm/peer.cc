@@ -4,7 +4,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-
+#include "common/mremap_fixed.h"
 #include "shm/shared_file.h"
 #include "shm/sigbus_guard.h"
 
@@ -237,7 +237,7 @@ bool Peer::map_mr(uint32_t via_qpn, uint32_t key, uint32_t access) {
       uint64_t kept_size = 0;
       uint8_t* kept = source_.kept_mapping(client_id_, s.fd_id, kept_size);
       if (kept && s.offset <= kept_size && s.length <= kept_size - s.offset)
-        p = ::mremap(kept + s.offset, 0, s.length, MREMAP_MAYMOVE | MREMAP_FIXED, at);
+        p = mremap_fixed(kept + s.offset, 0, s.length, at);
     }
     ok = p != MAP_FAILED;
     off += s.length;

@@ -129,6 +129,12 @@ void put_grh(Placement& out, const Incoming& in) {
   ip[9] = 17;
   memcpy(ip + 12, &in.src_ipv4, 4);
   memcpy(ip + 16, &in.dst_ipv4, 4);
+  // The header checksum, as the received header carried it.
+  uint32_t sum = 0;
+  for (int i = 0; i < 20; i += 2) sum += static_cast<uint32_t>(ip[i]) << 8 | ip[i + 1];
+  while (sum >> 16) sum = (sum & 0xFFFF) + (sum >> 16);
+  uint16_t csum = htons(static_cast<uint16_t>(~sum));
+  memcpy(ip + 10, &csum, 2);
   Seg src{grh, 40};
   // Plain copy: the payload that follows ends the message.
   uint64_t left = 40;

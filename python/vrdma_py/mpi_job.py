@@ -1,0 +1,52 @@
+"""Running Open MPI (Debian's openmpi-bin 4.1) jobs of two ranks, one per sandbox container.
+
+mpirun runs in the network namespace of the first container's host (so neither rank's address
+is its own) and starts its daemons through mpi_launch_agent, which runs them with `vrdma sandbox
+exec` inside the containers; hosts are named by address, which spares name lookups. Ranks are
+not bound to cores: every container sees the same cores, and two ranks bound to "core 0" of
+their own node would share one."""
+
+import os
+import shutil
+import subprocess
+
+from .ucx_run import ucx_env
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+AGENT = os.path.join(HERE, "mpi_launch_agent")
+MPI_CHECK = os.environ.get("VRDMA_MPI_CHECK") or shutil.which("mpi_check")
+
+
+def mpirun(sb, state, containers, program, *, tls="rc_verbs,ud_verbs,self", pml="ucx",
+           timeout=300, extra_env=None):
+    """Runs `program` (a list) as 2 ranks, rank i in containers[i]; returns (rc, output).
+    pml "ucx" confines UCX to vrdma (ucx_run.ucx_env); pml "ob1" uses Open MPI's TCP BTL on the
+    containers' interfaces (for comparison)."""
+    by_name = {c["name"]: c for c in state["containers"]}
+    hosts = {h["name"]: h for h in state["hosts"]}
+    launcher = hosts[by_name[containers[0]]["host"]]["netns"]
+    host_list = ",".join(f"{by_name[c]['ip']}:1" for c in containers)
+    cmd = ["nsenter", f"--net=/run/netns/{launcher}", "mpirun", "--allow-run-as-root",
+           "--bind-to", "none", "-np", str(len(containers)), "--host", host_list,
+           "--mca", "plm_rsh_agent", AGENT, "--mca", "routed", "direct"]
+    env = dict(os.environ)
+    env["PMIX_MCA_gds"] = "hash"  # PMIx's shared-memory store needs a shared /dev/shm
+    if pml == "ucx":
+        cmd += ["--mca", "pml", "ucx", "--mca", "osc", "ucx", "--mca", "btl", "self"]
+        for k, v in ucx_env(tls).items():
+            cmd += ["-x", f"{k}={v}"]
+    else:
+        cmd += ["--mca", "pml", "ob1", "--mca", "btl", "tcp,self", "--mca", "osc", "pt2pt",
+                "--mca", "btl_tcp_if_include", "eth0"]
+    for k, v in (extra_env or {}).items():
+        cmd += ["-x", f"{k}={v}"]
+    cmd += program
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         env=env, start_new_session=True)
+    try:
+        out, _ = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, 9)
+        out, _ = p.communicate()
+        raise AssertionError(f"mpirun did not finish within {timeout}s:\n{out}")
+    return p.returncode, out
