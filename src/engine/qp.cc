@@ -119,6 +119,7 @@ int Qp::init(ibv_qp_cap& cap) {
   proto::AllocQpnReq req{static_cast<uint32_t>(type_), offset_, 0, 0, 0, pd_->id()};
   auto reply = std::make_unique<Packet>();
   recv_source_.recvs = recvs_;
+  recv_source_.srq = srq_;
   recv_source_.type = type_;
   recv_source_.dropped = &shared_->counters.dropped;
   // The object names the QPN, which comes with AllocQpn: a placeholder object first would cost a

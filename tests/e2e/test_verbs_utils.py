@@ -59,7 +59,9 @@ class RcPingpong(unittest.TestCase):
     def test_other_pingpongs(self):
         for prog in ("ibv_uc_pingpong", "ibv_ud_pingpong", "ibv_srq_pingpong"):
             with self.subTest(prog=prog):
-                args = [prog, "-n", "200", *GID]
+                # A UD destination is an AH, which on RoCE needs the GID (-g) on one host too.
+                gid = GID or (["-g", "0"] if prog == "ibv_ud_pingpong" else [])
+                args = [prog, "-n", "200", *gid]
                 (src, sout, serr), (crc, cout, cerr) = SB.pair(
                     args, args + [container_ip(SERVER)], SERVER, CLIENT, timeout=60)
                 self.assertEqual((src, crc), (0, 0), f"{prog}:\n{sout}{serr}\n{cout}{cerr}")
