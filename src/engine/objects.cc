@@ -218,6 +218,11 @@ int Cq::take_recv(RecvSource& src, int max, ibv_wc* out) {
   return n;
 }
 
+void Cq::remove_qp(uint32_t qpn) {
+  std::lock_guard lock(poll_lock_);
+  shm::cq_remove_qp(view_, head_, qpn);
+}
+
 int Cq::resize(int cqe) {
   if (cqe < 1 || cqe > kMaxCqe) return EINVAL;
   uint32_t want = shm::pow2_at_least(static_cast<uint32_t>(cqe));

@@ -133,6 +133,9 @@ class Cq {
   // Producer side for this process's own completions.
   void push(const ibv_wc& wc, bool solicited);
 
+  // A QP was reset: its completions still waiting here are removed (as hardware cleans them).
+  void remove_qp(uint32_t qpn);
+
   // A QP whose receive CQ this is: its ring is polled (and armed) with the CQ's own.
   void attach(RecvSource* src);
   void detach(RecvSource* src);

@@ -295,6 +295,8 @@ int Qp::modify(const ibv_qp_attr& attr, int mask) {
   if (!(mask & IBV_QP_STATE)) return 0;
   if (next == IBV_QPS_RESET) {
     flush_locked();
+    send_cq_->remove_qp(qpn_);
+    if (recv_cq_ != send_cq_) recv_cq_->remove_qp(qpn_);
     pend_head_ = pend_count_ = 0;
     block_ = Block::kNone;
     peer_ = shm::PeerQp{};

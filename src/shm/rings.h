@@ -112,6 +112,19 @@ inline RingResult cq_push(const CqView& v, const ibv_wc& wc) {
   return RingResult::kCorrupt;
 }
 
+// A completion the owner removed before polling it (its QP was reset): QPNs have 24 bits.
+inline constexpr uint32_t kRemovedQpn = 0xFFFFFFFFu;
+
+// Consumer side: marks every completion of QP `qpn` that waits from `head` on as removed.
+inline void cq_remove_qp(const CqView& v, uint64_t head, uint32_t qpn) {
+  uint64_t tail = v.cq->tail.load(std::memory_order_acquire);
+  for (uint64_t pos = head; pos != tail; ++pos) {
+    Cqe& cell = v.cq->entries[pos & v.mask];
+    if (cell.seq.load(std::memory_order_acquire) == pos + 1 && cell.wc.qp_num == qpn)
+      cell.wc.qp_num = kRemovedQpn;
+  }
+}
+
 // Consumer side (the owner only, `head` its private position): whether a completion waits.
 inline bool cq_ready(const CqView& v, uint64_t head) {
   return v.cq->entries[head & v.mask].seq.load(std::memory_order_acquire) == head + 1;
@@ -126,7 +139,7 @@ inline int cq_poll(const CqView& v, uint64_t& head, int max, ibv_wc* out, uint32
   while (n < max) {
     Cqe& cell = cq->entries[head & v.mask];
     if (cell.seq.load(std::memory_order_acquire) != head + 1) break;
-    out[n++] = cell.wc;
+    if (cell.wc.qp_num != kRemovedQpn) out[n++] = cell.wc;
     cq->entries[(head + ahead) & v.mask].seq.store(head + ahead, std::memory_order_release);
     ++head;
   }

@@ -752,3 +752,78 @@ TEST_F(VerbsExTest, UdSendsWithTheAddressOfEachRequest) {
 
 }  // namespace
 }  // namespace vrdma::testing
+
+namespace vrdma::testing {
+namespace {
+
+// Two MRs on one page (as small allocations are), one the receive buffer moved to another PD:
+// the receive fails (LOC_PROT_ERR, the sender REM_OP_ERR), the other MR stays whole.
+TEST_F(ReregTest, ReceiveIntoAnMrMovedToAnotherPdFails) {
+  void* page = nullptr;
+  ASSERT_EQ(posix_memalign(&page, 4096, 4096), 0);
+  auto* base = static_cast<uint8_t*>(page);
+  fill_random(base, 4096, 61);
+  ibv_mr* mine = ibv_reg_mr(pd, base, 1024, IBV_ACCESS_LOCAL_WRITE);
+  ibv_mr* theirs = ibv_reg_mr(pd, base + 1024, 1024, IBV_ACCESS_LOCAL_WRITE);
+  ASSERT_TRUE(mine && theirs);
+  ibv_pd* other = ibv_alloc_pd(ctx);
+  ASSERT_NE(other, nullptr);
+  auto exchange = [&](int seed) {
+    ibv_sge r{reinterpret_cast<uint64_t>(base + 1024), 1024, theirs->lkey};
+    ibv_recv_wr rw{};
+    rw.sg_list = &r;
+    rw.num_sge = 1;
+    ibv_recv_wr* rbad;
+    EXPECT_EQ(ibv_post_recv(b, &rw, &rbad), 0);
+    fill_random(base, 512, seed);
+    ibv_sge s{reinterpret_cast<uint64_t>(base), 512, mine->lkey};
+    ibv_send_wr wr = send_wr(IBV_WR_SEND, s);
+    return complete_one(a, wr, c1);
+  };
+  ASSERT_EQ(ibv_rereg_mr(theirs, IBV_REREG_MR_CHANGE_PD, other, nullptr, 0, 0), 0);
+  EXPECT_EQ(exchange(62), IBV_WC_REM_OP_ERR);
+  auto w = poll(c2, 1);
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_EQ(w[0].status, IBV_WC_LOC_PROT_ERR);
+  reconnect();
+  ASSERT_EQ(ibv_rereg_mr(theirs, IBV_REREG_MR_CHANGE_PD, pd, nullptr, 0, 0), 0);
+  ASSERT_EQ(exchange(63), IBV_WC_SUCCESS);
+  w = poll(c2, 1);
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_EQ(w[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(memcmp(base, base + 1024, 512), 0);
+  EXPECT_EQ(ibv_dereg_mr(mine), 0);
+  EXPECT_EQ(ibv_dereg_mr(theirs), 0);
+  EXPECT_EQ(ibv_dealloc_pd(other), 0);
+  free(page);
+}
+
+}  // namespace
+}  // namespace vrdma::testing
+
+namespace vrdma::testing {
+namespace {
+
+// Moving a QP to RESET removes its completions that still wait in its CQs (and only its own).
+TEST_F(ReregTest, ResetRemovesTheQpsWaitingCompletions) {
+  Buffer& src = buffer(64);
+  Buffer& dst = buffer(64);
+  ibv_qp* bystander = qp(c1, c1);
+  ASSERT_EQ(post_recv(a, dst, 64, 7), 0);
+  ibv_qp_attr err{};
+  err.qp_state = IBV_QPS_ERR;
+  ASSERT_EQ(ibv_modify_qp(a, &err, IBV_QP_STATE), 0);  // flushes the receive into c1
+  ASSERT_EQ(to_init(bystander), 0);
+  ASSERT_EQ(post_recv(bystander, dst, 64, 8), 0);
+  ASSERT_EQ(ibv_modify_qp(bystander, &err, IBV_QP_STATE), 0);
+  reconnect();
+  auto w = poll(c1, 2, 300);
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_EQ(w[0].wr_id, 8u);
+  EXPECT_EQ(w[0].status, IBV_WC_WR_FLUSH_ERR);
+  ASSERT_EQ(write(src, dst.mr->rkey, dst.addr(), 64, 9), IBV_WC_SUCCESS);
+  EXPECT_EQ(memcmp(src.data(), dst.data(), 64), 0);
+}
+
+}  // namespace
+}  // namespace vrdma::testing

@@ -38,7 +38,10 @@ void set_src(Id* id, uint32_t ip, uint16_t port) {
 
 }  // namespace
 
-Shared* shared_if_open() { return g_shared.load(std::memory_order_acquire); }
+Shared* shared_if_open() {
+  Shared* s = g_shared.load(std::memory_order_acquire);
+  return s && s->pid == ::getpid() ? s : nullptr;
+}
 
 Shared* shared() {
   if (Shared* s = shared_if_open()) return s;
@@ -75,6 +78,7 @@ Shared* shared() {
     return nullptr;
   }
   memcpy(&s->ipv4, gid.raw + 12, 4);
+  s->pid = ::getpid();
   // The context lives as long as the process (ids and applications keep pointers to it).
   g_shared.store(s, std::memory_order_release);
   vrdma_cm_set_handler(on_daemon_event);

@@ -12,6 +12,8 @@
 // the daemon or a verbs call.
 #pragma once
 
+#include <unistd.h>
+
 #include <rdma/rdma_cma.h>
 #include <rdma/rdma_verbs.h>
 
@@ -99,6 +101,7 @@ struct Shared {
   ibv_context* ctx = nullptr;
   ibv_pd* pd = nullptr;
   uint32_t ipv4 = 0;  // network byte order
+  pid_t pid = 0;      // the process that opened it (a child of fork opens its own)
 };
 // Opens it on first use. nullptr with errno set when there is no device.
 Shared* shared();

@@ -1,5 +1,6 @@
 // Devices: listing, opening, and the attributes a virtual RoCEv2 HCA reports.
 #include <errno.h>
+#include <fcntl.h>
 #include <ifaddrs.h>
 #include <net/if.h>
 #include <netinet/in.h>
@@ -189,7 +190,11 @@ VRDMA_EXPORT ibv_context* ibv_open_device(ibv_device* device) {
   install_extended_ops(v);
   ibv_context& c = v.context;
   c.device = device;
-  c.cmd_fd = -1;
+  // The device node, where the container has one (it does nothing; programs dup it, stat it
+  // or hand it to ibv_import_device, which answers EOPNOTSUPP).
+  char node[sizeof(device->dev_name) + 32];
+  snprintf(node, sizeof(node), "/dev/infiniband/%s", device->dev_name);
+  c.cmd_fd = ::open(node, O_RDWR | O_CLOEXEC);
   c.async_fd = engine->async_fd();
   c.num_comp_vectors = 1;
   c.abi_compat = reinterpret_cast<void*>(UINTPTR_MAX);
@@ -205,6 +210,7 @@ VRDMA_EXPORT ibv_context* ibv_open_device(ibv_device* device) {
 
 VRDMA_EXPORT int ibv_close_device(ibv_context* ctx) {
   ContextHandle* h = ctx_of(ctx);
+  if (ctx->cmd_fd >= 0) ::close(ctx->cmd_fd);
   delete h->engine;
   pthread_mutex_destroy(&ctx->mutex);
   free(h);
