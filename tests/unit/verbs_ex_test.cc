@@ -827,3 +827,41 @@ TEST_F(ReregTest, ResetRemovesTheQpsWaitingCompletions) {
 
 }  // namespace
 }  // namespace vrdma::testing
+
+namespace vrdma::testing {
+namespace {
+
+// One side brought back from ERR before the other was reset (as rdma-core's tests restate a
+// pair): its connection follows the peer's reset to the new object.
+TEST_F(ReregTest, ASideRestatedBeforeItsPeerReachesThePeerAfterItsReset) {
+  Buffer& src = buffer(4096);
+  Buffer& dst = buffer(4096);
+  ibv_qp_attr st{};
+  st.qp_state = IBV_QPS_ERR;
+  ASSERT_EQ(ibv_modify_qp(a, &st, IBV_QP_STATE), 0);
+  ASSERT_EQ(ibv_modify_qp(b, &st, IBV_QP_STATE), 0);
+  st.qp_state = IBV_QPS_RESET;
+  ASSERT_EQ(ibv_modify_qp(a, &st, IBV_QP_STATE), 0);
+  ASSERT_EQ(to_init(a), 0);
+  ASSERT_EQ(to_rtr(a, b->qp_num), 0);  // b is still in ERR, with its old object
+  ASSERT_EQ(to_rts(a), 0);
+  ASSERT_EQ(ibv_modify_qp(b, &st, IBV_QP_STATE), 0);
+  ASSERT_EQ(to_init(b), 0);
+  ASSERT_EQ(to_rtr(b, a->qp_num), 0);
+  ASSERT_EQ(to_rts(b), 0);
+  ASSERT_EQ(write(src, dst.mr->rkey, dst.addr(), 4096, 71), IBV_WC_SUCCESS);
+  EXPECT_EQ(memcmp(src.data(), dst.data(), 4096), 0);
+  // And sends into b's new receive queue.
+  ASSERT_EQ(post_recv(b, dst, 4096, 5), 0);
+  fill_random(src.data(), 1000, 72);
+  ibv_sge s{src.addr(), 1000, src.mr->lkey};
+  ibv_send_wr wr = send_wr(IBV_WR_SEND, s);
+  ASSERT_EQ(complete_one(a, wr, c1), IBV_WC_SUCCESS);
+  auto w = poll(c2, 1);
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_EQ(w[0].wr_id, 5u);
+  EXPECT_EQ(memcmp(src.data(), dst.data(), 1000), 0);
+}
+
+}  // namespace
+}  // namespace vrdma::testing

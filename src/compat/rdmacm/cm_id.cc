@@ -338,11 +338,19 @@ VRDMA_EXPORT int rdma_migrate_id(struct rdma_cm_id* cid, struct rdma_event_chann
 VRDMA_EXPORT int rdma_set_option(struct rdma_cm_id* cid, int level, int optname, void* optval,
                                  size_t optlen) {
   if (!cid || !optval) return fail(EINVAL);
-  // Type of service, address reuse, IPv6-only, ACK timeout and path records mean nothing
-  // for a virtual device: accepted and ignored.
+  // The ACK timeout is the RC QP's (local ACK timeout exponent, 5 bits), set at RTS.
+  if (level == RDMA_OPTION_ID && optname == RDMA_OPTION_ID_ACK_TIMEOUT) {
+    if (optlen != sizeof(uint8_t)) return fail(EINVAL);
+    uint8_t t = *static_cast<const uint8_t*>(optval);
+    if (t > 31) return fail(EINVAL);
+    reinterpret_cast<Id*>(cid)->ack_timeout = t;
+    return 0;
+  }
+  // Type of service, address reuse, IPv6-only and path records mean nothing for a virtual
+  // device: accepted and ignored.
   if (level == RDMA_OPTION_ID &&
       (optname == RDMA_OPTION_ID_TOS || optname == RDMA_OPTION_ID_REUSEADDR ||
-       optname == RDMA_OPTION_ID_AFONLY || optname == RDMA_OPTION_ID_ACK_TIMEOUT) &&
+       optname == RDMA_OPTION_ID_AFONLY) &&
       optlen > 0)
     return 0;
   if (level == RDMA_OPTION_IB && optname == RDMA_OPTION_IB_PATH) return 0;

@@ -94,6 +94,7 @@ struct Id {
   ibv_qp_init_attr* ep_attr = nullptr;  // rdma_create_ep of a passive endpoint: for its requests
   ibv_pd* ep_pd = nullptr;
   ibv_sa_path_rec path{};
+  int ack_timeout = -1;       // RDMA_OPTION_ID_ACK_TIMEOUT, for the QP's RTS (-1: the default)
 };
 
 // The process's one context on the vrdma device, shared by every id, with a default PD.
