@@ -25,14 +25,14 @@ README = os.path.join(REPO, "README.md")
 SECTION = "rdma-core test suite: skips"
 
 # What a test of another vendor's hardware says, or where it lives.
-VENDOR = re.compile(r"mlx5|mlx4|\bEFA\b|efa|CUDA|cuda|VFIO|vfio|dma-?buf|DevX|devx|"
-                    r"ConnectX|Mellanox|DEVX", re.I)
+VENDOR = re.compile(r"\bmlx[45]\b|\bEFA\b|\bCUDA\b|cuda-python|\bVFIO\b|\bdma-?buf\b|\bDevX\b|"
+                    r"\bConnectX\b|\bMellanox\b", re.I)
 VENDOR_MODULE = re.compile(r"^tests\.test_(mlx5|efa|cuda)")
 
 # "test_x (tests.test_mod.Class.test_x) ... ok" and its variants; a test whose output
 # interrupts the line has its verdict on a later line.
 LINE = re.compile(r"^(test\w*) \(([\w.]+)\)(?: \.\.\. |\n)")
-VERDICT = re.compile(r"\.\.\. (ok|FAIL|ERROR|skipped (['\"])(.*)\2|expected failure|"
+VERDICT = re.compile(r"(?:\.\.\. |^)(ok|FAIL|ERROR|skipped (['\"])(.*)\2|expected failure|"
                      r"unexpected success)\s*$")
 
 
