@@ -45,6 +45,18 @@ class RcPingpong(unittest.TestCase):
         for out in (sout, cout):
             self.assertRegex(out, rf"{size * iters * 2} bytes in [\d.]+ seconds")
         self.assertNotIn("invalid data", sout + cout)
+        return sout, cout
+
+    def test_extended_qp_and_cq(self):
+        # -N posts through ibv_create_qp_ex and the ibv_wr_* interface; -t polls an extended
+        # CQ and reads each receive's completion timestamp (ibv_wc_read_completion_ts).
+        for size in (1, 4096, 65536):
+            with self.subTest(size=size):
+                self.pingpong(size, "-N")
+                for out in self.pingpong(size, "-N", "-t"):
+                    m = re.search(r"Min receive completion clock cycles = (\d+)", out)
+                    self.assertIsNotNone(m, out)
+                    self.assertGreater(int(m.group(1)), 0, out)
 
     def test_sizes(self):
         for size in (1, 4096, 65536, 1 << 20):
