@@ -213,7 +213,8 @@ struct AllocKeyReq {
   uint32_t access;  // ibv_access_flags: what grants the MR allows
   uint64_t length;  // bytes, for status and quotas
   uint32_t pd;      // its protection domain
-  uint32_t reserved;
+  uint32_t replaces;  // 0, or a key of the client's that this registration takes over
+                      // (ibv_rereg_mr): the same key, now for this slot, access, length, pd
 };
 struct AllocKeyRep {
   uint32_t key;

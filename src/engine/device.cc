@@ -27,6 +27,12 @@ void Device::set_cm_handler(CmHandler h) {
 
 std::shared_ptr<Device> Device::get() {
   std::lock_guard lock(g_mu);
+  if (g_device && g_device->pid_ != ::getpid()) {
+    // A child of fork(): the parent's device (its connection to vrdmad, its arena, its progress
+    // thread, which the child does not have) stays the parent's. It is left alone, never
+    // destroyed here, and the child gets a device of its own.
+    new std::shared_ptr<Device>(std::move(g_device));
+  }
   if (g_device && !g_device->lost()) return g_device;
   std::shared_ptr<Device> dev(new Device());
   if (int e = dev->init()) {

@@ -3,6 +3,8 @@
 // deferred work (RNR and retry waits) and the daemon's notifications.
 #pragma once
 
+#include <unistd.h>
+
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -99,6 +101,7 @@ class Device {
   std::mutex contexts_mu_;
   std::set<Context*> contexts_;
   std::atomic<bool> lost_{false};
+  const pid_t pid_ = ::getpid();  // the process that opened it
   std::atomic<bool> stop_{false};
   std::atomic<bool> sleeping_forever_{false};
   int wake_fd_ = -1;

@@ -9,6 +9,13 @@
 
 namespace vrdma {
 
+namespace {
+// The object a peer QP was reached through is no longer its QP's.
+bool gone(const shm::PeerQp& p) {
+  return p.attrs && p.attrs->gone.load(std::memory_order_acquire);
+}
+}  // namespace
+
 const shm::PeerQp* Qp::ud_peer(const ibv_send_wr& wr) {
   const Ah* ah = reinterpret_cast<const Ah*>(wr.wr.ud.ah);
   uint8_t gid[16] = {};
@@ -19,14 +26,19 @@ const shm::PeerQp* Qp::ud_peer(const ibv_send_wr& wr) {
   }
   uint64_t key = uint64_t(ip) << 32 | wr.wr.ud.remote_qpn;
   auto it = ud_peers_.find(key);
-  if (it != ud_peers_.end()) return &it->second;
+  if (it != ud_peers_.end()) {
+    if (!gone(it->second)) return &it->second;
+    ud_peers_.erase(it);  // the destination was reset (a new object) or destroyed: ask again
+  }
   shm::PeerQp p;
   if (connect_peer(wr.wr.ud.remote_qpn, gid, p)) return nullptr;
   return &ud_peers_.emplace(key, std::move(p)).first->second;
 }
 
 const shm::PeerQp* Qp::connected_peer() {
-  if (peer_.valid() || peer_.routed) return &peer_;
+  if (peer_.routed || (peer_.valid() && !gone(peer_))) return &peer_;
+  // A destination that was reset has a new object (or, destroyed, none): ask again.
+  if (peer_.valid()) peer_ = shm::PeerQp{};
   if (!peer_wanted_) return nullptr;
   shm::PeerQp p;
   if (connect_peer(attr_.dest_qp_num, dest_gid_, p)) return nullptr;

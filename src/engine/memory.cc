@@ -348,13 +348,18 @@ void MemoryRegistry::republish_over(uint64_t start, uint64_t end) {
 // ---- registration --------------------------------------------------------------------------
 
 int MemoryRegistry::reg(uint32_t pd, void* addr, size_t length, uint64_t iova, uint32_t access,
-                        LocalMr& out) {
+                        LocalMr& out, uint32_t replaces) {
   if (length == 0 || !addr) return EINVAL;
   uint64_t a = reinterpret_cast<uint64_t>(addr);
   uint64_t start = a & ~(kPage - 1);
   uint64_t end = (a + length + kPage - 1) & ~(kPage - 1);
   if (end <= start) return EINVAL;
   std::lock_guard lock(mu_);
+  int old_slot = -1;
+  if (replaces) {
+    old_slot = index_.find(replaces);
+    if (old_slot < 0 || local_[old_slot].key != replaces) return EINVAL;
+  }
   if (!slots_init_) {
     for (uint32_t i = shm::kMrSlots; i-- > 1;) free_slots_.push_back(i);
     slots_init_ = true;
@@ -434,7 +439,7 @@ int MemoryRegistry::reg(uint32_t pd, void* addr, size_t length, uint64_t iova, u
   }
 
   uint32_t slot = free_slots_.back();
-  proto::AllocKeyReq kreq{slot, access, length, pd, 0};
+  proto::AllocKeyReq kreq{slot, access, length, pd, replaces};
   auto reply = std::make_unique<Packet>();
   int e = control_.call(proto::Op::kAllocKey, kreq, reply.get());
   auto* krep = reply->as<proto::AllocKeyRep>();
@@ -445,6 +450,9 @@ int MemoryRegistry::reg(uint32_t pd, void* addr, size_t length, uint64_t iova, u
   free_slots_.pop_back();
   for (auto it = backings_.lower_bound(start); it != backings_.end() && it->first < end; ++it)
     ++it->second.refs;
+  // The registration replaced: its slot dies (peers see a new generation and ask again, and
+  // the daemon now answers for the new slot), its pages are revoked as by dereg.
+  if (old_slot >= 0) retire(static_cast<uint32_t>(old_slot));
   out = LocalMr{krep->key, access, iova, a, length, pd};
   local_[slot] = out;
   range_[slot] = Range{start, end};
@@ -459,17 +467,21 @@ int MemoryRegistry::dereg(uint32_t key) {
   std::lock_guard lock(mu_);
   int found = index_.find(key);
   if (found < 0 || local_[found].key != key) return EINVAL;
-  uint32_t slot = static_cast<uint32_t>(found);
+  retire(static_cast<uint32_t>(found));
+  proto::FreeKeyReq req{key};
+  control_.call(proto::Op::kFreeKey, req);
+  return 0;
+}
+
+void MemoryRegistry::retire(uint32_t slot) {
   // The key dies first: a peer's next access sees a new generation and asks again, in vain.
   keys_->gen[slot].store(++generation_[slot], std::memory_order_release);
   table_[slot].key_gen.store(0, std::memory_order_release);
-  index_.erase(key);
+  index_.erase(local_[slot].key);
   Range r = range_[slot];
   local_[slot] = LocalMr{};
   range_[slot] = Range{};
   recv_ready_[slot].store(false, std::memory_order_release);
-  proto::FreeKeyReq req{key};
-  control_.call(proto::Op::kFreeKey, req);
   for (auto it = backings_.lower_bound(r.start); it != backings_.end() && it->first < r.end; ++it)
     if (it->second.refs > 0) --it->second.refs;
   // Revoke: pages nobody else registered go back to private memory; pages other MRs still use
@@ -484,7 +496,6 @@ int MemoryRegistry::dereg(uint32_t key) {
   }
   free_slots_.push_back(slot);
   --count_;
-  return 0;
 }
 
 // The first receive posted into the MR of `key`: its pages must take writes from the sender.

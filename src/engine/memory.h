@@ -78,8 +78,11 @@ class MemoryRegistry {
   // Creates the key table and hands it to vrdmad. 0 or an errno.
   int init();
 
-  // Makes [addr, addr+length) shared and publishes an MR. Returns 0 or errno.
-  int reg(uint32_t pd, void* addr, size_t length, uint64_t iova, uint32_t access, LocalMr& out);
+  // Makes [addr, addr+length) shared and publishes an MR. Returns 0 or errno. With `replaces`
+  // (ibv_rereg_mr), the new registration takes over that key and the old one is gone; on
+  // failure the old one stays as it was.
+  int reg(uint32_t pd, void* addr, size_t length, uint64_t iova, uint32_t access, LocalMr& out,
+          uint32_t replaces = 0);
   int dereg(uint32_t key);
 
   // Data path: finds the local MR for a key, or nullptr. Lock-free.
@@ -127,6 +130,7 @@ class MemoryRegistry {
   void publish(uint32_t slot);           // requires mu_: descriptor from the backings, new gen
   void republish_over(uint64_t start, uint64_t end);  // requires mu_
   void make_receivable(uint32_t key);
+  void retire(uint32_t slot);  // requires mu_: the slot's MR is gone (its key is not freed)
 
   int commit(struct Prepared& p);  // requires mu_
 

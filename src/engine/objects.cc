@@ -136,8 +136,9 @@ Cq::~Cq() {
 }
 
 int Cq::init(int cqe) {
-  if (cqe < 1 || cqe > (1 << 22)) return EINVAL;
-  uint32_t cap = shm::pow2_at_least(static_cast<uint32_t>(cqe));
+  if (cqe < 1 || cqe > kMaxCqe) return EINVAL;
+  cqe_ = promised_ = shm::pow2_at_least(static_cast<uint32_t>(cqe));
+  uint32_t cap = std::max(cqe_, kMinRing);
   Arena& arena = ctx_.device().arena();
   if (channel_) {
     // The router's completions wake the channel through this eventfd (vrdmad's only).
@@ -153,7 +154,7 @@ int Cq::init(int cqe) {
   offset_ = arena.alloc(shm::cq_bytes(cap));
   if (!offset_) return ENOMEM;
   auto* shared = arena.at<shm::CqShared>(offset_);
-  shm::cq_init(shared, cap, event_fd_id_);
+  shm::cq_init(shared, cap, event_fd_id_, cqe_);
   view_ = shm::CqView{shared, cap - 1};
   if (channel_) {
     channel_->attach(this);
@@ -191,6 +192,7 @@ int Cq::take_recv(RecvSource& src, int max, ibv_wc* out) {
     // Only a receive that is outstanding at that index completes, once; a length it cannot
     // hold makes it a length error.
     if (ok) ok = src.recvs->complete(r.index, wr_id, room);
+    if (ok && src.srq) src.srq->check_limit();
     if (ok && r.status == shm::kRecvOk && r.opcode == shm::kRecvSend && r.byte_len > room)
       r.status = shm::kRecvLenErr;
     if (!ok) {
@@ -224,11 +226,33 @@ int Cq::take_recv(RecvSource& src, int max, ibv_wc* out) {
   return n;
 }
 
+void Cq::remove_qp(uint32_t qpn) {
+  std::lock_guard lock(poll_lock_);
+  shm::cq_remove_qp(view_, head_, qpn);
+}
+
+int Cq::resize(int cqe) {
+  if (cqe < 1 || cqe > kMaxCqe) return EINVAL;
+  uint32_t want = shm::pow2_at_least(static_cast<uint32_t>(cqe));
+  if (want > view_.mask + 1) return ENOMEM;
+  std::lock_guard lock(poll_lock_);
+  uint64_t waiting = view_.cq->tail.load(std::memory_order_acquire) - head_;
+  if (waiting > static_cast<uint64_t>(cqe)) return EINVAL;
+  // Growing opens more of the ring; shrinking keeps it open (the CQ then holds more than it
+  // promises, never less): closing cells a producer may be filling cannot be done safely.
+  if (want > cqe_) {
+    shm::cq_open(view_, head_, cqe_, want - cqe_);
+    cqe_ = want;
+  }
+  promised_ = want;
+  return 0;
+}
+
 int Cq::poll(int n, ibv_wc* wc) {
   if (n <= 0) return 0;
   auto take = [&] {
     std::lock_guard lock(poll_lock_);
-    int got = shm::cq_poll(view_, head_, n, wc);
+    int got = shm::cq_poll(view_, head_, n, wc, cqe_);
     size_t count = sources_.size();
     for (size_t i = 0; i < count && got < n; ++i) {
       RecvSource* src = sources_[(next_source_ + i) % count];
@@ -309,7 +333,7 @@ int Srq::init(const ibv_srq_attr& attr) {
     return EINVAL;
   max_wr_ = shm::pow2_at_least(attr.max_wr);
   max_sge_ = attr.max_sge;
-  limit_ = attr.srq_limit;
+  limit_.store(attr.srq_limit, std::memory_order_relaxed);
   Device& dev = pd_.context().device();
   if (int e = object_.create_srq(dev.control(), dev.info().client_id, max_wr_, max_sge_)) return e;
   table_offset_ = dev.arena().alloc(shm::recv_table_bytes(max_wr_, max_sge_));
@@ -336,7 +360,7 @@ int Srq::modify(const ibv_srq_attr& attr, int mask) {
   if (mask & IBV_SRQ_MAX_WR) return EINVAL;  // resizing is not supported
   if (mask & IBV_SRQ_LIMIT) {
     if (attr.srq_limit > max_wr_) return EINVAL;
-    limit_ = attr.srq_limit;
+    limit_.store(attr.srq_limit, std::memory_order_release);
   }
   return 0;
 }
@@ -344,7 +368,17 @@ int Srq::modify(const ibv_srq_attr& attr, int mask) {
 void Srq::query(ibv_srq_attr& attr) const {
   attr.max_wr = max_wr_;
   attr.max_sge = max_sge_;
-  attr.srq_limit = limit_;
+  attr.srq_limit = limit_.load(std::memory_order_acquire);
+}
+
+// The limit event: once the receives left in the queue fall below an armed limit, one
+// IBV_EVENT_SRQ_LIMIT_REACHED, and the limit is disarmed (0) until ibv_modify_srq arms it again.
+// Receives are taken by senders; their owner sees it as their completions come in.
+void Srq::check_limit() {
+  uint32_t limit = limit_.load(std::memory_order_acquire);
+  if (limit == 0 || recvs_.waiting() >= limit) return;
+  if (limit_.compare_exchange_strong(limit, 0, std::memory_order_acq_rel))
+    pd_.context().push_event(IBV_EVENT_SRQ_LIMIT_REACHED, user);
 }
 
 }  // namespace vrdma

@@ -115,6 +115,7 @@ struct RecvSource {
   shm::RingView ring;
   uint64_t head = 0;  // private
   PostedRecvs* recvs = nullptr;
+  Srq* srq = nullptr;  // whose receives `recvs` are, if an SRQ's
   uint32_t qpn = 0;
   uint32_t type = 0;      // ibv_qp_type
   std::atomic<uint32_t> peer_qpn{0};  // RC, UC: the source of every receive (its RTR's)
@@ -132,12 +133,25 @@ class Cq {
   // Producer side for this process's own completions.
   void push(const ibv_wc& wc, bool solicited);
 
+  // A QP was reset: its completions still waiting here are removed (as hardware cleans them).
+  void remove_qp(uint32_t qpn);
+
   // A QP whose receive CQ this is: its ring is polled (and armed) with the CQ's own.
   void attach(RecvSource* src);
   void detach(RecvSource* src);
 
   uint32_t offset() const { return offset_; }
-  int capacity() const { return static_cast<int>(view_.mask + 1); }
+  // The entries the CQ promises (ibv_cq.cqe); after a shrink it may hold more (see resize).
+  int capacity() const { return static_cast<int>(promised_); }
+  // ibv_resize_cq within the ring allocated at creation, which has room for max(kMinRing, the
+  // first size) entries of which only the size asked for is open (peers and the router hold
+  // the ring's address, so it never moves): growing opens more of it, shrinking only lowers
+  // the promise. EINVAL below the completions waiting, ENOMEM beyond the ring.
+  int resize(int cqe);
+  static constexpr uint32_t kMinRing = 1024;
+  // The largest CQ (ibv_device_attr.max_cqe): its ring, 64 bytes an entry, is 16 MiB of the
+  // process's 256 MiB arena.
+  static constexpr int kMaxCqe = 1 << 18;
   Channel* channel() const { return channel_; }
   Context& context() { return ctx_; }
   int event_fd() const { return event_fd_; }
@@ -158,6 +172,8 @@ class Cq {
   Channel* channel_;
   uint32_t offset_ = 0;
   shm::CqView view_;
+  uint32_t cqe_ = 0;       // open cells of the ring (a power of two); guarded by poll_lock_
+  uint32_t promised_ = 0;  // ibv_cq.cqe
   uint64_t head_ = 0;  // private consumer position of the private ring
   int event_fd_ = -1;  // wakes the channel for the private ring
   uint32_t event_fd_id_ = 0;
@@ -179,6 +195,8 @@ class Srq {
   int post(ibv_recv_wr* wr, ibv_recv_wr** bad);
   int modify(const ibv_srq_attr& attr, int mask);
   void query(ibv_srq_attr& attr) const;
+  // After one of its receives completed: raises the limit event when it is due.
+  void check_limit();
 
   uint32_t fd_id() const { return object_.fd_id(); }
   uint32_t table_offset() const { return table_offset_; }
@@ -194,7 +212,7 @@ class Srq {
   PostedRecvs recvs_;
   uint32_t max_wr_ = 0;
   uint32_t max_sge_ = 0;
-  uint32_t limit_ = 0;
+  std::atomic<uint32_t> limit_{0};
   SpinLock lock_;
 };
 

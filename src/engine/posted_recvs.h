@@ -28,6 +28,12 @@ class PostedRecvs {
   // outstanding (the slot is then free again), false for anything else.
   bool complete(uint64_t index, uint64_t& wr_id, uint32_t& length);
 
+  // Receives posted and not yet taken by a sender.
+  uint64_t waiting() const {
+    uint64_t head = rq_.rq->head.load(std::memory_order_acquire);
+    return tail_ > head ? tail_ - head : 0;
+  }
+
   // Every outstanding receive, oldest first, is taken back and given to f(wr_id): the queue
   // went to the error state. Receives still in the shared ring are taken out first so that no
   // sender consumes them afterwards.

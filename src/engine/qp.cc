@@ -119,6 +119,7 @@ int Qp::init(ibv_qp_cap& cap) {
   proto::AllocQpnReq req{static_cast<uint32_t>(type_), offset_, 0, 0, 0, pd_->id()};
   auto reply = std::make_unique<Packet>();
   recv_source_.recvs = recvs_;
+  recv_source_.srq = srq_;
   recv_source_.type = type_;
   recv_source_.dropped = &shared_->counters.dropped;
   // The object names the QPN, which comes with AllocQpn: a placeholder object first would cost a
@@ -294,6 +295,8 @@ int Qp::modify(const ibv_qp_attr& attr, int mask) {
   if (!(mask & IBV_QP_STATE)) return 0;
   if (next == IBV_QPS_RESET) {
     flush_locked();
+    send_cq_->remove_qp(qpn_);
+    if (recv_cq_ != send_cq_) recv_cq_->remove_qp(qpn_);
     pend_head_ = pend_count_ = 0;
     block_ = Block::kNone;
     peer_ = shm::PeerQp{};

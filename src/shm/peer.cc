@@ -165,7 +165,8 @@ const uint8_t* Peer::lookup(uint32_t pd, uint32_t key, uint64_t addr, uint64_t l
   if ((access & kWriteAccess) && !writable) return nullptr;  // a writable grant may follow
   retry = false;
   if ((acc & access) != access) return nullptr;
-  if ((access & kRemoteAccess) && pd && mr_pd != pd) return nullptr;
+  // An MR serves the QPs of its protection domain only: RDMA and receives alike.
+  if (pd && mr_pd != pd) return nullptr;
   if (addr < iova || len > length || addr - iova > length - len) return nullptr;
   return base + va_off + (addr - iova);
 }

@@ -68,11 +68,24 @@ inline bool is_pow2(uint32_t n) { return n && !(n & (n - 1)); }
 
 // ---- the private completion ring of a CQ (producers: the owner, vrdmad) -----------------
 
-inline void cq_init(CqShared* cq, uint32_t capacity, uint32_t channel_fd_id) {
+// A ring of `capacity` cells of which `open` (a power of two, at most `capacity`; 0: all) may
+// hold completions at once: a producer finds the ring full once `open` completions wait. The
+// owner can open more cells later (cq_open), up to `capacity`, without moving the ring.
+inline void cq_init(CqShared* cq, uint32_t capacity, uint32_t channel_fd_id, uint32_t open = 0) {
+  if (open == 0 || open > capacity) open = capacity;
   cq->capacity = capacity;
   cq->channel_fd_id = channel_fd_id;
-  for (uint32_t i = 0; i < capacity; ++i) cq->entries[i].seq.store(i, std::memory_order_relaxed);
+  // A cell not open yet holds a sequence below any position a producer can bring to it.
+  for (uint32_t i = 0; i < capacity; ++i)
+    cq->entries[i].seq.store(i < open ? i : 0, std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_release);
+}
+
+// Consumer side: `open` cells were open, `more` are to be (open + more <= capacity), with the
+// consumer at `head`. The positions head+open ... head+open+more-1 become available.
+inline void cq_open(const CqView& v, uint64_t head, uint32_t open, uint32_t more) {
+  for (uint64_t q = head + open; q < head + open + more; ++q)
+    v.cq->entries[q & v.mask].seq.store(q, std::memory_order_release);
 }
 
 // Producer side. kFull sets `overflow`.
@@ -99,20 +112,35 @@ inline RingResult cq_push(const CqView& v, const ibv_wc& wc) {
   return RingResult::kCorrupt;
 }
 
+// A completion the owner removed before polling it (its QP was reset): QPNs have 24 bits.
+inline constexpr uint32_t kRemovedQpn = 0xFFFFFFFFu;
+
+// Consumer side: marks every completion of QP `qpn` that waits from `head` on as removed.
+inline void cq_remove_qp(const CqView& v, uint64_t head, uint32_t qpn) {
+  uint64_t tail = v.cq->tail.load(std::memory_order_acquire);
+  for (uint64_t pos = head; pos != tail; ++pos) {
+    Cqe& cell = v.cq->entries[pos & v.mask];
+    if (cell.seq.load(std::memory_order_acquire) == pos + 1 && cell.wc.qp_num == qpn)
+      cell.wc.qp_num = kRemovedQpn;
+  }
+}
+
 // Consumer side (the owner only, `head` its private position): whether a completion waits.
 inline bool cq_ready(const CqView& v, uint64_t head) {
   return v.cq->entries[head & v.mask].seq.load(std::memory_order_acquire) == head + 1;
 }
 
-// Takes up to `max` completions. Returns how many.
-inline int cq_poll(const CqView& v, uint64_t& head, int max, ibv_wc* out) {
+// Takes up to `max` completions. Returns how many. Each completion taken opens the position
+// `open` cells ahead (`open` as in cq_init; 0: the whole ring).
+inline int cq_poll(const CqView& v, uint64_t& head, int max, ibv_wc* out, uint32_t open = 0) {
   CqShared* cq = v.cq;
+  const uint64_t ahead = open ? open : uint64_t(v.mask) + 1;
   int n = 0;
   while (n < max) {
     Cqe& cell = cq->entries[head & v.mask];
     if (cell.seq.load(std::memory_order_acquire) != head + 1) break;
-    out[n++] = cell.wc;
-    cell.seq.store(head + v.mask + 1, std::memory_order_release);
+    if (cell.wc.qp_num != kRemovedQpn) out[n++] = cell.wc;
+    cq->entries[(head + ahead) & v.mask].seq.store(head + ahead, std::memory_order_release);
     ++head;
   }
   if (n) cq->head.store(head, std::memory_order_relaxed);

@@ -45,6 +45,18 @@ class RcPingpong(unittest.TestCase):
         for out in (sout, cout):
             self.assertRegex(out, rf"{size * iters * 2} bytes in [\d.]+ seconds")
         self.assertNotIn("invalid data", sout + cout)
+        return sout, cout
+
+    def test_extended_qp_and_cq(self):
+        # -N posts through ibv_create_qp_ex and the ibv_wr_* interface; -t polls an extended
+        # CQ and reads each receive's completion timestamp (ibv_wc_read_completion_ts).
+        for size in (1, 4096, 65536):
+            with self.subTest(size=size):
+                self.pingpong(size, "-N")
+                for out in self.pingpong(size, "-N", "-t"):
+                    m = re.search(r"Min receive completion clock cycles = (\d+)", out)
+                    self.assertIsNotNone(m, out)
+                    self.assertGreater(int(m.group(1)), 0, out)
 
     def test_sizes(self):
         for size in (1, 4096, 65536, 1 << 20):
@@ -59,7 +71,9 @@ class RcPingpong(unittest.TestCase):
     def test_other_pingpongs(self):
         for prog in ("ibv_uc_pingpong", "ibv_ud_pingpong", "ibv_srq_pingpong"):
             with self.subTest(prog=prog):
-                args = [prog, "-n", "200", *GID]
+                # A UD destination is an AH, which on RoCE needs the GID (-g) on one host too.
+                gid = GID or (["-g", "0"] if prog == "ibv_ud_pingpong" else [])
+                args = [prog, "-n", "200", *gid]
                 (src, sout, serr), (crc, cout, cerr) = SB.pair(
                     args, args + [container_ip(SERVER)], SERVER, CLIENT, timeout=60)
                 self.assertEqual((src, crc), (0, 0), f"{prog}:\n{sout}{serr}\n{cout}{cerr}")

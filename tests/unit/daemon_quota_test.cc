@@ -251,3 +251,42 @@ TEST(DaemonQuotaTest, CmListenersConnectionsAndDirectoryEntries) {
 
 }  // namespace
 }  // namespace vrdma::daemon::testing
+
+namespace vrdma::daemon::testing {
+namespace {
+
+int replace_key(Conn& c, uint32_t index, uint64_t length, uint32_t replaces, uint32_t* key) {
+  proto::AllocKeyReq req{index, 0x7, length, 0, replaces};
+  auto p = std::make_unique<Packet>();
+  if (!c.call(Op::kAllocKey, req, *p)) return -1;
+  if (p->header.status == 0) *key = p->as<proto::AllocKeyRep>()->key;
+  return p->header.status;
+}
+
+// ibv_rereg_mr: a client's key taken over by a new registration keeps its value, its bytes
+// counted anew; another client's key cannot be taken over (as unknown as a missing one).
+TEST(DaemonQuotaTest, AKeyTakenOverByAReregistration) {
+  DaemonFixture f([](DaemonConfig& c) { c.quotas[Resource::kRegisteredBytes] = 10000; });
+  Verbs a(f.socket());
+  Verbs b(f.socket());
+  uint32_t ka = 0, kb = 0, got = 0;
+  ASSERT_EQ(key_of_length(a.conn, 1, 4096, &ka), 0);
+  ASSERT_EQ(key_of_length(b.conn, 1, 1000, &kb), 0);
+  EXPECT_EQ(replace_key(a.conn, 2, 100, kb, &got), ENOENT);
+  EXPECT_EQ(replace_key(a.conn, 2, 100, ka ^ 0x5a5a5a5a, &got), ENOENT);
+  EXPECT_EQ(replace_key(a.conn, 2, 9001, ka, &got), EDQUOT) << "4096 given back, 9001 > 9000";
+  ASSERT_EQ(replace_key(a.conn, 2, 8000, ka, &got), 0);
+  EXPECT_EQ(got, ka);
+  Conn cli = Conn::open(f.socket());
+  cli.hello(proto::ClientKind::kCli);
+  json quota = quota_of(json::parse(cli.status()));
+  EXPECT_EQ(quota["registered_bytes"], json::array({8000 + 1000, 10000}));
+  EXPECT_EQ(quota["mrs"][0], 2);
+  EXPECT_EQ(free_key(b.conn, ka), ENOENT);
+  EXPECT_EQ(free_key(a.conn, ka), 0);
+  quota = quota_of(json::parse(cli.status()));
+  EXPECT_EQ(quota["registered_bytes"], json::array({1000, 10000}));
+}
+
+}  // namespace
+}  // namespace vrdma::daemon::testing

@@ -38,7 +38,10 @@ void set_src(Id* id, uint32_t ip, uint16_t port) {
 
 }  // namespace
 
-Shared* shared_if_open() { return g_shared.load(std::memory_order_acquire); }
+Shared* shared_if_open() {
+  Shared* s = g_shared.load(std::memory_order_acquire);
+  return s && s->pid == ::getpid() ? s : nullptr;
+}
 
 Shared* shared() {
   if (Shared* s = shared_if_open()) return s;
@@ -75,6 +78,7 @@ Shared* shared() {
     return nullptr;
   }
   memcpy(&s->ipv4, gid.raw + 12, 4);
+  s->pid = ::getpid();
   // The context lives as long as the process (ids and applications keep pointers to it).
   g_shared.store(s, std::memory_order_release);
   vrdma_cm_set_handler(on_daemon_event);
@@ -334,11 +338,19 @@ VRDMA_EXPORT int rdma_migrate_id(struct rdma_cm_id* cid, struct rdma_event_chann
 VRDMA_EXPORT int rdma_set_option(struct rdma_cm_id* cid, int level, int optname, void* optval,
                                  size_t optlen) {
   if (!cid || !optval) return fail(EINVAL);
-  // Type of service, address reuse, IPv6-only, ACK timeout and path records mean nothing
-  // for a virtual device: accepted and ignored.
+  // The ACK timeout is the RC QP's (local ACK timeout exponent, 5 bits), set at RTS.
+  if (level == RDMA_OPTION_ID && optname == RDMA_OPTION_ID_ACK_TIMEOUT) {
+    if (optlen != sizeof(uint8_t)) return fail(EINVAL);
+    uint8_t t = *static_cast<const uint8_t*>(optval);
+    if (t > 31) return fail(EINVAL);
+    reinterpret_cast<Id*>(cid)->ack_timeout = t;
+    return 0;
+  }
+  // Type of service, address reuse, IPv6-only and path records mean nothing for a virtual
+  // device: accepted and ignored.
   if (level == RDMA_OPTION_ID &&
       (optname == RDMA_OPTION_ID_TOS || optname == RDMA_OPTION_ID_REUSEADDR ||
-       optname == RDMA_OPTION_ID_AFONLY || optname == RDMA_OPTION_ID_ACK_TIMEOUT) &&
+       optname == RDMA_OPTION_ID_AFONLY) &&
       optlen > 0)
     return 0;
   if (level == RDMA_OPTION_IB && optname == RDMA_OPTION_IB_PATH) return 0;

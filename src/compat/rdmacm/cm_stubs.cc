@@ -64,12 +64,16 @@ VRDMA_EXPORT int rdma_join_multicast_ex(struct rdma_cm_id * /*id*/,
 
 // ---- RDMACM_1.3 --------------------------------------------------------
 
+// Enhanced connection establishment: the device has no ECE options (ibv_query_ece answers
+// EOPNOTSUPP), so there is nothing to exchange.
 VRDMA_EXPORT int rdma_set_local_ece(struct rdma_cm_id * /*id*/, struct ibv_ece * /*ece*/) {
-  return fail_int();
+  errno = EOPNOTSUPP;
+  return -1;
 }
 
 VRDMA_EXPORT int rdma_get_remote_ece(struct rdma_cm_id * /*id*/, struct ibv_ece * /*ece*/) {
-  return fail_int();
+  errno = EOPNOTSUPP;
+  return -1;
 }
 
 VRDMA_EXPORT int rdma_reject_ece(struct rdma_cm_id * /*id*/, const void * /*private_data*/,

@@ -73,7 +73,7 @@ int init_qp_attr(Id* id, ibv_qp_attr* attr, int* mask) {
       if (cid->qp_type == IBV_QPT_RC) {
         // The acceptor's retry counts come from the connector's request.
         const proto::CmParams& p = id->passive ? id->peer : id->mine;
-        attr->timeout = 14;
+        attr->timeout = id->ack_timeout >= 0 ? static_cast<uint8_t>(id->ack_timeout) : 14;
         attr->retry_cnt = p.retry_count;
         attr->rnr_retry = id->passive ? id->mine.rnr_retry_count : p.rnr_retry_count;
         attr->max_rd_atomic = clamp_rd(id->mine.initiator_depth);

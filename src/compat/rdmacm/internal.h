@@ -12,6 +12,8 @@
 // the daemon or a verbs call.
 #pragma once
 
+#include <unistd.h>
+
 #include <rdma/rdma_cma.h>
 #include <rdma/rdma_verbs.h>
 
@@ -92,6 +94,7 @@ struct Id {
   ibv_qp_init_attr* ep_attr = nullptr;  // rdma_create_ep of a passive endpoint: for its requests
   ibv_pd* ep_pd = nullptr;
   ibv_sa_path_rec path{};
+  int ack_timeout = -1;       // RDMA_OPTION_ID_ACK_TIMEOUT, for the QP's RTS (-1: the default)
 };
 
 // The process's one context on the vrdma device, shared by every id, with a default PD.
@@ -99,6 +102,7 @@ struct Shared {
   ibv_context* ctx = nullptr;
   ibv_pd* pd = nullptr;
   uint32_t ipv4 = 0;  // network byte order
+  pid_t pid = 0;      // the process that opened it (a child of fork opens its own)
 };
 // Opens it on first use. nullptr with errno set when there is no device.
 Shared* shared();

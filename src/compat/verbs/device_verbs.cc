@@ -1,5 +1,9 @@
 // Devices: listing, opening, and the attributes a virtual RoCEv2 HCA reports.
 #include <errno.h>
+#include <fcntl.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/in.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -37,12 +41,12 @@ int query_port_op(ibv_context*, uint8_t port, ibv_port_attr* attr, size_t len) {
   return 0;
 }
 
-int query_device_ex_op(ibv_context* ctx, const ibv_query_device_ex_input*, ibv_device_attr_ex* attr,
-                       size_t size) {
+int query_device_ex_op(ibv_context* ctx, const ibv_query_device_ex_input* input,
+                       ibv_device_attr_ex* attr, size_t size) {
+  if (input && input->comp_mask) return EINVAL;
   if (size < sizeof(ibv_device_attr)) return EINVAL;
   ibv_device_attr_ex full{};
-  fill_device_attr(ctx, full.orig_attr);
-  full.max_dm_size = 0;
+  fill_device_attr_ex(ctx, full);
   memcpy(attr, &full, size < sizeof(full) ? size : sizeof(full));
   return 0;
 }
@@ -70,7 +74,7 @@ void fill_device_attr(ibv_context* ctx, ibv_device_attr& a) {
   a.max_sge = shm::kMaxSendSge;
   a.max_sge_rd = shm::kMaxSendSge;
   a.max_cq = 65536;
-  a.max_cqe = 1 << 22;
+  a.max_cqe = Cq::kMaxCqe;
   a.max_mr = shm::kMrSlots - 1;
   a.max_pd = 65536;
   a.max_qp_rd_atom = 16;
@@ -84,6 +88,22 @@ void fill_device_attr(ibv_context* ctx, ibv_device_attr& a) {
   a.max_pkeys = 1;
   a.local_ca_ack_delay = 15;
   a.phys_port_cnt = 1;
+}
+
+// The extended attributes, each as the device has it: no on-demand paging, TSO, RSS, work
+// queues, packet pacing, raw packets, tag matching, CQ moderation, device memory or PCI atomics
+// (all zero); completion timestamps from CLOCK_MONOTONIC in nanoseconds (a 1 GHz "core clock",
+// every bit valid); one port.
+void fill_device_attr_ex(ibv_context* ctx, ibv_device_attr_ex& a) {
+  memset(&a, 0, sizeof(a));
+  fill_device_attr(ctx, a.orig_attr);
+  a.comp_mask = 0;
+  a.completion_timestamp_mask = ~uint64_t{0};
+  a.hca_core_clock = 1000000;  // kHz: one tick per nanosecond
+  a.device_cap_flags_ex = a.orig_attr.device_cap_flags;
+  a.max_dm_size = 0;
+  a.xrc_odp_caps = 0;
+  a.phys_port_cnt_ex = a.orig_attr.phys_port_cnt;
 }
 
 void fill_port_attr(ibv_port_attr& p) {
@@ -167,9 +187,14 @@ VRDMA_EXPORT ibv_context* ibv_open_device(ibv_device* device) {
   v.sz = sizeof(verbs_context);
   v.query_port = query_port_op;
   v.query_device_ex = query_device_ex_op;
+  install_extended_ops(v);
   ibv_context& c = v.context;
   c.device = device;
-  c.cmd_fd = -1;
+  // The device node, where the container has one (it does nothing; programs dup it, stat it
+  // or hand it to ibv_import_device, which answers EOPNOTSUPP).
+  char node[sizeof(device->dev_name) + 32];
+  snprintf(node, sizeof(node), "/dev/infiniband/%s", device->dev_name);
+  c.cmd_fd = ::open(node, O_RDWR | O_CLOEXEC);
   c.async_fd = engine->async_fd();
   c.num_comp_vectors = 1;
   c.abi_compat = reinterpret_cast<void*>(UINTPTR_MAX);
@@ -185,6 +210,7 @@ VRDMA_EXPORT ibv_context* ibv_open_device(ibv_device* device) {
 
 VRDMA_EXPORT int ibv_close_device(ibv_context* ctx) {
   ContextHandle* h = ctx_of(ctx);
+  if (ctx->cmd_fd >= 0) ::close(ctx->cmd_fd);
   delete h->engine;
   pthread_mutex_destroy(&ctx->mutex);
   free(h);
@@ -218,6 +244,22 @@ VRDMA_EXPORT int ibv_query_gid(ibv_context* ctx, uint8_t port, int index, ibv_gi
   return 0;
 }
 
+namespace {
+// The network interface that holds the GID's address (the container's), as sysfs names it
+// under gid_attrs/ndevs; 0 when none does.
+uint32_t netdev_ifindex(uint32_t ipv4) {
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) return 0;
+  uint32_t index = 0;
+  for (ifaddrs* i = list; i && !index; i = i->ifa_next)
+    if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET &&
+        reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr.s_addr == ipv4)
+      index = if_nametoindex(i->ifa_name);
+  freeifaddrs(list);
+  return index;
+}
+}  // namespace
+
 VRDMA_EXPORT int _ibv_query_gid_ex(ibv_context* ctx, uint32_t port, uint32_t index,
                                    ibv_gid_entry* entry, uint32_t flags, size_t size) {
   if (flags) return EINVAL;
@@ -228,7 +270,7 @@ VRDMA_EXPORT int _ibv_query_gid_ex(ibv_context* ctx, uint32_t port, uint32_t ind
   e.gid_index = 0;
   e.port_num = 1;
   e.gid_type = IBV_GID_TYPE_ROCE_V2;
-  e.ndev_ifindex = 0;
+  e.ndev_ifindex = netdev_ifindex(engine_of(ctx)->device().info().ipv4);
   memcpy(entry, &e, size < sizeof(e) ? size : sizeof(e));
   return 0;
 }

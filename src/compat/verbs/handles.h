@@ -41,6 +41,11 @@ struct MrHandle {
 struct CqHandle {
   ibv_cq_ex ibv;  // ibv_cq_ex_to_cq is a cast: every CQ is an ibv_cq_ex
   Cq* engine;
+  // Extended polling (ibv_start_poll ... ibv_end_poll): the completion being read and when it
+  // was taken from the queue (CLOCK_MONOTONIC and CLOCK_REALTIME, ns).
+  ibv_wc current;
+  uint64_t taken_ns;
+  uint64_t taken_wallclock_ns;
 };
 
 struct SrqHandle {
@@ -48,9 +53,12 @@ struct SrqHandle {
   Srq* engine;
 };
 
+struct WrBatch;
+
 struct QpHandle {
   ibv_qp_ex ibv;  // every QP is an ibv_qp_ex; ibv.qp_base is the ibv_qp
   Qp* engine;
+  WrBatch* batch;  // the ibv_wr_* interface: QPs made by ibv_create_qp_ex with send_ops_flags
 };
 
 template <typename H, typename T>
@@ -78,7 +86,15 @@ inline T* fail(int err) {
 
 // The device's fixed description (also used by query_device_ex).
 void fill_device_attr(ibv_context* ctx, ibv_device_attr& attr);
+void fill_device_attr_ex(ibv_context* ctx, ibv_device_attr_ex& attr);
 void fill_port_attr(ibv_port_attr& attr);
 void fill_gid(ibv_context* ctx, ibv_gid& gid);
+
+// The verbs_context operations of the extended verbs (create_cq_ex, create_qp_ex, ...).
+void install_extended_ops(verbs_context& v);
+// Fills the extended-polling members of a CQ handle for the wc_flags asked for.
+int init_cq_ex(CqHandle* h, uint64_t wc_flags);
+// Frees what the ibv_wr_* interface of a QP holds (nothing for other QPs).
+void free_wr_batch(QpHandle* h);
 
 }  // namespace vrdma::compat

@@ -67,7 +67,53 @@ VRDMA_EXPORT ibv_mr* ibv_reg_dmabuf_mr(ibv_pd*, uint64_t, size_t, uint64_t, int,
   return fail<ibv_mr>(EOPNOTSUPP);
 }
 
-VRDMA_EXPORT int ibv_rereg_mr(ibv_mr*, int, ibv_pd*, void*, size_t, int) { return EOPNOTSUPP; }
+// Keeps the MR's keys (peers that know its rkey keep using it) and changes what the flags say:
+// its range (the iova becomes the new address), its PD, its access. Works as a new
+// registration that takes the key over from the old one, which is then gone; on failure the MR
+// stays as it was (IBV_REREG_MR_ERR_INPUT, errno set).
+VRDMA_EXPORT int ibv_rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, size_t length,
+                              int access) {
+  auto bad = [](int e) {
+    errno = e;
+    return static_cast<int>(IBV_REREG_MR_ERR_INPUT);
+  };
+  if (!mr || flags == 0 || (flags & ~IBV_REREG_MR_FLAGS_SUPPORTED)) return bad(EINVAL);
+  if ((flags & IBV_REREG_MR_CHANGE_TRANSLATION) && (!addr || length == 0)) return bad(EINVAL);
+  if ((flags & IBV_REREG_MR_CHANGE_PD) && (!pd || pd->context != mr->context))
+    return bad(EINVAL);
+  MemoryRegistry& mem = engine_of(mr->pd)->context().device().memory();
+  const LocalMr* cur = mem.find(mr->lkey);
+  if (!cur) return bad(EINVAL);
+  ibv_pd* new_pd = (flags & IBV_REREG_MR_CHANGE_PD) ? pd : mr->pd;
+  void* new_addr = mr->addr;
+  size_t new_length = mr->length;
+  uint64_t iova = cur->iova;
+  if (flags & IBV_REREG_MR_CHANGE_TRANSLATION) {
+    new_addr = addr;
+    new_length = length;
+    iova = reinterpret_cast<uintptr_t>(addr);
+  }
+  unsigned new_access = cur->access;
+  if (flags & IBV_REREG_MR_CHANGE_ACCESS) {
+    new_access = static_cast<unsigned>(access) & ~static_cast<unsigned>(IBV_ACCESS_OPTIONAL_RANGE);
+    if ((new_access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) &&
+        !(new_access & IBV_ACCESS_LOCAL_WRITE))
+      return bad(EINVAL);
+  }
+  LocalMr out;
+  if (int e = mem.reg(engine_of(new_pd)->id(), new_addr, new_length, iova, new_access, out,
+                      mr->lkey))
+    return bad(e);
+  auto* h = handle_of<MrHandle>(mr);
+  h->pd = handle_of<PdHandle>(new_pd);
+  mr->pd = new_pd;
+  mr->addr = new_addr;
+  mr->length = new_length;
+  mr->handle = out.key;
+  mr->lkey = out.key;
+  mr->rkey = out.key;
+  return 0;
+}
 
 VRDMA_EXPORT int ibv_dereg_mr(ibv_mr* mr) {
   auto* h = handle_of<MrHandle>(mr);

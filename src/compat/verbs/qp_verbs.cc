@@ -79,16 +79,13 @@ VRDMA_EXPORT int ibv_query_qp_data_in_order(ibv_qp*, ibv_wr_opcode, uint32_t) {
 VRDMA_EXPORT int ibv_destroy_qp(ibv_qp* qp) {
   auto* h = handle_of<QpHandle>(qp);
   delete h->engine;
+  free_wr_batch(h);
   pthread_mutex_destroy(&qp->mutex);
   pthread_cond_destroy(&qp->cond);
   free(h);
   return 0;
 }
 
-// Only QPs created through the extended API have the new posting interface.
-VRDMA_EXPORT ibv_qp_ex* ibv_qp_to_qp_ex(ibv_qp*) {
-  return fail<ibv_qp_ex>(EOPNOTSUPP);
-}
 
 VRDMA_EXPORT int ibv_query_ece(ibv_qp*, ibv_ece*) {
   return EOPNOTSUPP;
@@ -108,6 +105,9 @@ VRDMA_EXPORT int ibv_detach_mcast(ibv_qp*, const ibv_gid*, uint16_t) {
 
 VRDMA_EXPORT ibv_ah* ibv_create_ah(ibv_pd* pd, ibv_ah_attr* attr) {
   if (!attr || attr->port_num > 1) return fail<ibv_ah>(EINVAL);
+  // The port is RoCE: there are no LIDs, a destination is named by its GID (as the kernel
+  // refuses an AH without a GRH on a RoCE port).
+  if (!attr->is_global) return fail<ibv_ah>(EINVAL);
   auto* ah = static_cast<Ah*>(calloc(1, sizeof(Ah)));
   if (!ah) return fail<ibv_ah>(ENOMEM);
   ah->attr = *attr;

@@ -91,7 +91,12 @@ VRDMA_EXPORT ibv_cq* ibv_create_cq(ibv_context* ctx, int cqe, void* cq_context,
   return ib;
 }
 
-VRDMA_EXPORT int ibv_resize_cq(ibv_cq*, int) { return EOPNOTSUPP; }
+VRDMA_EXPORT int ibv_resize_cq(ibv_cq* cq, int cqe) {
+  Cq* engine = engine_of(cq);
+  if (int e = engine->resize(cqe)) return e;
+  cq->cqe = engine->capacity();
+  return 0;
+}
 
 VRDMA_EXPORT int ibv_destroy_cq(ibv_cq* cq) {
   auto* h = handle_of<CqHandle>(cq);

@@ -205,6 +205,24 @@ void Daemon::handle(Client& c, const Decoded& d, const proto::ConnectQpReq& r) {
 
 void Daemon::handle(Client& c, const Decoded& d, const proto::AllocKeyReq& r) {
   proto::AllocKeyRep rep{};
+  if (r.replaces) {
+    // A re-registration: the same key, its bytes counted anew.
+    const KeyRecord* k = registry_.find_key(r.replaces);
+    if (!k || k->owner != c.id) return void(reply_error(c, d, ENOENT));
+    const uint64_t old_length = k->length;
+    release(c, Resource::kRegisteredBytes, old_length);
+    if (int err = charge(c, Resource::kRegisteredBytes, r.length)) {
+      charge(c, Resource::kRegisteredBytes, old_length);
+      return void(reply_error(c, d, err));
+    }
+    if (int err = registry_.replace_key(c.id, r.replaces, r.index, r.access, r.length, r.pd)) {
+      release(c, Resource::kRegisteredBytes, r.length);
+      charge(c, Resource::kRegisteredBytes, old_length);
+      return void(reply_error(c, d, err));
+    }
+    rep.key = r.replaces;
+    return void(send(c, Op::kAllocKey, d.seq, 0, &rep, sizeof(rep)));
+  }
   if (int err = charge(c, Resource::kMrs)) return void(reply_error(c, d, err));
   if (int err = charge(c, Resource::kRegisteredBytes, r.length)) {
     release(c, Resource::kMrs);

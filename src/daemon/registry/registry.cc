@@ -183,6 +183,15 @@ int Registry::free_key(uint32_t requester, uint32_t key) {
   return 0;
 }
 
+int Registry::replace_key(uint32_t requester, uint32_t key, uint32_t index, uint32_t access,
+                          uint64_t length, uint32_t pd) {
+  if (index == 0 || index >= shm::kMrSlots) return EINVAL;
+  auto it = keys_.find(key);
+  if (it == keys_.end() || it->second.owner != requester) return ENOENT;
+  it->second = KeyRecord{requester, index, access, length, pd};
+  return 0;
+}
+
 const KeyRecord* Registry::find_key(uint32_t key) const {
   auto it = keys_.find(key);
   return it == keys_.end() ? nullptr : &it->second;

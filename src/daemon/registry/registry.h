@@ -97,6 +97,9 @@ class Registry {
   // Only the owner may free; for anyone else a key is as unknown as a key that does not exist
   // (ENOENT), so that FreeKey cannot be used to probe for other clients' keys.
   int free_key(uint32_t requester, uint32_t key);
+  // The owner's key `key` now describes another registration (ibv_rereg_mr). ENOENT as above.
+  int replace_key(uint32_t requester, uint32_t key, uint32_t index, uint32_t access,
+                  uint64_t length, uint32_t pd);
   const KeyRecord* find_key(uint32_t key) const;
 
   const std::set<uint32_t>& qpns_of(uint32_t client) const;
