@@ -93,12 +93,12 @@ def start_prometheus():
         f.write("global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n"
                 "scrape_configs:\n  - job_name: vrdmad\n    static_configs:\n"
                 f"      - targets: ['127.0.0.1:{METRICS_PORT}']\n")
-    log = open(os.path.join(tmp, "prometheus.log"), "w")
-    PROM["proc"] = subprocess.Popen(
-        ["ip", "netns", "exec", host_netns(), "prometheus", f"--config.file={cfg}",
-         f"--storage.tsdb.path={os.path.join(tmp, 'data')}",
-         f"--web.listen-address=127.0.0.1:{PROM_PORT}", "--log.level=warn"],
-        stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    with open(os.path.join(tmp, "prometheus.log"), "w") as log:
+        PROM["proc"] = subprocess.Popen(
+            ["ip", "netns", "exec", host_netns(), "prometheus", f"--config.file={cfg}",
+             f"--storage.tsdb.path={os.path.join(tmp, 'data')}",
+             f"--web.listen-address=127.0.0.1:{PROM_PORT}", "--log.level=warn"],
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     # Ready, and the target scraped at least once.
     end = time.monotonic() + 60
     while time.monotonic() < end:
@@ -158,7 +158,7 @@ class Endpoint(unittest.TestCase):
     def test_bad_requests_get_errors_and_vrdmad_keeps_serving(self):
         code = ("import socket, sys\n"
                 "s = socket.create_connection(('127.0.0.1', int(sys.argv[1])), 5)\n"
-                "s.sendall(sys.argv[2].encode())\n"
+                "s.sendall(bytes.fromhex(sys.argv[2]))\n"
                 "s.settimeout(10)\n"
                 "print(s.recv(100).decode().split('\\r\\n')[0])\n")
         for req, want in (("POST /metrics HTTP/1.1\r\n\r\n", "405"),
@@ -166,7 +166,8 @@ class Endpoint(unittest.TestCase):
                           ("\x00\x01garbage\r\n\r\n", "400"),
                           ("GET /metrics HTTP/1.1\r\nX: " + "a" * 9000 + "\r\n\r\n", "431")):
             p = subprocess.run(["ip", "netns", "exec", host_netns(), "python3", "-c", code,
-                                str(METRICS_PORT), req], capture_output=True, text=True,
+                                str(METRICS_PORT), req.encode().hex()], capture_output=True,
+                               text=True,
                                timeout=30)
             self.assertIn(f"HTTP/1.1 {want}", p.stdout, p.stderr)
         self.assertTrue(samples(scrape()[1], "vrdma_build_info"))

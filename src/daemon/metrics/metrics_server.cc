@@ -67,12 +67,17 @@ void MetricsServer::on_event(uint64_t tag, uint32_t events, int64_t now_ns) {
   auto it = conns_.find(id);
   if (it == conns_.end()) return;
   Conn& c = it->second;
-  if (events & (EPOLLERR | EPOLLHUP)) return close(id);
-  if (c.writing) {
-    if (!flush(c)) close(id);
-    return;
+  if (events & EPOLLERR) return close(id);
+  switch (c.phase) {
+    case Conn::Phase::kReading:
+      if (events & EPOLLHUP) return close(id);
+      return on_readable(id, c, now_ns);
+    case Conn::Phase::kWriting:
+      if (events & EPOLLHUP) return close(id);
+      return write_answer(id, c, now_ns);
+    case Conn::Phase::kDraining:
+      return drain(id, c);
   }
-  on_readable(id, c);
 }
 
 void MetricsServer::accept_all(int64_t now_ns) {
@@ -98,7 +103,7 @@ void MetricsServer::accept_all(int64_t now_ns) {
   }
 }
 
-void MetricsServer::on_readable(uint32_t id, Conn& c) {
+void MetricsServer::on_readable(uint32_t id, Conn& c, int64_t now_ns) {
   char buf[kReadChunk];
   ssize_t n = ::recv(c.fd.get(), buf, sizeof(buf), 0);
   if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
@@ -114,12 +119,50 @@ void MetricsServer::on_readable(uint32_t id, Conn& c) {
     ++scrapes_;
     respond(c, 200, render_ ? render_() : std::string(), c.req.method() == "HEAD");
   }
-  if (!flush(c)) return close(id);
-  c.writing = true;
+  c.phase = Conn::Phase::kWriting;
+  write_answer(id, c, now_ns);
+}
+
+bool MetricsServer::watch(uint32_t id, Conn& c, uint32_t events) {
   epoll_event ev{};
-  ev.events = EPOLLOUT;
+  ev.events = events;
   ev.data.u64 = kTagBase | id;
-  if (::epoll_ctl(epoll_, EPOLL_CTL_MOD, c.fd.get(), &ev) < 0) close(id);
+  if (::epoll_ctl(epoll_, EPOLL_CTL_MOD, c.fd.get(), &ev) == 0) return true;
+  close(id);
+  return false;
+}
+
+void MetricsServer::write_answer(uint32_t id, Conn& c, int64_t now_ns) {
+  while (c.sent < c.out.size()) {
+    ssize_t n = ::send(c.fd.get(), c.out.data() + c.sent, c.out.size() - c.sent,
+                       MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        watch(id, c, EPOLLOUT);
+        return;
+      }
+      return close(id);
+    }
+    c.sent += static_cast<size_t>(n);
+  }
+  ::shutdown(c.fd.get(), SHUT_WR);
+  c.out = std::string();
+  c.phase = Conn::Phase::kDraining;
+  c.deadline_ns = std::min(c.deadline_ns, now_ns + kDrainNs);
+  if (watch(id, c, EPOLLIN | EPOLLRDHUP)) drain(id, c);
+}
+
+void MetricsServer::drain(uint32_t id, Conn& c) {
+  char buf[kReadChunk];
+  for (;;) {
+    ssize_t n = ::recv(c.fd.get(), buf, sizeof(buf), MSG_DONTWAIT);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+    if (n <= 0) return close(id);  // the client closed (or failed): done
+    c.drained += static_cast<size_t>(n);
+    if (c.drained > kMaxDrain) return close(id);
+  }
 }
 
 void MetricsServer::respond(Conn& c, int code, const std::string& body, bool head_only) {
@@ -132,21 +175,6 @@ void MetricsServer::respond(Conn& c, int code, const std::string& body, bool hea
   o += "Connection: close\r\n\r\n";
   if (!head_only) o += body;
   c.sent = 0;
-}
-
-bool MetricsServer::flush(Conn& c) {
-  while (c.sent < c.out.size()) {
-    ssize_t n = ::send(c.fd.get(), c.out.data() + c.sent, c.out.size() - c.sent,
-                       MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (n < 0) {
-      if (errno == EAGAIN || errno == EWOULDBLOCK) return true;
-      if (errno == EINTR) continue;
-      return false;
-    }
-    c.sent += static_cast<size_t>(n);
-  }
-  ::shutdown(c.fd.get(), SHUT_WR);
-  return false;
 }
 
 void MetricsServer::close(uint32_t id) {

@@ -23,12 +23,12 @@ namespace vrdma::daemon::metrics {
 class MetricsServer {
  public:
   using Render = std::function<std::string()>;
-  static constexpr uint64_t kTagBase = 3ull << 32;
+  static constexpr uint64_t kTagBase = 4ull << 32;  // the router has 3 << 32
   static constexpr size_t kMaxConnections = 8;
   static constexpr int64_t kDeadlineNs = 5'000'000'000;
   static constexpr const char* kPath = "/metrics";
 
-  static bool is_tag(uint64_t tag) { return (tag >> 32) == 3; }
+  static bool is_tag(uint64_t tag) { return (tag >> 32) == 4; }
 
   MetricsServer() = default;
   ~MetricsServer();
@@ -55,12 +55,21 @@ class MetricsServer {
     std::string out;
     size_t sent = 0;
     int64_t deadline_ns = 0;
-    bool writing = false;
+    // Reading the head; writing the answer; then, its write side shut, reading and dropping
+    // what the client still sends until it closes (closing with unread input would reset the
+    // connection and could destroy the answer before the client read it).
+    enum class Phase { kReading, kWriting, kDraining } phase = Phase::kReading;
+    size_t drained = 0;
   };
+  static constexpr size_t kMaxDrain = 64 * 1024;
+  static constexpr int64_t kDrainNs = 1'000'000'000;
   void accept_all(int64_t now_ns);
-  void on_readable(uint32_t id, Conn& c);
+  void on_readable(uint32_t id, Conn& c, int64_t now_ns);
   void respond(Conn& c, int code, const std::string& body, bool head_only);
-  bool flush(Conn& c);  // false: done (written or failed), close it
+  // Writes what the socket takes; then the connection drains, waits for room, or is closed.
+  void write_answer(uint32_t id, Conn& c, int64_t now_ns);
+  void drain(uint32_t id, Conn& c);
+  bool watch(uint32_t id, Conn& c, uint32_t events);
   void close(uint32_t id);
 
   int epoll_ = -1;
