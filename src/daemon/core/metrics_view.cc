@@ -124,7 +124,9 @@ std::string Daemon::metrics_text() {
   d.resident_bytes = resident_bytes();
   d.uptime_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started_at_).count();
-  d.directory = directory_->describe();
+  // The backend's kind only: its description changes (leases, host counts) and would make a new
+  // series each time.
+  d.directory = cfg_.directory.rfind("etcd", 0) == 0 ? "etcd" : "embedded";
   d.directory_up = directory_->available();
   d.directory_hosts = directory_->hosts_known();
   d.scrapes = metrics_ ? metrics_->scrapes() : 0;

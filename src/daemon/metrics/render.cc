@@ -169,7 +169,7 @@ struct Writer {
     e.sample(h, d.uptime_s);
     e.family("vrdma_directory_up", Type::kGauge,
              "Whether the cluster directory answers (1 for a single host)");
-    e.sample({{"host", host}, {"backend", d.directory}}, uint64_t(d.directory_up));
+    e.sample({{"host", host}, {"backend", d.directory}}, uint64_t(d.directory_up));  // kind only
     e.family("vrdma_directory_hosts", Type::kGauge, "Hosts the directory knows (this one too)");
     e.sample(h, uint64_t(d.directory_hosts));
     e.family("vrdma_router_enabled", Type::kGauge, "Whether vrdmad routes to other hosts");

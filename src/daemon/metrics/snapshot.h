@@ -64,7 +64,7 @@ struct DaemonSample {
   double cpu_seconds = 0;
   uint64_t resident_bytes = 0;
   double uptime_s = 0;
-  std::string directory;  // its backend's description
+  std::string directory;  // its backend: "embedded" or "etcd"
   bool directory_up = true;
   size_t directory_hosts = 0;
   bool router = false;
