@@ -12,7 +12,9 @@ using Json = nlohmann::ordered_json;
 
 uint64_t u64(const Json& j, const char* key) {
   auto it = j.find(key);
-  return it != j.end() && it->is_number_unsigned() ? it->get<uint64_t>() : 0;
+  if (it == j.end() || !it->is_number_integer()) return 0;
+  return it->is_number_unsigned() ? it->get<uint64_t>()
+                                  : static_cast<uint64_t>(std::max<int64_t>(0, it->get<int64_t>()));
 }
 
 std::string str(const Json& j, const char* key) {
