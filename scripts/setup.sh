@@ -48,6 +48,8 @@ packages=(
   etcd-server openssl libssl-dev python3-matplotlib
   # real OCI containers in the tests: rootful podman with crun, netavark bridges (iptables)
   podman crun conmon netavark iptables
+  # the metrics tests: a real Prometheus server (and promtool); vrdma top under tmux
+  prometheus tmux
 )
 # kubectl parses the deployment files in the tests; any kubectl will do (Debian's is in
 # kubernetes-client, which cannot share /usr/bin/kubectl with another package).

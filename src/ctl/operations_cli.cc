@@ -2,12 +2,14 @@
 
 #include "ctl/script_cmd.h"
 #include "ctl/status_cmd.h"
+#include "ctl/top_cmd.h"
 
 namespace vrdma::ctl {
 
 struct OperationsCommands::State {
   StatusOptions status_opts;
-  CLI::App *status = nullptr, *demo = nullptr, *bench = nullptr;
+  TopOptions top_opts;
+  CLI::App *status = nullptr, *demo = nullptr, *bench = nullptr, *top = nullptr;
 };
 
 OperationsCommands::OperationsCommands(CLI::App& app) : s_(std::make_unique<State>()) {
@@ -39,16 +41,37 @@ OperationsCommands::OperationsCommands(CLI::App& app) : s_(std::make_unique<Stat
       "(vrdma sandbox exec h0c0 -- vrdma status) it shows that container and its tenant only,\n"
       "with the memory keys of that container's own MRs only. Each container's line 'quota:'\n"
       "shows its use of vrdmad against its quotas (used/limit).");
+
+  s_->top = app.add_subcommand(
+      "top", "Watch a vrdmad's containers and links: throughput, message rates, errors, QPs");
+  auto* top_host =
+      s_->top->add_option("--host", s_->top_opts.daemon.host, "Sandbox host (h1 or 1)");
+  auto* top_socket =
+      s_->top->add_option("--socket", s_->top_opts.daemon.socket, "vrdmad socket path");
+  top_host->excludes(top_socket);
+  s_->top->add_option("-d,--interval", s_->top_opts.interval_s, "Seconds between refreshes")
+      ->capture_default_str();
+  s_->top
+      ->add_option("-n,--iterations", s_->top_opts.iterations,
+                   "Print this many screens one after another, then exit (batch mode; also "
+                   "when stdout is not a terminal, with 1 screen by default)")
+      ->check(CLI::Range(1, 1000000));
+  s_->top->footer(
+      "Per container: processes, QPs (! when one is in ERR), sent and received bytes and\n"
+      "messages per second, errors per second and in total; per link to another host: bytes\n"
+      "per second each way. From the daemon's status (the same per-QP counters as its\n"
+      "metrics endpoint), chosen as for vrdma status. q quits.");
 }
 
 OperationsCommands::~OperationsCommands() = default;
 
 bool OperationsCommands::parsed() const {
-  return s_->status->parsed() || s_->demo->parsed() || s_->bench->parsed();
+  return s_->status->parsed() || s_->demo->parsed() || s_->bench->parsed() || s_->top->parsed();
 }
 
 int OperationsCommands::run() const {
   if (s_->status->parsed()) return status_command(s_->status_opts);
+  if (s_->top->parsed()) return top_command(s_->top_opts);
   if (s_->demo->parsed()) return run_script("bench/demo.py", s_->demo->remaining());
   return run_script("bench/suite.py", s_->bench->remaining());
 }

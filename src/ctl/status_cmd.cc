@@ -74,6 +74,12 @@ nlohmann::ordered_json query(const Target& t) {
 
 }  // namespace
 
+nlohmann::ordered_json fetch_status(const StatusOptions& o, std::string* label) {
+  Target t = choose_targets(o).front();
+  if (label) *label = t.label;
+  return query(t);
+}
+
 int status_command(const StatusOptions& o) {
   std::vector<Target> targets = choose_targets(o);
   int rc = kExitOk;

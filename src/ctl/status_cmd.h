@@ -16,6 +16,10 @@ struct StatusOptions {
 
 int status_command(const StatusOptions& options);
 
+// The status reply of the one daemon `options` names (not --all), as `vrdma status` asks it;
+// *label says which (a sandbox host's name or the socket). Throws Error.
+nlohmann::ordered_json fetch_status(const StatusOptions& options, std::string* label);
+
 // The readable form of one daemon's status reply (tolerant of missing fields).
 void print_status(const nlohmann::ordered_json& status, std::ostream& out);
 

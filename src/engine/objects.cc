@@ -196,7 +196,7 @@ int Cq::take_recv(RecvSource& src, int max, ibv_wc* out) {
     if (ok && r.status == shm::kRecvOk && r.opcode == shm::kRecvSend && r.byte_len > room)
       r.status = shm::kRecvLenErr;
     if (!ok) {
-      if (src.dropped) src.dropped->fetch_add(1, std::memory_order_relaxed);
+      if (src.counters) src.counters->dropped.fetch_add(1, std::memory_order_relaxed);
       continue;
     }
     ibv_wc& wc = out[n++];
@@ -205,6 +205,10 @@ int Cq::take_recv(RecvSource& src, int max, ibv_wc* out) {
     wc.status = r.status == shm::kRecvOk      ? IBV_WC_SUCCESS
                 : r.status == shm::kRecvLenErr ? IBV_WC_LOC_LEN_ERR
                                                : IBV_WC_LOC_PROT_ERR;
+    if (src.counters)
+      shm::bump(r.status == shm::kRecvOk       ? src.counters->recv_ok
+                : r.status == shm::kRecvLenErr ? src.counters->recv_len_err
+                                               : src.counters->recv_prot_err);
     wc.opcode = r.opcode == shm::kRecvWriteImm ? IBV_WC_RECV_RDMA_WITH_IMM : IBV_WC_RECV;
     wc.qp_num = src.qpn;
     wc.src_qp = ud ? (r.src_qp & 0xFFFFFF) : src.peer_qpn.load(std::memory_order_relaxed);

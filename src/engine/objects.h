@@ -119,7 +119,7 @@ struct RecvSource {
   uint32_t qpn = 0;
   uint32_t type = 0;      // ibv_qp_type
   std::atomic<uint32_t> peer_qpn{0};  // RC, UC: the source of every receive (its RTR's)
-  std::atomic<uint64_t>* dropped = nullptr;  // reports refused (forged, repeated, malformed)
+  shm::QpCounters* counters = nullptr;  // dropped reports, receive completions by status
 };
 
 class Cq {

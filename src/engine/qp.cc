@@ -121,7 +121,7 @@ int Qp::init(ibv_qp_cap& cap) {
   recv_source_.recvs = recvs_;
   recv_source_.srq = srq_;
   recv_source_.type = type_;
-  recv_source_.dropped = &shared_->counters.dropped;
+  recv_source_.counters = &shared_->counters;
   // The object names the QPN, which comes with AllocQpn: a placeholder object first would cost a
   // round trip, so the QPN is asked for with the object's fd id reserved and the object is made
   // right after.
@@ -416,15 +416,8 @@ int Qp::validate(const ibv_send_wr& wr) const {
 }
 
 void Qp::complete(const ibv_send_wr& wr, const Result& r) {
-  auto& c = shared_->counters;
-  if (r.status == IBV_WC_SUCCESS) {
-    c.tx_ops.store(c.tx_ops.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-    c.tx_bytes.store(c.tx_bytes.load(std::memory_order_relaxed) + r.byte_len,
-                     std::memory_order_relaxed);
-    if (!(sq_sig_all_ || (wr.send_flags & IBV_SEND_SIGNALED))) return;
-  } else {
-    c.errors.fetch_add(1, std::memory_order_relaxed);
-  }
+  shm::count_send_completion(shared_->counters, wr.opcode, r.status, r.byte_len);
+  if (r.status == IBV_WC_SUCCESS && !(sq_sig_all_ || (wr.send_flags & IBV_SEND_SIGNALED))) return;
   ibv_wc wc{};
   wc.wr_id = wr.wr_id;
   wc.status = r.status;
@@ -552,6 +545,8 @@ int64_t Qp::retry_locked(int64_t now) {
         r.block = Block::kNone;
       } else {
         if (!infinite) --retries_left_;
+        shm::bump(block_ == Block::kRnr ? shared_->counters.rnr_retries
+                                        : shared_->counters.transport_retries);
         deadline_ns_ = now + block_interval_ns(block_);
         return deadline_ns_;
       }

@@ -40,7 +40,7 @@ namespace vrdma::shm {
 inline constexpr uint32_t kArenaMagic = 0x414d4456;   // "VDMA"
 inline constexpr uint32_t kObjectMagic = 0x4f4d4456;  // "VDMO"
 inline constexpr uint32_t kKeyTableMagic = 0x4b4d4456;  // "VDMK"
-inline constexpr uint32_t kArenaVersion = 3;
+inline constexpr uint32_t kArenaVersion = 4;
 inline constexpr uint64_t kArenaSize = 256ull << 20;  // the library's: sparse, pages exist once touched
 inline constexpr uint64_t kMaxArenaSize = 1ull << 30;    // the largest arena vrdmad maps
 inline constexpr uint64_t kMaxObjectSize = 64ull << 20;  // the largest QP/SRQ object anyone maps
@@ -135,16 +135,66 @@ struct alignas(kCacheLine) CqShared {
   alignas(kCacheLine) Cqe entries[];
 };
 
-// Counters written on the data path: the owner's on one cache line, the router's view of
-// dropped completions on the same; receive counters live in the QP object (senders write them).
+// Counters written on the data path, plain per-QP counters that vrdmad reads (status, metrics):
+// relaxed loads and stores by their one writer, no lock, no system call.
+//   line 0: the send side, written by the owner (or the router for work it carries), and
+//           `dropped`, written by whoever polls the receive CQ.
+//   line 1: receive completions by status, written by whoever polls the receive CQ (one CQ's
+//           poll lock covers it).
+//   line 2: successful send-side work by operation class (kOpClass*), the owner or the router.
+//   lines 3-5: send-side completions by ibv_wc_status (statuses above the table count in the
+//           last slot), the owner or the router.
+enum OpClass : uint32_t { kOpSend = 0, kOpWrite = 1, kOpRead = 2, kOpAtomic = 3, kOpClasses = 4 };
+inline constexpr uint32_t kWcStatusSlots = 24;  // IBV_WC_SUCCESS .. IBV_WC_TM_RNDV_INCOMPLETE
 struct QpCounters {
-  alignas(kCacheLine) std::atomic<uint64_t> tx_ops;  // written by the owner (or the router)
+  alignas(kCacheLine) std::atomic<uint64_t> tx_ops;
   std::atomic<uint64_t> tx_bytes;
-  std::atomic<uint64_t> errors;
+  std::atomic<uint64_t> errors;   // send-side completions in error
   std::atomic<uint64_t> dropped;  // receive completions a peer forged or repeated, dropped
-  alignas(kCacheLine) std::atomic<uint64_t> rx_ops;  // unused here: see QpObject
-  std::atomic<uint64_t> rx_bytes;
+  std::atomic<uint64_t> rnr_retries;                  // a request tried again after an RNR NAK
+  std::atomic<uint64_t> transport_retries;            // ... after the local ACK timeout (no answer)
+  alignas(kCacheLine) std::atomic<uint64_t> recv_ok;  // receive completions: SUCCESS
+  std::atomic<uint64_t> recv_len_err;                 // LOC_LEN_ERR
+  std::atomic<uint64_t> recv_prot_err;                // LOC_PROT_ERR
+  alignas(kCacheLine) std::atomic<uint64_t> class_ops[kOpClasses];
+  std::atomic<uint64_t> class_bytes[kOpClasses];
+  alignas(kCacheLine) std::atomic<uint64_t> completions[kWcStatusSlots];
 };
+
+// One more of a counter that has one writer: a plain load and store, no locked instruction.
+inline void bump(std::atomic<uint64_t>& c, uint64_t n = 1) {
+  c.store(c.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+}
+
+inline uint32_t op_class(uint32_t wr_opcode) {
+  switch (wr_opcode) {
+    case IBV_WR_RDMA_WRITE:
+    case IBV_WR_RDMA_WRITE_WITH_IMM:
+      return kOpWrite;
+    case IBV_WR_RDMA_READ:
+      return kOpRead;
+    case IBV_WR_ATOMIC_CMP_AND_SWP:
+    case IBV_WR_ATOMIC_FETCH_AND_ADD:
+      return kOpAtomic;
+    default:
+      return kOpSend;
+  }
+}
+
+// A send-side work request finished with `status` (the owner's or the router's completion).
+inline void count_send_completion(QpCounters& c, uint32_t wr_opcode, uint32_t status,
+                                  uint64_t byte_len) {
+  bump(c.completions[status < kWcStatusSlots ? status : kWcStatusSlots - 1]);
+  if (status == IBV_WC_SUCCESS) {
+    bump(c.tx_ops);
+    bump(c.tx_bytes, byte_len);
+    uint32_t k = op_class(wr_opcode);
+    bump(c.class_ops[k]);
+    bump(c.class_bytes[k], byte_len);
+  } else {
+    c.errors.fetch_add(1, std::memory_order_relaxed);
+  }
+}
 
 // A QP's send side and the owner's authoritative state, in the arena (the owner and vrdmad).
 struct alignas(kCacheLine) QpShared {
@@ -299,8 +349,9 @@ struct alignas(kCacheLine) QpObject {
   ObjectHeader hdr;
   alignas(kCacheLine) QpAttrs attrs;
   // Written by the senders.
-  alignas(kCacheLine) std::atomic<uint64_t> rx_ops;
-  std::atomic<uint64_t> rx_bytes;
+  alignas(kCacheLine) std::atomic<uint64_t> rx_ops;  // SENDs and WRITEs that landed
+  std::atomic<uint64_t> rx_bytes;                    // their payload bytes
+  std::atomic<uint64_t> rx_requests[kOpClasses];     // requests executed here, by OpClass
 };
 
 // ---- the key table (read-only for peers) ---------------------------------------------------
@@ -325,8 +376,9 @@ static_assert(sizeof(RecvRing) == 128 && offsetof(RecvRing, tail) == 64 &&
               offsetof(RecvRing, entries) == 128);
 static_assert(sizeof(CqShared) == 192 && offsetof(CqShared, head) == 64 &&
               offsetof(CqShared, tail) == 128 && offsetof(CqShared, entries) == 192);
-static_assert(sizeof(QpCounters) == 128 && offsetof(QpCounters, rx_ops) == 64);
-static_assert(sizeof(QpShared) == 192 && offsetof(QpShared, counters) == 64);
+static_assert(sizeof(QpCounters) == 384 && offsetof(QpCounters, recv_ok) == 64 &&
+              offsetof(QpCounters, class_ops) == 128 && offsetof(QpCounters, completions) == 192);
+static_assert(sizeof(QpShared) == 448 && offsetof(QpShared, counters) == 64);
 static_assert(sizeof(QpAttrs) == 32 && sizeof(ObjectHeader) == 64);
 static_assert(sizeof(QpObject) == 192 && offsetof(QpObject, attrs) == 64 &&
               offsetof(QpObject, rx_ops) == 128);

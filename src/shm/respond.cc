@@ -55,16 +55,17 @@ void notify(const PeerQp& p, bool solicited) {
 // Receive counters of the destination, kept by its senders. Plain load-and-store, not a
 // locked add: exact with one sender (RC, UC); several senders racing on one UD QP or SRQ may
 // lose an increment.
-void count_rx(const PeerQp& p, uint64_t bytes) {
+void count_rx(const PeerQp& p, uint64_t bytes, uint32_t op_class) {
   QpObject& o = *p.obj;
-  o.rx_ops.store(o.rx_ops.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-  o.rx_bytes.store(o.rx_bytes.load(std::memory_order_relaxed) + bytes, std::memory_order_relaxed);
+  bump(o.rx_ops);
+  bump(o.rx_bytes, bytes);
+  bump(o.rx_requests[op_class]);
 }
 
 bool deliver(const PeerQp& p, const RecvReport& r, bool solicited) {
   if (ring_push(p.ring, r) != RingResult::kOk) return false;
   notify(p, solicited);
-  count_rx(p, r.byte_len);
+  count_rx(p, r.byte_len, r.opcode == kRecvWriteImm ? kOpWrite : kOpSend);
   return true;
 }
 
@@ -230,6 +231,7 @@ void admit_read(const PeerQp& dst, const Incoming& in, Placement& out) {
   }
   out.segs[0] = Seg{p, in.length};
   out.nsegs = 1;
+  bump(dst.obj->rx_requests[kOpRead]);
 }
 
 void admit_atomic(const PeerQp& dst, const Incoming& in, Placement& out) {
@@ -251,6 +253,7 @@ void admit_atomic(const PeerQp& dst, const Incoming& in, Placement& out) {
     old = __atomic_fetch_add(target, in.compare_add, __ATOMIC_SEQ_CST);
   }
   out.atomic_old = old;
+  bump(dst.obj->rx_requests[kOpAtomic]);
 }
 
 }  // namespace
@@ -282,7 +285,7 @@ void admit_request(const PeerQp& dst, const Incoming& in, Placement& out) {
 
 bool commit_request(const PeerQp& dst, const Placement& p, uint64_t length) {
   if (p.recv_completion) return deliver(dst, p.report, p.solicited);
-  if (p.count_rx) count_rx(dst, length);
+  if (p.count_rx) count_rx(dst, length, kOpWrite);
   return true;
 }
 

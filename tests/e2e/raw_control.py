@@ -37,9 +37,9 @@ KIND_VERBS, KIND_CLI = 1, 2
 FD_ARENA, FD_EVENT, FD_QP_OBJECT = 1, 3, 4
 QP_RC = 2
 # src/shm/layout.h: ArenaHeader, ObjectHeader (64 bytes), QpObject (192 bytes).
-ARENA_MAGIC, OBJECT_MAGIC, LAYOUT_VERSION, ARENA_SIZE = 0x414D4456, 0x4F4D4456, 3, 256 << 20
+ARENA_MAGIC, OBJECT_MAGIC, LAYOUT_VERSION, ARENA_SIZE = 0x414D4456, 0x4F4D4456, 4, 256 << 20
 OBJECT_SIZE = 8192
-QP_SLOT = 192  # sizeof(QpShared)
+QP_SLOT = 448  # sizeof(QpShared)
 QP_BASE = 1 << 20
 FIRST_FD_ID = 2  # 0 is the arena, 1 the key table
 PUTFD = struct.Struct("<IIQII")  # PutFdReq

@@ -90,6 +90,12 @@ struct DaemonConfig {
   // Scheduling priority (nice) of a daemon with a router: it must get a core promptly when
   // routed traffic wakes it, also when the applications it serves spin on every core.
   int router_nice = -10;
+
+  // The Prometheus endpoint ("a.b.c.d:port", http://.../metrics); empty: none. main() refuses
+  // an address on a container network (a --pod-cidr or --tenant range) unless
+  // metrics_on_pod_network: the counters describe every container of the host.
+  std::string metrics_listen;
+  bool metrics_on_pod_network = false;
 };
 
 }  // namespace vrdma::daemon

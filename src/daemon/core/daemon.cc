@@ -85,6 +85,7 @@ int Daemon::start() {
   spare_.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
   if (int err = start_services()) return err;
   started_at_ = std::chrono::steady_clock::now();
+  if (int err = start_metrics()) return err;
   started_ = true;
 
   std::string tenants;
@@ -188,6 +189,7 @@ int Daemon::run() {
       const int idle_ms = static_cast<int>(kIdleCheckNs / 1000000);
       timeout = timeout < 0 ? idle_ms : std::min(timeout, idle_ms);
     }
+    if (metrics_) timeout = metrics_timeout(timeout);
     int n = ::epoll_wait(epoll_.get(), events, 64, timeout);
     if (n < 0) {
       if (errno == EINTR) continue;
@@ -206,12 +208,15 @@ int Daemon::run() {
         accept_clients();
       } else if (Router::is_tag(tag)) {
         if (router_) router_->on_event(tag, now_ns());
+      } else if (metrics::MetricsServer::is_tag(tag)) {
+        if (metrics_) metrics_->on_event(tag, events[i].events, now_ns());
       } else {
         on_client_event(static_cast<uint32_t>(tag), events[i].events);
       }
       reap();
     }
     check_idle_addresses(now_ns());
+    if (metrics_) metrics_->expire(now_ns());
     if (router_) {
       int64_t now = now_ns();
       if (router_->poll(now)) last_work = now;
@@ -223,6 +228,7 @@ int Daemon::run() {
     }
   }
   LOG_INFO("stopping: %zu client(s) connected", clients_.size());
+  metrics_.reset();
   shutdown_all();
   router_.reset();
   if (directory_) directory_->stop();
@@ -394,6 +400,8 @@ void Daemon::drop(Client& c, const std::string& why, bool notify_peers) {
   if (c.sock) ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, c.sock.get(), nullptr);
   const std::set<uint32_t> qpns = registry_.qpns_of(id);
   const size_t nkeys = registry_.keys_of(id).size();
+  if (metrics_)
+    for (uint32_t q : qpns) metrics_retire(c, q);  // before anything marks them gone
   size_t notified = 0;
   if (notify_peers) {
     // 1. Tell peers that map the arena directly: the client is dead, its QPs are in error.

@@ -5,6 +5,7 @@
 //   dispatch.cc     one request: decoded (decode.h), checked, handed to its handler
 //   verbs_ops.cc    the verbs requests: descriptors, QPNs, connections, keys
 //   status_view.cc  the Status reply
+//   metrics_view.cc the metrics endpoint (Prometheus): what a scrape reads, in this loop
 //   ports.cc        what the rdma_cm service and the router ask of the daemon
 //   client_admission.cc  who a new connection is, whether it gets a device, its quotas
 //
@@ -33,6 +34,8 @@
 #include "daemon/core/quotas.h"
 #include "daemon/directory/directory.h"
 #include "daemon/identity/client_identity.h"
+#include "daemon/metrics/metrics_server.h"
+#include "daemon/metrics/snapshot.h"
 #include "daemon/registry/registry.h"
 #include "daemon/router/router.h"
 
@@ -123,6 +126,15 @@ class Daemon : private CmPort {
   void connect_routed(Client& c, const Decoded& d, const proto::ConnectQpReq& r,
                       uint32_t dest_ipv4);
 
+  // The metrics endpoint (metrics_view.cc): the page, its server in this loop.
+  int start_metrics();
+  int metrics_timeout(int timeout_ms) const;  // epoll's timeout with the scrapes' deadlines
+  std::string metrics_text();
+  // A QP's last counters go to its container's totals (it is being destroyed, or its owner).
+  void metrics_retire(const Client& c, uint32_t qpn);
+  metrics::QpSample metrics_qp(const Client& c, uint32_t qpn, uint32_t* send_cq,
+                               uint32_t* recv_cq) const;
+  metrics::ContainerSample metrics_container(const Client& c) const;
   // The Status reply (status_view.cc).
   std::string status_text(const Client& viewer);
   bool sees_everything(const Client& viewer) const;
@@ -152,6 +164,8 @@ class Daemon : private CmPort {
   std::unique_ptr<Directory> directory_;
   std::unique_ptr<CmService> cm_;
   std::unique_ptr<Router> router_;  // only with cfg_.router_listen
+  std::unique_ptr<metrics::MetricsServer> metrics_;  // only with cfg_.metrics_listen
+  metrics::CounterLedger metrics_ledger_;
   std::map<uint32_t, NetnsId> idle_addresses_;  // address -> its container's namespace
   int64_t next_idle_check_ns_ = 0;
   UniqueFd listen_;

@@ -1,4 +1,5 @@
 // vrdmad: the per-host vrdma daemon.
+#include <arpa/inet.h>
 #include <errno.h>
 #include <signal.h>
 #include <string.h>
@@ -209,6 +210,51 @@ void add_options(CLI::App& app, vrdma::daemon::DaemonConfig& cfg, RawArgs& raw) 
   app.add_option("--directory-lease", cfg.directory_lease_s,
                  "Seconds after which a dead host's etcd entries expire")
       ->default_val(cfg.directory_lease_s);
+  app.add_option("--metrics-listen", cfg.metrics_listen,
+                 "IPV4:PORT to serve Prometheus metrics on (http://IPV4:PORT/metrics), e.g. "
+                 "127.0.0.1:9464 (default: no metrics endpoint). The page describes every "
+                 "container of the host and has no authentication: an address on a container "
+                 "network (--pod-cidr, --tenant) or 0.0.0.0 is refused without "
+                 "--metrics-on-pod-network");
+  app.add_flag("--metrics-on-pod-network", cfg.metrics_on_pod_network,
+               "Allow --metrics-listen on 0.0.0.0 or on a container network");
+}
+
+// The metrics endpoint's address: well formed, and off the container networks unless allowed.
+int check_metrics_options(vrdma::daemon::DaemonConfig* cfg) {
+  using namespace vrdma;
+  if (cfg->metrics_listen.empty()) {
+    if (cfg->metrics_on_pod_network)
+      std::fprintf(stderr, "vrdmad: --metrics-on-pod-network without --metrics-listen: ignored\n");
+    return 0;
+  }
+  uint32_t addr;
+  uint16_t port;
+  if (!parse_ipv4_port(cfg->metrics_listen, &addr, &port)) {
+    std::fprintf(stderr, "vrdmad: --metrics-listen: expected IPV4:PORT, not '%s'\n",
+                 cfg->metrics_listen.c_str());
+    return 2;
+  }
+  const uint32_t host_order = ntohl(addr);
+  std::string on;
+  if (host_order == 0) on = "every address of the host (0.0.0.0)";
+  for (const auto& c : cfg->pod_cidrs)
+    if (on.empty() && c.contains(host_order)) on = "the container network " + cidr_text(c);
+  for (const auto& t : cfg->tenants)
+    if (on.empty() && t.contains(host_order))
+      on = "the network of tenant " + t.name + " (" + cidr_text(t) + ")";
+  if (!on.empty() && !cfg->metrics_on_pod_network) {
+    std::fprintf(stderr,
+                 "vrdmad: --metrics-listen %s is on %s: containers could read every container's "
+                 "counters. Listen on 127.0.0.1 or a management address, or allow it with "
+                 "--metrics-on-pod-network\n",
+                 cfg->metrics_listen.c_str(), on.c_str());
+    return 2;
+  }
+  if ((host_order >> 24) != 127)
+    LOG_WARN("metrics: %s is not a loopback address; the page has no authentication",
+             cfg->metrics_listen.c_str());
+  return 0;
 }
 
 // Checks what the options say and completes `cfg`. 0, or the exit status (2) after a message.
@@ -244,7 +290,8 @@ int apply_options(const RawArgs& raw, vrdma::daemon::DaemonConfig* cfg) {
     }
     cfg->tenants.push_back(*rule);
   }
-  return check_cluster_options(raw.pod_cidrs, cfg);
+  if (int rc = check_cluster_options(raw.pod_cidrs, cfg); rc != 0) return rc;
+  return check_metrics_options(cfg);
 }
 
 }  // namespace

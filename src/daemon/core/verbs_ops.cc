@@ -114,6 +114,8 @@ void Daemon::handle(Client& c, const Decoded& d, const proto::AllocQpnReq& r) {
 }
 
 void Daemon::handle(Client& c, const Decoded& d, const proto::FreeQpnReq& r) {
+  if (metrics_ && registry_.find_qp(r.qpn) && registry_.qpns_of(c.id).count(r.qpn))
+    metrics_retire(c, r.qpn);
   int err = registry_.free_qpn(c.id, r.qpn);
   if (err == 0) release(c, Resource::kQps);
   if (err == 0 && router_) router_->qp_freed(r.qpn);

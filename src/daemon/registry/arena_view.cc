@@ -91,6 +91,23 @@ bool ArenaView::mark_qp_gone(uint64_t offset) {
       at<shm::QpShared>(base_, offset));
 }
 
+bool ArenaView::cq_overflowed(uint64_t offset) const {
+  if (!base_ || offset == 0 || offset % alignof(shm::CqShared) != 0 ||
+      !shm::offset_ok(size_, offset, sizeof(shm::CqShared)))
+    return false;
+  struct Ctx {
+    const shm::CqShared* cq;
+    uint32_t overflow;
+  } ctx{at<const shm::CqShared>(base_, offset), 0};
+  bool ok = guarded(
+      [](void* c) {
+        auto* x = static_cast<Ctx*>(c);
+        x->overflow = x->cq->overflow.load(std::memory_order_relaxed);
+      },
+      &ctx);
+  return ok && ctx.overflow != 0;
+}
+
 bool ArenaView::read_qp(uint64_t offset, QpSnapshot* out) const {
   if (!qp_offset_ok(offset)) return false;
   struct Ctx {
@@ -104,9 +121,21 @@ bool ArenaView::read_qp(uint64_t offset, QpSnapshot* out) const {
         x->snap.state = x->qp->state.load(std::memory_order_acquire);
         x->snap.tx_ops = k.tx_ops.load(std::memory_order_relaxed);
         x->snap.tx_bytes = k.tx_bytes.load(std::memory_order_relaxed);
-        x->snap.rx_ops = k.rx_ops.load(std::memory_order_relaxed);
-        x->snap.rx_bytes = k.rx_bytes.load(std::memory_order_relaxed);
         x->snap.errors = k.errors.load(std::memory_order_relaxed);
+        x->snap.dropped = k.dropped.load(std::memory_order_relaxed);
+        x->snap.send_cq_offset = x->qp->send_cq_offset;
+        x->snap.recv_cq_offset = x->qp->recv_cq_offset;
+        x->snap.rnr_retries = k.rnr_retries.load(std::memory_order_relaxed);
+        x->snap.transport_retries = k.transport_retries.load(std::memory_order_relaxed);
+        x->snap.recv_ok = k.recv_ok.load(std::memory_order_relaxed);
+        x->snap.recv_len_err = k.recv_len_err.load(std::memory_order_relaxed);
+        x->snap.recv_prot_err = k.recv_prot_err.load(std::memory_order_relaxed);
+        for (uint32_t i = 0; i < shm::kOpClasses; ++i) {
+          x->snap.class_ops[i] = k.class_ops[i].load(std::memory_order_relaxed);
+          x->snap.class_bytes[i] = k.class_bytes[i].load(std::memory_order_relaxed);
+        }
+        for (uint32_t i = 0; i < shm::kWcStatusSlots; ++i)
+          x->snap.completions[i] = k.completions[i].load(std::memory_order_relaxed);
       },
       &ctx);
   if (ok) *out = ctx.snap;

@@ -14,7 +14,12 @@ namespace vrdma::daemon {
 
 struct QpSnapshot {
   uint32_t state = 0;
-  uint64_t tx_ops = 0, tx_bytes = 0, rx_ops = 0, rx_bytes = 0, errors = 0;
+  uint64_t tx_ops = 0, tx_bytes = 0, errors = 0, dropped = 0;
+  uint64_t rnr_retries = 0, transport_retries = 0;
+  uint64_t recv_ok = 0, recv_len_err = 0, recv_prot_err = 0;
+  uint64_t class_ops[shm::kOpClasses] = {}, class_bytes[shm::kOpClasses] = {};
+  uint64_t completions[shm::kWcStatusSlots] = {};  // send side, by ibv_wc_status
+  uint32_t send_cq_offset = 0, recv_cq_offset = 0;
 };
 
 class ArenaView {
@@ -38,6 +43,8 @@ class ArenaView {
   // Each returns false when the access faulted (the client shrank its memfd) or the offset
   // is invalid.
   bool mark_dead();
+  // Whether the CQ at `offset` (a CqShared) overflowed; false also when it cannot be read.
+  bool cq_overflowed(uint64_t offset) const;
   bool mark_qp_gone(uint64_t offset);
   bool read_qp(uint64_t offset, QpSnapshot* out) const;
 

@@ -79,4 +79,17 @@ bool ObjectView::read_rx(uint64_t* ops, uint64_t* bytes) const {
   return true;
 }
 
+bool ObjectView::read_rx_requests(uint64_t (&requests)[4]) const {
+  static_assert(shm::kOpClasses == 4);
+  if (!base_) return false;
+  const auto* o = reinterpret_cast<const shm::QpObject*>(base_);
+  uint64_t r[4] = {};
+  if (!shm::guarded_call([&] {
+        for (int i = 0; i < 4; ++i) r[i] = o->rx_requests[i].load(std::memory_order_relaxed);
+      }))
+    return false;
+  for (int i = 0; i < 4; ++i) requests[i] = r[i];
+  return true;
+}
+
 }  // namespace vrdma::daemon

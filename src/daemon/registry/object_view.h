@@ -23,6 +23,8 @@ class ObjectView {
 
   bool mark_gone();
   bool read_rx(uint64_t* ops, uint64_t* bytes) const;
+  // Requests executed on the QP by operation class (shm::OpClass): send, write, read, atomic.
+  bool read_rx_requests(uint64_t (&requests)[4]) const;
 
  private:
   unsigned char* base_ = nullptr;

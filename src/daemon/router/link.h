@@ -115,6 +115,8 @@ class Link : private FrameSink {
 
   uint64_t bytes_out = 0, bytes_in = 0;
   uint64_t frames_in() const { return parser_.frames(); }
+  uint64_t frames_out() const { return head_; }  // frames queued since the link opened
+  int64_t rtt_ns = -1;                           // the last ping's round trip (-1: none yet)
 
  private:
   struct Out {

@@ -325,10 +325,28 @@ int Router::send_cm_to_host(uint32_t host_id, const wire::Cm& m) {
 
 std::vector<Router::LinkInfo> Router::links() const {
   std::vector<LinkInfo> out;
-  for (auto& [id, l] : links_)
-    out.push_back({l->host_id, l->outbound(), l->open() && (l->outbound() || l->authenticated),
-                   l->peer_addr, l->bytes_in, l->bytes_out, l->ssl() != nullptr,
-                   l->ktls_send()});
+  for (auto& [id, l] : links_) {
+    LinkInfo i{l->host_id,          l->outbound(), l->open() && (l->outbound() || l->authenticated),
+               l->peer_addr,        l->bytes_in,   l->bytes_out,
+               l->ssl() != nullptr, l->ktls_send()};
+    i.frames_in = l->frames_in();
+    i.frames_out = l->frames_out();
+    i.rtt_ns = l->rtt_ns;
+    i.held_requests = l->held_requests;
+    i.held_bytes = l->held_bytes;
+    out.push_back(std::move(i));
+  }
+  return out;
+}
+
+std::map<uint32_t, std::pair<uint64_t, uint64_t>> Router::held_by_owner() const {
+  std::map<uint32_t, std::pair<uint64_t, uint64_t>> out;
+  for (const auto& [key, in] : inbound_) {
+    if (in->held.empty()) continue;
+    auto& [n, bytes] = out[in->owner];
+    n += in->held.size();
+    bytes += in->held_bytes;
+  }
   return out;
 }
 
@@ -373,8 +391,12 @@ bool Router::on_frame(Link& link, wire::Type type, const uint8_t* body, uint32_t
     case wire::Type::kPing:
       link.send(wire::Type::kPong, body, sizeof(wire::Ping));
       return true;
-    case wire::Type::kPong:
+    case wire::Type::kPong: {
+      // The token of our pings is the time they were sent (router_requester.cc).
+      int64_t sent = static_cast<int64_t>(wire::read<wire::Ping>(body).token);
+      if (sent > 0 && sent <= now_ && sent == link.last_ping_ns) link.rtt_ns = now_ - sent;
       return true;
+    }
     case wire::Type::kConnect:
       on_connect(link, wire::read<wire::Connect>(body));
       return true;

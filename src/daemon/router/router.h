@@ -124,8 +124,15 @@ class Router : public LinkHandler {
     std::string addr;
     uint64_t bytes_in, bytes_out;
     bool tls, ktls;
+    uint64_t frames_in = 0, frames_out = 0;
+    int64_t rtt_ns = -1;  // the last ping's round trip; -1: none yet
+    uint64_t held_requests = 0, held_bytes = 0;
   };
   std::vector<LinkInfo> links() const;
+  // Links that came up with each peer host since the router started (for metrics).
+  const std::map<uint32_t, uint64_t>& link_connects() const { return link_connects_; }
+  // Requests held for each local client (the destination QP's owner): count and payload bytes.
+  std::map<uint32_t, std::pair<uint64_t, uint64_t>> held_by_owner() const;
   size_t routed_qps() const { return outbound_.size(); }
   bool tls() const { return tls_ != nullptr; }
 
@@ -235,6 +242,7 @@ class Router : public LinkHandler {
   int64_t next_check_ns_ = 0;      // check_links
   int64_t next_dir_check_ns_ = 0;  // the directory still knows the links' hosts
   std::map<uint32_t, std::unique_ptr<Outbound>> outbound_;     // local qpn ->
+  std::map<uint32_t, uint64_t> link_connects_;                 // peer host -> links that came up
   std::map<uint64_t, std::unique_ptr<Inbound>> inbound_;       // link id << 32 | src qpn ->
   std::unordered_map<uint32_t, std::unique_ptr<RxFrame>> rx_;  // link id -> frame in progress
   std::map<uint64_t, PendingConnect> connects_;

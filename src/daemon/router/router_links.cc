@@ -219,6 +219,7 @@ void Router::progress_link(Link& link, int64_t now) {
   }
   if (link.open() && link.outbound()) {
     link.last_rx_ns = now;
+    ++link_connects_[link.host_id];
     LOG_INFO("router: link %u to host %u connected (%s)", link.id(), link.host_id,
              !link.ssl() ? "plaintext" : link.ktls_send() ? "TLS, kernel" : "TLS");
   }

@@ -80,14 +80,7 @@ bool Router::read_wqe(const Outbound& o, uint64_t pos, Wqe& w) const {
 }
 
 void Router::complete(Outbound& o, const Wqe& w, ibv_wc_status st, uint32_t byte_len) {
-  auto& c = o.qp->counters;
-  if (st == IBV_WC_SUCCESS) {
-    c.tx_ops.store(c.tx_ops.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-    c.tx_bytes.store(c.tx_bytes.load(std::memory_order_relaxed) + byte_len,
-                     std::memory_order_relaxed);
-  } else {
-    c.errors.fetch_add(1, std::memory_order_relaxed);
-  }
+  shm::count_send_completion(o.qp->counters, w.opcode, st, byte_len);
   // The slot is free before the completion is visible: an application that posts again as soon
   // as it sees the completion finds room.
   ++o.done;
