@@ -32,8 +32,8 @@ inline constexpr char kHello[] = "Hello", kPutFd[] = "PutFd", kGetFd[] = "GetFd"
                       kDropFd[] = "DropFd", kCmListen[] = "CmListen", kCmUnlisten[] = "CmUnlisten",
                       kCmResolve[] = "CmResolve", kCmConnect[] = "CmConnect",
                       kCmAccept[] = "CmAccept", kCmReject[] = "CmReject", kCmRtu[] = "CmRtu",
-                      kCmDisconnect[] = "CmDisconnect", kQpFatal[] = "QpFatal",
-                      kCmRequest[] = "CmRequest", kCmReply[] = "CmReply",
+                      kCmDisconnect[] = "CmDisconnect", kReload[] = "Reload",
+                      kQpFatal[] = "QpFatal", kCmRequest[] = "CmRequest", kCmReply[] = "CmReply",
                       kCmRejected[] = "CmRejected", kCmEstablished[] = "CmEstablished",
                       kCmDisconnected[] = "CmDisconnected";
 }  // namespace op_names
@@ -75,6 +75,8 @@ template <>
 struct OpSpec<Op::kCmRtu> : Spec<CmRtuReq, 0, op_names::kCmRtu> {};
 template <>
 struct OpSpec<Op::kCmDisconnect> : Spec<CmDisconnectReq, 0, op_names::kCmDisconnect> {};
+template <>
+struct OpSpec<Op::kReload> : Spec<ReloadReq, 0, op_names::kReload> {};
 // Events (daemon -> client, seq 0).
 template <>
 struct OpSpec<Op::kQpFatal> : Spec<QpFatalEvent, 0, op_names::kQpFatal> {};
@@ -95,7 +97,7 @@ struct OpList {};
 using RequestOps = OpList<Op::kHello, Op::kPutFd, Op::kGetFd, Op::kAllocQpn, Op::kFreeQpn,
                           Op::kConnectQp, Op::kAllocKey, Op::kFreeKey, Op::kStatus, Op::kDropFd,
                           Op::kCmListen, Op::kCmUnlisten, Op::kCmResolve, Op::kCmConnect,
-                          Op::kCmAccept, Op::kCmReject, Op::kCmRtu, Op::kCmDisconnect>;
+                          Op::kCmAccept, Op::kCmReject, Op::kCmRtu, Op::kCmDisconnect, Op::kReload>;
 using EventOps = OpList<Op::kQpFatal, Op::kCmRequest, Op::kCmReply, Op::kCmRejected,
                         Op::kCmEstablished, Op::kCmDisconnected>;
 

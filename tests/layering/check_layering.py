@@ -17,6 +17,7 @@ import sys
 # its own headers; includes without a folder ("internal.h") are the folder's own.
 ALLOWED = {
     "common": [],
+    "config": [],
     "shm": ["common"],
     "engine": ["shm", "common"],
     "compat/verbs": ["engine", "shm", "common"],
@@ -28,7 +29,7 @@ ALLOWED = {
     "daemon/router": ["daemon/directory", "shm", "common"],
     "daemon/cm": ["daemon/directory", "daemon/router/wire.h", "common"],
     "daemon/core": ["daemon/identity", "daemon/registry", "daemon/directory", "daemon/router",
-                    "daemon/cm", "shm", "common"],
+                    "daemon/cm", "config", "shm", "common"],
     "ctl": ["platform", "common"],
     "platform": ["common"],
     "k8s": ["platform", "common"],

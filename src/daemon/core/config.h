@@ -49,6 +49,8 @@ struct DaemonConfig {
   // Scheduling priority (nice) of a daemon with a router: it must get a core promptly when
   // routed traffic wakes it, also when the applications it serves spin on every core.
   int router_nice = -10;
+
+  bool operator==(const DaemonConfig&) const = default;
 };
 
 }  // namespace vrdma::daemon

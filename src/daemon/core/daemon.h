@@ -6,6 +6,7 @@
 //   verbs_ops.cc    the verbs requests: descriptors, QPNs, connections, keys
 //   status_view.cc  the Status reply
 //   ports.cc        what the rdma_cm service and the router ask of the daemon
+//   reload_op.cc    reloading the configuration (SIGHUP, the Reload request)
 //
 // Usage (also from tests):
 //   Daemon d(config);
@@ -16,6 +17,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <span>
@@ -36,6 +38,12 @@
 
 namespace vrdma::daemon {
 
+// What a reload of the configuration did: 0 or an errno, and one line per change.
+struct ReloadOutcome {
+  int error = 0;
+  std::string text;
+};
+
 class Daemon : private CmPort {
  public:
   explicit Daemon(DaemonConfig config);
@@ -51,6 +59,12 @@ class Daemon : private CmPort {
   int run();
   // Asks run() to return. Safe from any thread and from a signal handler.
   void stop();
+
+  // Reloading the configuration (reload_op.cc): `handler` runs in the event loop after
+  // request_reload() (safe from a signal handler: SIGHUP) and for a Reload request of the host's
+  // administrator, whose reply carries what it returns.
+  void set_reload_handler(std::function<ReloadOutcome()> handler);
+  void request_reload();
 
   const DaemonConfig& config() const { return cfg_; }
   uint64_t boot_id() const { return boot_; }
@@ -87,6 +101,8 @@ class Daemon : private CmPort {
   void handle(Client& c, const Decoded& d, const proto::AllocKeyReq& r);
   void handle(Client& c, const Decoded& d, const proto::FreeKeyReq& r);
   void handle(Client& c, const Decoded& d, const proto::StatusReq& r);
+  void handle(Client& c, const Decoded& d, const proto::ReloadReq& r);  // reload_op.cc
+  ReloadOutcome reload();
   // A ConnectQp whose destination is on another host: through the router (async reply).
   void connect_routed(Client& c, const Decoded& d, const proto::ConnectQpReq& r,
                       uint32_t dest_ipv4);
@@ -115,7 +131,9 @@ class Daemon : private CmPort {
   std::unique_ptr<Router> router_;  // only with cfg_.router_listen
   UniqueFd listen_;
   UniqueFd epoll_;
-  UniqueFd wake_;   // eventfd written by stop()
+  UniqueFd wake_;    // eventfd written by stop()
+  UniqueFd reload_;  // eventfd written by request_reload()
+  std::function<ReloadOutcome()> reload_handler_;
   UniqueFd spare_;  // released to shed a connection when the process runs out of descriptors
   uint64_t socket_dev_ = 0, socket_ino_ = 0;
   bool started_ = false;

@@ -5,16 +5,15 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 
-#include <CLI/CLI.hpp>
+#include <cstdio>
 #include <filesystem>
 #include <string>
 #include <vector>
 
 #include "common/log.h"
-#include "common/unix_socket.h"
-#include "daemon/core/config.h"
 #include "daemon/core/daemon.h"
-#include "daemon/directory/directory.h"
+#include "daemon/core/options.h"
+#include "daemon/core/reload.h"
 
 namespace {
 
@@ -22,6 +21,10 @@ vrdma::daemon::Daemon* g_daemon = nullptr;
 
 void on_stop_signal(int) {
   if (g_daemon) g_daemon->stop();
+}
+
+void on_reload_signal(int) {
+  if (g_daemon) g_daemon->request_reload();
 }
 
 // Creates the socket's parent directories (mode 0755) when they do not exist.
@@ -45,114 +48,34 @@ void raise_fd_limit() {
   }
 }
 
-// Validates and stores the options about other hosts; 0, or the exit code after a message.
-int check_cluster_options(const std::vector<std::string>& pod_cidr_args,
-                          vrdma::daemon::DaemonConfig* cfg) {
-  using namespace vrdma;
-  using namespace vrdma::daemon;
-  uint32_t addr;
-  uint16_t port;
-  if (!cfg->router_listen.empty() && !parse_ipv4_port(cfg->router_listen, &addr, &port)) {
-    std::fprintf(stderr, "vrdmad: --router-listen: expected IPV4:PORT, not '%s'\n",
-                 cfg->router_listen.c_str());
-    return 2;
-  }
-  for (const auto& c : pod_cidr_args) {
-    Ipv4Cidr net;
-    if (c.empty() || !parse_cidr(c, &net, nullptr)) {
-      std::fprintf(stderr, "vrdmad: --pod-cidr: expected A.B.C.D/LEN, not '%s'\n", c.c_str());
-      return 2;
-    }
-    cfg->pod_cidrs.push_back(net);
-  }
-  std::string error;
-  if (!make_directory(cfg->directory_config(), &error)) {
-    std::fprintf(stderr, "vrdmad: bad directory configuration: %s\n", error.c_str());
-    return 2;
-  }
-  return 0;
-}
-
-// What the command line gives beyond DaemonConfig's own fields, before it is checked.
-struct RawArgs {
-  std::vector<std::string> tenants;
-  std::vector<std::string> pod_cidrs;
-  std::string log_level = "info";
-};
-
-void add_options(CLI::App& app, vrdma::daemon::DaemonConfig& cfg, RawArgs& raw) {
-  app.add_option("--socket", cfg.socket_path,
-                 "Unix socket to serve (default: $VRDMA_SOCKET or /run/vrdma/vrdmad.sock)");
-  app.add_option("--host-id", cfg.host_id, "This host's number in the cluster")->default_val(0);
-  app.add_option("--tenant", raw.tenants,
-                 "NAME=CIDR: clients whose IPv4 address is in CIDR belong to tenant NAME; the "
-                 "first matching rule wins, unmatched clients are in tenant \"default\" "
-                 "(repeatable)")
-      ->allow_extra_args(false);
-  app.add_option("--log-level", raw.log_level, "error, warn, info or debug")
-      ->check(CLI::IsMember({"error", "warn", "info", "debug"}))
-      ->default_val("info");
-  app.add_option("--netns-dir", cfg.netns_dir,
-                 "Where named network namespaces are pinned; a client's container name is "
-                 "the entry whose inode matches its namespace, without --netns-prefix")
-      ->default_val("/run/netns");
-  app.add_option("--netns-prefix", cfg.netns_prefix,
-                 "Left out of container names taken from --netns-dir")
-      ->default_val("vrdma-");
-  app.add_flag("--trust-unnamed-netns", cfg.trust_unnamed_netns,
-               "Let the address of a client in a network namespace that is neither the "
-               "host's nor pinned in --netns-dir select its tenant (such namespaces can be "
-               "made by unprivileged users, with any address; by default they get tenant "
-               "\"default\")");
-  app.add_option("--router-listen", cfg.router_listen,
-                 "ADDR:PORT (IPv4) where this host's router accepts links from other hosts; "
-                 "without it the daemon serves its own host only");
-  app.add_option("--pod-cidr", raw.pod_cidrs,
-                 "CIDR: a container network this host owns, published in the directory "
-                 "(repeatable)")
-      ->allow_extra_args(false);
-  app.add_option("--directory", cfg.directory,
-                 "Cluster directory: \"embedded\" (this host and its --peer hosts) or "
-                 "\"etcd://HOST:PORT[,HOST:PORT...]\" (etcd v3, IPv4 endpoints)")
-      ->default_val("embedded");
-  app.add_option("--peer", cfg.static_peers,
-                 "ID=ADDR:PORT=CIDR[,CIDR...]: another host of an embedded directory, its "
-                 "router address and container networks (repeatable)")
-      ->allow_extra_args(false);
-  app.add_option("--directory-lease", cfg.directory_lease_s,
-                 "Seconds after which a dead host's etcd entries expire")
-      ->default_val(cfg.directory_lease_s);
-}
-
-// Checks what the options say and completes `cfg`. 0, or the exit status (2) after a message.
-int apply_options(const RawArgs& raw, vrdma::daemon::DaemonConfig* cfg) {
-  using namespace vrdma;
-  using namespace vrdma::daemon;
-  set_log_level(*parse_log_level(raw.log_level));
-  for (const auto& t : raw.tenants) {
-    std::string error;
-    auto rule = parse_tenant_rule(t, &error);
-    if (!rule) {
-      std::fprintf(stderr, "vrdmad: --tenant: %s\n", error.c_str());
-      return 2;
-    }
-    cfg->tenants.push_back(*rule);
-  }
-  return check_cluster_options(raw.pod_cidrs, cfg);
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
   using namespace vrdma;
   using namespace vrdma::daemon;
-  CLI::App app{"vrdmad: per-host daemon of vrdma (software RDMA for containers)"};
-  DaemonConfig cfg;
-  cfg.socket_path = vrdma::socket_path_from_env();
-  RawArgs raw;
-  add_options(app, cfg, raw);
-  CLI11_PARSE(app, argc, argv);
-  if (int rc = apply_options(raw, &cfg); rc != 0) return rc;
+  DaemonSettings settings;
+  try {
+    settings.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return settings.app().exit(e);  // --help
+    std::fprintf(stderr, "vrdmad: %s\n", e.what());
+    return 2;
+  }
+  if (settings.print_template()) {
+    std::fputs(config_file_template(settings.app()).c_str(), stdout);
+    return 0;
+  }
+  if (settings.print_config()) {
+    std::fputs(config::effective_config(settings.app()).c_str(), stdout);
+    return 0;
+  }
+  DaemonOptions& opts = settings.options();
+  if (std::string error = check_options(&opts); !error.empty()) {
+    std::fprintf(stderr, "vrdmad: %s\n", error.c_str());
+    return 2;
+  }
+  set_log_level(*parse_log_level(opts.log_level));
+  DaemonConfig& cfg = opts.cfg;
 
   ::signal(SIGPIPE, SIG_IGN);
   raise_fd_limit();
@@ -163,12 +86,17 @@ int main(int argc, char** argv) {
 
   Daemon daemon(cfg);
   g_daemon = &daemon;
+  Reloader reloader(std::vector<std::string>(argv, argv + argc), settings);
+  daemon.set_reload_handler([&] { return reloader.reload(daemon); });
   struct sigaction sa {};
   sa.sa_handler = on_stop_signal;
   sigemptyset(&sa.sa_mask);
   ::sigaction(SIGTERM, &sa, nullptr);
   ::sigaction(SIGINT, &sa, nullptr);
+  sa.sa_handler = on_reload_signal;
+  ::sigaction(SIGHUP, &sa, nullptr);
 
+  if (!settings.file().empty()) LOG_INFO("configuration file %s", settings.file().c_str());
   if (daemon.start() != 0) return 1;
   int err = daemon.run();
   g_daemon = nullptr;

@@ -1,0 +1,172 @@
+#include "daemon/core/options.h"
+
+#include "common/address.h"
+#include "common/protocol.h"
+#include "daemon/core/reload.h"
+#include "daemon/directory/directory.h"
+#include "daemon/identity/tenants.h"
+
+namespace vrdma::daemon {
+
+namespace {
+
+// Validators: the option's own check, so that a bad value is refused where it was given (the
+// command line, or the file's line).
+CLI::Validator ipv4_port_or_empty() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        uint32_t addr;
+        uint16_t port;
+        if (s.empty() || parse_ipv4_port(s, &addr, &port)) return "";
+        return "expected IPV4:PORT, not '" + s + "'";
+      },
+      "IPV4:PORT");
+}
+
+CLI::Validator cidr() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        Ipv4Cidr net;
+        if (!s.empty() && parse_cidr(s, &net, nullptr)) return "";
+        return "expected A.B.C.D/LEN, not '" + s + "'";
+      },
+      "CIDR");
+}
+
+CLI::Validator tenant_rule() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        std::string error;
+        return parse_tenant_rule(s, &error) ? "" : error;
+      },
+      "NAME=CIDR");
+}
+
+CLI::Validator peer() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        std::string error;
+        return parse_peer(s, &error) ? "" : error;
+      },
+      "ID=ADDR:PORT=CIDR[,CIDR]");
+}
+
+}  // namespace
+
+void add_options(CLI::App& app, DaemonOptions& opts) {
+  DaemonConfig& cfg = opts.cfg;
+  app.add_option("--socket", cfg.socket_path,
+                 "Unix socket to serve ($VRDMA_SOCKET, when set, comes before the configuration "
+                 "file)")
+      ->envname(proto::kSocketEnv)
+      ->default_val(proto::kDefaultSocket);
+  app.add_option("--host-id", cfg.host_id, "This host's number in the cluster")->default_val(0);
+  app.add_option("--tenant", opts.tenants,
+                 "NAME=CIDR: clients whose IPv4 address is in CIDR belong to tenant NAME; the "
+                 "first matching rule wins, unmatched clients are in tenant \"default\" "
+                 "(repeatable)")
+      ->allow_extra_args(false)
+      ->check(tenant_rule());
+  app.add_option("--log-level", opts.log_level, "error, warn, info or debug")
+      ->check(CLI::IsMember({"error", "warn", "info", "debug"}))
+      ->default_val("info");
+  app.add_option("--netns-dir", cfg.netns_dir,
+                 "Where named network namespaces are pinned; a client's container name is "
+                 "the entry whose inode matches its namespace, without --netns-prefix")
+      ->default_val("/run/netns");
+  app.add_option("--netns-prefix", cfg.netns_prefix,
+                 "Left out of container names taken from --netns-dir")
+      ->default_val("vrdma-");
+  app.add_flag("--trust-unnamed-netns", cfg.trust_unnamed_netns,
+               "Let the address of a client in a network namespace that is neither the "
+               "host's nor pinned in --netns-dir select its tenant (such namespaces can be "
+               "made by unprivileged users, with any address; by default they get tenant "
+               "\"default\")");
+  app.add_option("--router-listen", cfg.router_listen,
+                 "ADDR:PORT (IPv4) where this host's router accepts links from other hosts; "
+                 "without it the daemon serves its own host only")
+      ->check(ipv4_port_or_empty());
+  app.add_option("--pod-cidr", opts.pod_cidrs,
+                 "CIDR: a container network this host owns, published in the directory "
+                 "(repeatable)")
+      ->allow_extra_args(false)
+      ->check(cidr());
+  app.add_option("--directory", cfg.directory,
+                 "Cluster directory: \"embedded\" (this host and its --peer hosts) or "
+                 "\"etcd://HOST:PORT[,HOST:PORT...]\" (etcd v3, IPv4 endpoints)")
+      ->default_val("embedded");
+  app.add_option("--peer", cfg.static_peers,
+                 "ID=ADDR:PORT=CIDR[,CIDR...]: another host of an embedded directory, its "
+                 "router address and container networks (repeatable)")
+      ->allow_extra_args(false)
+      ->check(peer());
+  app.add_option("--directory-lease", cfg.directory_lease_s,
+                 "Seconds after which a dead host's etcd entries expire")
+      ->default_val(cfg.directory_lease_s);
+}
+
+std::string check_options(DaemonOptions* opts) {
+  DaemonConfig& cfg = opts->cfg;
+  cfg.tenants.clear();
+  for (const auto& t : opts->tenants) {
+    std::string error;
+    auto rule = parse_tenant_rule(t, &error);
+    if (!rule) return "--tenant: " + error;
+    cfg.tenants.push_back(*rule);
+  }
+  cfg.pod_cidrs.clear();
+  for (const auto& c : opts->pod_cidrs) {
+    Ipv4Cidr net;
+    if (c.empty() || !parse_cidr(c, &net, nullptr))
+      return "--pod-cidr: expected A.B.C.D/LEN, not '" + c + "'";
+    cfg.pod_cidrs.push_back(net);
+  }
+  std::string error;
+  if (!make_directory(cfg.directory_config(), &error))
+    return "bad directory configuration: " + error;
+  return "";
+}
+
+DaemonSettings::DaemonSettings()
+    : app_("vrdmad: per-host daemon of vrdma (software RDMA for containers)"),
+      file_(app_, kDefaultConfigFile) {
+  // Every option's default as the program starts is its default in --help and in the
+  // template, also for options added without default_val().
+  app_.option_defaults()->always_capture_default();
+  add_options(app_, opts_);
+  app_.add_flag("--print-config-template", print_template_,
+                "Print the annotated configuration file (every key commented out, with its "
+                "default) and exit")
+      ->configurable(false);
+  app_.add_flag("--print-config", print_config_,
+                "Print the settings the command line and the configuration file give, as a "
+                "configuration file, and exit")
+      ->configurable(false);
+  app_.footer(std::string("Settings: the command line, then the configuration file (default ") +
+              kDefaultConfigFile +
+              "; `vrdmad --print-config-template` lists its keys). SIGHUP or `vrdma reload` "
+              "re-reads the file and applies what can change while vrdmad runs.");
+}
+
+void DaemonSettings::parse(int argc, const char* const* argv) {
+  file_.parse(argc, argv);
+}
+
+std::string config_file_template(const CLI::App& app) {
+  std::string header =
+      "# vrdmad's configuration file (vrdmad --config FILE; default " +
+      std::string(kDefaultConfigFile) +
+      ").\n"
+      "# Every command-line option of vrdmad is a key: its name without \"--\". An option given\n"
+      "# on the command line overrides the file; a repeatable option takes a list. Every key\n"
+      "# below is commented out and shows its default: uncomment a line to change it.\n"
+      "# A bad file (unknown key, wrong type, bad value) is refused with its line, and vrdmad\n"
+      "# does not start. SIGHUP (systemctl reload vrdmad) or `vrdma reload` re-reads the file:\n"
+      "# keys marked \"applied on reload\" change at once, the others at the next restart.\n"
+      "# Generated by `vrdmad --print-config-template`.\n";
+  return config::config_template(app, header, [](const std::string& key) -> std::string {
+    return reloadable(key) ? "(applied on reload)" : "";
+  });
+}
+
+}  // namespace vrdma::daemon
