@@ -8,8 +8,9 @@ namespaces, one vrdmad each) and measures, in one run, with unmodified programs:
   messages, and vrdmad's CPU when idle; vrdmad and shared memory per container,
   per QP and per MR; aggregate throughput and latency with 1..32 container pairs,
   throughput with up to 1024 QPs, connection setup rate through verbs and rdma_cm;
-  and the baselines: memcpy, UCX shared memory and tcp (ucx_perftest), TCP (iperf3,
-  sockperf) between the same containers.
+  what encrypting the links between routers costs (mutual TLS against --router-plaintext,
+  across hosts, ib_write_bw 64 KiB and ib_write_lat 8 B); and the baselines: memcpy, UCX
+  shared memory and tcp (ucx_perftest), TCP (iperf3, sockperf) between the same containers.
 
 Writes results.json (every figure and the machine), report.md (tables with vrdma's
 ratio to each baseline; >1 means vrdma is better) and PNG plots to --out. A part
@@ -74,8 +75,9 @@ MODES = {
         "setup_verbs": 1024, "setup_cm": 256,
         "mem_containers": 32, "mem_qps": 1024, "mem_mrs": 1024,
         "idle_seconds": 5, "run_timeout": 60, "probe_timeout": 20,
+        "tls_reps": 2,  # TLS / plaintext alternations (each a sandbox of its own)
         "budget": {"idle": 10, "memory": 45, "memcpy": 10, "probe": 30, "same_host": 180,
-                   "cross_host": 180, "scalability": 290, "connections": 90},
+                   "cross_host": 180, "scalability": 290, "connections": 90, "tls": 120},
     },
     "quick": {
         "sizes": [8, 64 * KIB, 4 * MIB],
@@ -89,8 +91,9 @@ MODES = {
         "setup_verbs": 256, "setup_cm": 64,
         "mem_containers": 8, "mem_qps": 1024, "mem_mrs": 1024,
         "idle_seconds": 2, "run_timeout": 40, "probe_timeout": 8,
+        "tls_reps": 1,
         "budget": {"idle": 4, "memory": 10, "memcpy": 4, "probe": 10, "same_host": 26,
-                   "cross_host": 30, "scalability": 20, "connections": 14},
+                   "cross_host": 30, "scalability": 20, "connections": 14, "tls": 40},
     },
 }
 
@@ -318,7 +321,75 @@ class Suite:
         for topo in ("same_host", "cross_host"):
             steps += self.plan_size_sweep(topo)
         steps += self.plan_scalability()
+        # Last: it replaces the sandbox (routers with and without TLS).
+        steps += self.plan_router_security()
         return steps
+
+    def plan_router_security(self):
+        """ib_write_bw 64 KiB and ib_write_lat 8 B across hosts with the routers linked over
+        mutual TLS and in plaintext, alternating, each in a two-host sandbox of its own."""
+        c = self.cfg
+        server, client = self.cross_pair()
+        n_bw = clamp_iters(c["bw_bytes"] // c["cross_host_div"], REF_BW_SIZE, c["bw_iters"])
+        n_lat = clamp_iters(c["lat_bytes"] // c["cross_host_div"], REF_LAT_SIZE, c["lat_iters"])
+        steps = []
+        for rep in range(c["tls_reps"]):
+            for mode in ("tls", "plaintext"):
+                what = "mutual TLS" if mode == "tls" else "plaintext (--router-plaintext)"
+                steps.append(Step("router security", "tls", f"sandbox: routers over {what}",
+                                  ("router_security", "sandboxes[]"),
+                                  lambda m=mode: self.switch_sandbox(m),
+                                  {"mode": mode, "rep": rep},
+                                  lambda r: f"up in {r['up_s']} s"))
+                gate = (lambda m=mode: self.security_gate(m))
+                steps.append(Step("router security", "tls",
+                                  f"ib_write_bw {human_size(REF_BW_SIZE)} across hosts, {mode}",
+                                  ("router_security", mode, "write_bw[]"),
+                                  lambda n=n_bw: self.with_link_security(lambda: m.perftest_bw(
+                                      self.bench, "ib_write_bw", REF_BW_SIZE, n, server,
+                                      client)),
+                                  {"size": REF_BW_SIZE, "rep": rep}, bw_summary, gate))
+                steps.append(Step("router security", "tls",
+                                  f"ib_write_lat {human_size(REF_LAT_SIZE)} across hosts, {mode}",
+                                  ("router_security", mode, "write_lat[]"),
+                                  lambda n=n_lat: m.perftest_lat(self.bench, "ib_write_lat",
+                                                                 REF_LAT_SIZE, n, server, client),
+                                  {"size": REF_LAT_SIZE, "rep": rep}, lat_summary, gate))
+        return steps
+
+    def with_link_security(self, fn):
+        """fn's record, with how h0's links were secured while it ran (plaintext, tls: user
+        space, ktls: the kernel encrypts)."""
+        rec = fn()
+        st = json.loads(vrdma("status", "--host", "h0", "--json").stdout)
+        rec["link_security"] = sorted({str(l.get("security"))
+                                       for l in st["daemon"]["router"]["links"]})
+        return rec
+
+    def security_gate(self, mode):
+        if self.state.get("router_security") != mode:
+            return f"skipped: the sandbox's routers are not in {mode} mode"
+        return None
+
+    def switch_sandbox(self, mode):
+        """A fresh two-host sandbox whose routers link in `mode` ("tls" or "plaintext")."""
+        t = time.monotonic()
+        if self.runner:
+            self.runner.kill_all()
+        if self.sb:
+            self.sb.down()
+            self.sb = None
+        extra = ["--router-plaintext"] if mode == "plaintext" else []
+        self.sb = Sandbox(hosts=2, containers=1, extra_args=extra)
+        self.sb.up()
+        self.state = json.loads(vrdma("sandbox", "list", "--json").stdout)
+        self.runner = bp.Runner(self.state)
+        self.bench = m.Bench(self.runner, [h["pid"] for h in self.state["hosts"]], self.tools,
+                             self.cfg["run_timeout"])
+        got = self.state.get("router_security")
+        if got != mode:
+            raise RuntimeError(f"the sandbox's routers are in {got!r} mode, not {mode!r}")
+        return {"up_s": round(time.monotonic() - t, 2), "router_security": got}
 
     def plan_size_sweep(self, topo):
         c = self.cfg

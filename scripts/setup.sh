@@ -28,6 +28,8 @@ packages=(
   # build
   build-essential cmake pkg-config libgtest-dev
   libibverbs-dev librdmacm-dev libcli11-dev nlohmann-json3-dev
+  # TLS between routers and the sandbox's PKI (OpenSSL)
+  libssl-dev openssl
   # vrdmad's configuration file (YAML)
   libyaml-cpp-dev
   # the Debian package (cpack: dpkg-shlibdeps, file) and its test (systemd-analyze verify,
@@ -46,8 +48,9 @@ packages=(
   libfabric1 libfabric-bin openmpi-bin libopenmpi-dev python3-pyverbs
   # test bed and tests
   iproute2 iputils-ping procps strace python3
-  # the cluster directory of a multi-host sandbox; plots of the evaluation suite
-  etcd-server python3-matplotlib
+  # the cluster directory of a multi-host sandbox (etcd over TLS with the sandbox's own PKI:
+  # OpenSSL makes the certificates); plots of the evaluation suite
+  etcd-server openssl libssl-dev python3-matplotlib
   # real OCI containers in the tests: rootful podman with crun, netavark bridges (iptables)
   podman crun conmon netavark iptables
 )

@@ -17,18 +17,20 @@ cmake --build build-asan -j"$jobs" --target unit_tests
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --output-on-failure -j"$jobs" -LE e2e)
 
-echo "== fuzzing the control-message decoder (libFuzzer, 20 s)"
+echo "== fuzzing the control-message decoder, the directory's entry checks and the router's frame decoder (libFuzzer, 20 s each)"
 cmake -S . -B build-fuzz -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DVRDMA_FUZZ=ON >/dev/null
-cmake --build build-fuzz -j"$jobs" --target fuzz_decode
-mkdir -p build-fuzz/corpus
-if ! build-fuzz/tests/fuzz/fuzz_decode -max_total_time=20 -print_final_stats=1 build-fuzz/corpus \
-    > build-fuzz/fuzz.log 2>&1; then
-  tail -50 build-fuzz/fuzz.log
-  echo "test.sh: the decoder fuzzer found a failure (input saved in the working directory)" >&2
-  exit 1
-fi
-grep -E "^Done [0-9]+ runs" build-fuzz/fuzz.log
+cmake --build build-fuzz -j"$jobs" --target fuzz_decode fuzz_directory fuzz_router_frames
+for target in fuzz_decode fuzz_directory fuzz_router_frames; do
+  mkdir -p "build-fuzz/corpus-$target"
+  if ! (cd build-fuzz && "tests/fuzz/$target" -max_total_time=20 -print_final_stats=1 \
+      "corpus-$target" > "$target.log" 2>&1); then
+    tail -50 "build-fuzz/$target.log"
+    echo "test.sh: $target found a failure (input saved in build-fuzz)" >&2
+    exit 1
+  fi
+  grep -E "^Done [0-9]+ runs" "build-fuzz/$target.log"
+done
 
 echo "== release build: all tests"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null

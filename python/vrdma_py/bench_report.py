@@ -119,6 +119,23 @@ def headline(results):
                          "CPU-s/GB", "lower", results, bw, bw)
         e["id"] = f"{topo}_cpu_per_gb_vs_tcp"
         H.append(e)
+    # What encrypting the links between routers costs.
+    sec = router_security(results) or {}
+    for key, title, unit, what in (
+            ("write_bw_mb_s", f"Across hosts: throughput {hs_bw}, TLS vs plaintext routers",
+             "MB/s", f"ib_write_bw {hs_bw}"),
+            ("write_lat_p50_us", f"Across hosts: latency p50 {hs_lat}, TLS vs plaintext routers",
+             "us", f"ib_write_lat {hs_lat}")):
+        e = sec.get(key, {})
+        entry = {"id": f"cross_host_tls_{key}", "title": title, "unit": unit,
+                 "better": "higher" if unit == "MB/s" else "lower",
+                 "vrdma": f"{what}, TLS", "baseline": f"{what}, plaintext"}
+        if ok(e.get("ratio")):
+            entry.update({"vrdma_value": e["tls"], "baseline_value": e["plaintext"],
+                          "ratio": e["ratio"]})
+        else:
+            entry["error"] = "not measured (see router_security)"
+        H.append(entry)
     # Memory: absolute figures (no baseline runs a daemon).
     for key, title, field in (
             ("per_container", "vrdmad memory per container (its private memory's growth)",
@@ -149,6 +166,36 @@ def headline(results):
             entry["error"] = str(e) if good or not node else node[-1]["error"].splitlines()[0]
         H.append(entry)
     return H
+
+
+def _median(values):
+    values = sorted(v for v in values if ok(v))
+    if not values:
+        return None
+    mid = len(values) // 2
+    return values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
+
+
+def router_security(results):
+    """TLS between routers against plaintext: the median of each mode's runs, and their
+    ratio (throughput: TLS ÷ plaintext; latency: plaintext ÷ TLS; < 1: TLS costs)."""
+    node = results.get("sections", {}).get("router_security")
+    if not isinstance(node, dict):
+        return None
+    out = {}
+    for key, field, better in (("write_bw", "mb_s", "higher"), ("write_lat", "p50_us", "lower"),
+                               ("write_lat", "p99_us", "lower")):
+        vals = {}
+        for mode in ("tls", "plaintext"):
+            recs = [r for r in node.get(mode, {}).get(key, []) if isinstance(r, dict)
+                    and "error" not in r]
+            vals[mode] = _median(r.get(field) for r in recs)
+        entry = {"tls": vals["tls"], "plaintext": vals["plaintext"],
+                 "ratio": _ratio(vals["tls"], vals["plaintext"], better)}
+        out[f"{key}_{field}"] = entry
+    out["ktls"] = any("ktls" in r.get("link_security", [])
+                      for r in node.get("tls", {}).get("write_bw", []) if isinstance(r, dict))
+    return out
 
 
 def derive_cpu(results):
@@ -504,6 +551,29 @@ def report_md(results, plots):
             else:
                 rows.append([kind, where, r.get("count"), fmt(r["per_second"])])
     L.append(table(["Through", "Where", "Connections", "Per second"], rows))
+
+    sec = router_security(results)
+    if sec is not None:
+        node = results["sections"]["router_security"]
+        runs = max(len(node.get(m, {}).get("write_bw", [])) for m in ("tls", "plaintext"))
+        L.append("\n## Encryption between routers\n")
+        L.append(f"Across hosts (h1c0 ↔ h0c0), routers linked over mutual TLS 1.3 against "
+                 f"--router-plaintext, each mode in a two-host sandbox of its own, alternating "
+                 f"({runs} run(s) each; the median). Kernel TLS: "
+                 f"{'used' if sec['ktls'] else 'not offered here (TLS in user space)'}"
+                 ". Ratio: TLS ÷ plaintext for throughput, plaintext ÷ TLS for latency (< 1: what "
+                 "TLS costs).\n")
+        rows = []
+        for key, what, unit in (("write_bw_mb_s", f"ib_write_bw {human_size(REF_BW_SIZE)}",
+                                 "MB/s"),
+                                ("write_lat_p50_us", f"ib_write_lat {human_size(REF_LAT_SIZE)} p50",
+                                 "us"),
+                                ("write_lat_p99_us", f"ib_write_lat {human_size(REF_LAT_SIZE)} p99",
+                                 "us")):
+            e = sec[key]
+            rows.append([what, f"{fmt(e['tls'])} {unit}", f"{fmt(e['plaintext'])} {unit}",
+                         ratio_text(e["ratio"])])
+        L.append(table(["Measure", "TLS", "Plaintext", "Ratio"], rows))
 
     errs = results.get("errors", [])
     if errs:

@@ -311,9 +311,11 @@ class PodmanBed:
     vrdmad/vrdmad.log). vrdmad runs in the host's own network namespace, as on a machine that
     runs podman; it identifies each container by its network namespace. A CDI spec in
     /var/run/cdi describes the device <kind>=<prefix>hca (see cdi_spec); `network` is a podman
-    bridge network on `subnet`."""
+    bridge network on `subnet`. The bed's containers are one tenant, `tenant` (vrdmad would
+    make each container a tenant of its own); tenant=None declares none."""
 
-    def __init__(self, subnet="10.78.0.0/24", run_dir=None, prefix=None, vrdmad_args=()):
+    def __init__(self, subnet="10.78.0.0/24", run_dir=None, prefix=None, vrdmad_args=(),
+                 tenant="podman"):
         from . import sandbox
         run_dir = run_dir or sandbox.RUN_DIR
         prefix = prefix or sandbox.NETNS_PREFIX
@@ -324,7 +326,8 @@ class PodmanBed:
         self.log = os.path.join(self.dir, "vrdmad", "vrdmad.log")
         self.pid_file = os.path.join(self.dir, "vrdmad", "vrdmad.pid")
         self.vrdmad_bin = sandbox.VRDMAD
-        self.vrdmad_args = list(vrdmad_args)
+        self.tenant = tenant
+        self.vrdmad_args = ([f"--tenant={tenant}={subnet}"] if tenant else []) + list(vrdmad_args)
         self.vrdmad = None
         self.subnet = subnet
         self.network = f"{prefix}podman"

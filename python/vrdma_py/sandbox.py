@@ -189,6 +189,12 @@ class Sandbox:
         with open(host_file(host, "vrdmad.pid")) as f:
             return int(f.read().strip())
 
+    def daemon_args(self, host="h0"):
+        """The options a host's running vrdmad was started with (its tenant rules among them),
+        to start another one as the sandbox did."""
+        with open(f"/proc/{self.daemon_pid(host)}/cmdline", "rb") as f:
+            return [a.decode() for a in f.read().split(b"\0")[1:] if a]
+
     def underlay(self):
         """The namespace linking the hosts of a multi-host sandbox."""
         return self.state()["underlay"]
@@ -208,23 +214,12 @@ class Sandbox:
                 return ", running (pid" in line
         return False
 
-    def etcd_get(self, prefix="/vrdma/", timeout=5):
+    def etcd_get(self, prefix="/vrdma/", timeout=15):
         """The directory's keys under `prefix` and their values (JSON decoded where possible),
-        read from etcd's JSON gateway inside the underlay namespace."""
-        state = self.state()
-        url = state["etcd"]["client_url"]
-        script = (
-            "import base64,json,sys,urllib.request\n"
-            "p=sys.argv[2].encode(); end=p[:-1]+bytes([p[-1]+1])\n"
-            "b=lambda x: base64.b64encode(x).decode()\n"
-            "req=json.dumps({'key': b(p), 'range_end': b(end)}).encode()\n"
-            "r=json.load(urllib.request.urlopen(sys.argv[1]+'/v3/kv/range', req, timeout=2))\n"
-            "print(json.dumps({base64.b64decode(kv['key']).decode():"
-            " base64.b64decode(kv.get('value', '')).decode() for kv in r.get('kvs', [])}))\n")
-        p = subprocess.run(["ip", "netns", "exec", state["underlay"], "python3", "-c", script, url,
-                            prefix], capture_output=True, text=True, timeout=timeout)
+        read as etcd's root user (the sandbox's root certificate; `vrdma sandbox etcd get`)."""
+        p = vrdma("sandbox", "etcd", "get", prefix, timeout=timeout, check=False)
         if p.returncode != 0:
-            raise RuntimeError(f"reading etcd at {url} failed:\n{p.stderr}")
+            raise RuntimeError(f"reading etcd failed:\n{p.stdout}{p.stderr}")
         out = {}
         for key, value in json.loads(p.stdout).items():
             try:

@@ -32,8 +32,9 @@ inline constexpr char kHello[] = "Hello", kPutFd[] = "PutFd", kGetFd[] = "GetFd"
                       kDropFd[] = "DropFd", kCmListen[] = "CmListen", kCmUnlisten[] = "CmUnlisten",
                       kCmResolve[] = "CmResolve", kCmConnect[] = "CmConnect",
                       kCmAccept[] = "CmAccept", kCmReject[] = "CmReject", kCmRtu[] = "CmRtu",
-                      kCmDisconnect[] = "CmDisconnect", kReload[] = "Reload",
-                      kQpFatal[] = "QpFatal", kCmRequest[] = "CmRequest", kCmReply[] = "CmReply",
+                      kCmDisconnect[] = "CmDisconnect", kSetQpObject[] = "SetQpObject",
+                      kGetMr[] = "GetMr", kReload[] = "Reload", kQpFatal[] = "QpFatal",
+                      kCmRequest[] = "CmRequest", kCmReply[] = "CmReply",
                       kCmRejected[] = "CmRejected", kCmEstablished[] = "CmEstablished",
                       kCmDisconnected[] = "CmDisconnected";
 }  // namespace op_names
@@ -76,6 +77,10 @@ struct OpSpec<Op::kCmRtu> : Spec<CmRtuReq, 0, op_names::kCmRtu> {};
 template <>
 struct OpSpec<Op::kCmDisconnect> : Spec<CmDisconnectReq, 0, op_names::kCmDisconnect> {};
 template <>
+struct OpSpec<Op::kSetQpObject> : Spec<SetQpObjectReq, 0, op_names::kSetQpObject> {};
+template <>
+struct OpSpec<Op::kGetMr> : Spec<GetMrReq, 0, op_names::kGetMr> {};
+template <>
 struct OpSpec<Op::kReload> : Spec<ReloadReq, 0, op_names::kReload> {};
 // Events (daemon -> client, seq 0).
 template <>
@@ -94,10 +99,11 @@ struct OpSpec<Op::kCmDisconnected> : Spec<CmEvent, 0, op_names::kCmDisconnected>
 template <Op... ops>
 struct OpList {};
 
-using RequestOps = OpList<Op::kHello, Op::kPutFd, Op::kGetFd, Op::kAllocQpn, Op::kFreeQpn,
-                          Op::kConnectQp, Op::kAllocKey, Op::kFreeKey, Op::kStatus, Op::kDropFd,
-                          Op::kCmListen, Op::kCmUnlisten, Op::kCmResolve, Op::kCmConnect,
-                          Op::kCmAccept, Op::kCmReject, Op::kCmRtu, Op::kCmDisconnect, Op::kReload>;
+using RequestOps =
+    OpList<Op::kHello, Op::kPutFd, Op::kGetFd, Op::kAllocQpn, Op::kFreeQpn, Op::kConnectQp,
+           Op::kAllocKey, Op::kFreeKey, Op::kStatus, Op::kDropFd, Op::kCmListen, Op::kCmUnlisten,
+           Op::kCmResolve, Op::kCmConnect, Op::kCmAccept, Op::kCmReject, Op::kCmRtu,
+           Op::kCmDisconnect, Op::kSetQpObject, Op::kGetMr, Op::kReload>;
 using EventOps = OpList<Op::kQpFatal, Op::kCmRequest, Op::kCmReply, Op::kCmRejected,
                         Op::kCmEstablished, Op::kCmDisconnected>;
 

@@ -21,7 +21,7 @@ inline constexpr uint32_t kMagic = 0x31445256;  // "VRD1"
 inline constexpr uint32_t kVersion = 1;
 inline constexpr size_t kMaxMessage = 64 * 1024;  // largest packet either side sends
 inline constexpr size_t kMaxStatusText = kMaxMessage - 64;
-inline constexpr int kMaxFdsPerMessage = 4;
+inline constexpr int kMaxFdsPerMessage = 8;
 inline constexpr const char* kDefaultSocket = "/run/vrdma/vrdmad.sock";
 inline constexpr const char* kSocketEnv = "VRDMA_SOCKET";
 
@@ -45,8 +45,10 @@ enum class Op : uint16_t {
   kCmReject = 16,      // CmRejectReq -> (empty); the connector gets CmRejected
   kCmRtu = 17,         // CmConnReq -> (empty); the acceptor gets CmEstablished
   kCmDisconnect = 18,  // CmConnReq -> (empty); the other side gets CmDisconnected
+  kSetQpObject = 19,   // SetQpObjectReq -> (empty): a QP's new shared object (after a reset)
+  kGetMr = 20,         // GetMrReq -> GetMrRep + one fd per segment: a granted MR
   // The host's administrator only (root, or vrdmad's user, in vrdmad's network namespace).
-  kReload = 19,  // ReloadReq -> text: what re-reading the configuration changed (or the error)
+  kReload = 21,        // ReloadReq -> text: what re-reading the configuration changed (or the error)
   kQpFatal = 100,  // daemon -> client, seq 0: QpFatalEvent
   // daemon -> client, seq 0, connection manager events.
   kCmRequest = 101,       // CmRequestEvent, to the listener's client
@@ -91,32 +93,86 @@ struct HelloRep {
   char container[64];   // human-readable name (netns name or "host")
 };
 
-// Hands the daemon a file descriptor the client wants peers to be able to map
-// or signal. fd_id 0 is the client's arena; other ids are chosen by the client.
-enum class FdKind : uint32_t { kArena = 1, kMemory = 2, kEvent = 3 };
+// Hands the daemon a file descriptor that vrdmad (arena), peers it grants (QP and SRQ objects,
+// the key table, memory, eventfds) or both may map or signal. fd_id 0 is the client's arena,
+// 1 its key table; other ids are chosen by the client. Every file to be mapped must be a memfd
+// sealed against shrinking and growing; the daemon maps it at the size it has.
+enum class FdKind : uint32_t {
+  kArena = 1,
+  kMemory = 2,      // a backing of registered memory
+  kEvent = 3,       // an eventfd: a CQ's channel (vrdmad only) or a QP object's notify fd
+  kQpObject = 4,    // shm::QpObject
+  kSrqObject = 5,   // an SRQ's object
+  kKeyTable = 6,    // shm::KeyTable, sealed against new writable mappings
+};
+// PutFdReq::flags. kSealWrites (memory): vrdmad keeps a writable mapping of the file for its
+// router and then seals it against new writable mappings, so that peers granted it read-only
+// cannot get write access by reopening it.
+inline constexpr uint32_t kSealWrites = 1;
 struct PutFdReq {
   uint32_t fd_id;
   uint32_t kind;  // FdKind
-  uint64_t size;  // bytes, for memory and arena
+  uint64_t size;  // bytes, for memory and arena (at most the file's size)
+  uint32_t flags;
+  uint32_t reserved;
 };
 
 struct DropFdReq {
   uint32_t fd_id;
 };
 
-// Asks for a file descriptor another client registered. Allowed only when the
-// two clients are in the same trust domain and the requester has a connection
-// (ConnectQp) to the owner.
+// Asks for a file descriptor another client handed over, on behalf of the requester's QP
+// `via_qpn`. Granted only over an agreed connection: the requester's QP and a QP of the owner
+// named each other at RTR (RC, UC), or the requester's UD QP resolved the owner's UD QP. What
+// such a connection reaches: the QP's object, its SRQ's object, its notify eventfd and the key
+// table; never the arena, a memory backing (GetMr) or a CQ's channel.
 struct GetFdReq {
   uint32_t owner_client;
   uint32_t fd_id;
+  uint32_t via_qpn;
+  uint32_t reserved;
+};
+
+// Asks for the owner's MR `key` over the requester's QP `via_qpn`. `access` says why:
+// IBV_ACCESS_LOCAL_WRITE for a receive of the reached QP (or its SRQ) that points into the MR,
+// else the remote rights wanted (the MR must have them and be in the reached QP's PD). The
+// reply describes the MR and carries one descriptor per segment, writable only for
+// REMOTE_WRITE, REMOTE_ATOMIC and receive buffers, else opened read-only.
+struct GetMrReq {
+  uint32_t owner_client;
+  uint32_t via_qpn;
+  uint32_t key;
+  uint32_t access;
+};
+struct GetMrSeg {
+  uint32_t fd_id;
+  uint32_t reserved;
+  uint64_t offset;
+  uint64_t length;
+};
+struct GetMrRep {
+  uint32_t slot;  // the owner's MR slot, whose generation the key table holds
+  uint32_t gen;
+  uint32_t access;
+  uint32_t pd;
+  uint32_t nseg;
+  uint32_t writable;
+  uint64_t iova;
+  uint64_t length;
+  uint64_t va_offset;
+  uint64_t map_length;
+  GetMrSeg seg[8];
 };
 
 enum class QpType : uint32_t { kRc = 2, kUc = 3, kUd = 4 };  // values of ibv_qp_type
 
 struct AllocQpnReq {
   uint32_t qp_type;       // QpType
-  uint32_t arena_offset;  // where the QP's shared state lives in the arena
+  uint32_t arena_offset;  // where the QP's send-side state (shm::QpShared) lives in the arena
+  uint32_t object_fd_id;  // its QP object (FdKind::kQpObject)
+  uint32_t srq_fd_id;     // its SRQ's object, 0 for none
+  uint32_t notify_fd_id;  // the eventfd senders write when its CQ is armed, 0 for none
+  uint32_t pd;            // its protection domain (the client's own numbering)
 };
 struct AllocQpnRep {
   uint32_t qpn;
@@ -124,10 +180,20 @@ struct AllocQpnRep {
 struct FreeQpnReq {
   uint32_t qpn;
 };
+// A QP that went back to RESET gets a new object, so that whoever reached the old one reaches
+// nothing of the new connection.
+struct SetQpObjectReq {
+  uint32_t qpn;
+  uint32_t object_fd_id;
+  uint32_t notify_fd_id;
+  uint32_t reserved;
+};
 
 // Resolves a destination QP for a local QP: by QPN alone (gid all zero) or by
-// GID + QPN. The daemon records the link so that it can tell the local client
-// when the peer goes away.
+// GID + QPN. The daemon records what the local QP's RTR names and the link (so that it can
+// tell the local client when the peer goes away). An RC or UC destination on this host answers
+// only once its own RTR named the local QP (QPN and address): until then the reply is EAGAIN,
+// and the local QP treats the destination as not ready (it retries until its timeout).
 struct ConnectQpReq {
   uint32_t local_qpn;
   uint32_t dest_qpn;
@@ -135,18 +201,21 @@ struct ConnectQpReq {
 };
 // A destination on another host is `routed`: the local QP hands its work to this host's router
 // (the QP's SendQueue) and the reply carries the router's doorbell eventfd; peer_client and
-// peer_arena_offset are 0.
+// peer_object_fd_id are 0.
 struct ConnectQpRep {
   uint32_t peer_client;
-  uint32_t peer_arena_offset;  // of the destination QP's shared state
+  uint32_t peer_object_fd_id;  // the destination QP's object (GetFd over the local QP)
   uint32_t peer_qp_type;
   uint32_t routed;
 };
 
+// Keys are 32 random bits; nothing in a key says where its MR is.
 struct AllocKeyReq {
-  uint32_t index;   // slot in the client's MR table; becomes the low bits of the key
-  uint32_t access;  // ibv_access_flags, for status
+  uint32_t index;   // slot in the client's MR table (the arena's MrEntry)
+  uint32_t access;  // ibv_access_flags: what grants the MR allows
   uint64_t length;  // bytes, for status and quotas
+  uint32_t pd;      // its protection domain
+  uint32_t reserved;
 };
 struct AllocKeyRep {
   uint32_t key;
@@ -287,10 +356,12 @@ struct CmEvent {
 
 // The wire is these structs' bytes: pin every size (x86-64, as every peer of one host is).
 static_assert(sizeof(HelloReq) == 8 && sizeof(HelloRep) == 128);
-static_assert(sizeof(PutFdReq) == 16 && sizeof(DropFdReq) == 4 && sizeof(GetFdReq) == 8);
-static_assert(sizeof(AllocQpnReq) == 8 && sizeof(AllocQpnRep) == 4 && sizeof(FreeQpnReq) == 4);
+static_assert(sizeof(PutFdReq) == 24 && sizeof(DropFdReq) == 4 && sizeof(GetFdReq) == 16);
+static_assert(sizeof(GetMrReq) == 16 && sizeof(GetMrSeg) == 24 && sizeof(GetMrRep) == 248);
+static_assert(sizeof(AllocQpnReq) == 24 && sizeof(AllocQpnRep) == 4 && sizeof(FreeQpnReq) == 4);
+static_assert(sizeof(SetQpObjectReq) == 16);
 static_assert(sizeof(ConnectQpReq) == 24 && sizeof(ConnectQpRep) == 16);
-static_assert(sizeof(AllocKeyReq) == 16 && sizeof(AllocKeyRep) == 4 && sizeof(FreeKeyReq) == 4);
+static_assert(sizeof(AllocKeyReq) == 24 && sizeof(AllocKeyRep) == 4 && sizeof(FreeKeyReq) == 4);
 static_assert(sizeof(QpFatalEvent) == 8 && sizeof(CmParams) == 4);
 static_assert(sizeof(CmListenReq) == 16 && sizeof(CmListenRep) == 4 && sizeof(CmUnlistenReq) == 8);
 static_assert(sizeof(CmResolveReq) == 4 && sizeof(CmResolveRep) == 4);

@@ -37,7 +37,9 @@ OperationsCommands::OperationsCommands(CLI::App& app) : s_(std::make_unique<Stat
       "Default socket: $VRDMA_SOCKET, else the sandbox's h0 if a sandbox is up, else\n"
       "/run/vrdma/vrdmad.sock. A sandbox host's daemon (--host, --all or that default) is asked\n"
       "from inside the host's namespace, where root sees every client; from a container\n"
-      "(vrdma sandbox exec h0c0 -- vrdma status) it shows that container's tenant only.");
+      "(vrdma sandbox exec h0c0 -- vrdma status) it shows that container and its tenant only,\n"
+      "with the memory keys of that container's own MRs only. Each container's line 'quota:'\n"
+      "shows its use of vrdmad against its quotas (used/limit).");
 
   s_->reload = app.add_subcommand(
       "reload",

@@ -13,10 +13,15 @@ struct SandboxUpOptions {
   int hosts = 1;
   int containers = 2;                // per host
   std::string log_level;             // passed to vrdmad as --log-level if not empty
-  std::vector<std::string> tenants;  // NAME=CIDR, each passed to vrdmad as --tenant
+  // NAME=CIDR, each passed to vrdmad as --tenant; without any, every container is in tenant
+  // "sandbox" (sandbox_tenant.h).
+  std::vector<std::string> tenants;
+  std::vector<std::string> daemon_args;  // more vrdmad options, for every host
   // With several hosts: kDirectoryEtcd (default: an etcd in the underlay namespace) or
   // kDirectoryEmbedded (each vrdmad gets the other hosts as --peer).
   std::string directory;
+  // With several hosts: links between routers without TLS (insecure; for benchmarks).
+  bool router_plaintext = false;
 };
 
 int sandbox_up(const SandboxUpOptions& options);
@@ -24,6 +29,9 @@ int sandbox_down();
 // `vrdma sandbox etcd start|stop`: the multi-host sandbox's etcd, on the same data directory.
 int sandbox_etcd_start();
 int sandbox_etcd_stop();
+// `vrdma sandbox etcd get [PREFIX]`: the keys under PREFIX and their values, one JSON object,
+// read as etcd's root user.
+int sandbox_etcd_get(const std::string& prefix);
 int sandbox_list(bool json);
 // Replaces the process with `command` inside the namespace of `name`; returns
 // only on failure (127: command not found, 126: cannot execute it).

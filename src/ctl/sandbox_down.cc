@@ -28,7 +28,7 @@ int teardown_rank(const std::string& netns) {
   return netns.find('c', netns_prefix().size()) != std::string::npos ? 0 : 1;
 }
 
-// Removes sandbox.json, the h<N> directories and etcd's; true if there was any.
+// Removes sandbox.json, the h<N> directories, etcd's and the PKI; true if there was any.
 bool remove_state(const std::string& run_dir, std::vector<std::string>& errors) {
   namespace fs = std::filesystem;
   static const std::regex host_dir_name("h[0-9]+");
@@ -36,7 +36,7 @@ bool remove_state(const std::string& run_dir, std::vector<std::string>& errors) 
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(run_dir, ec)) {
     std::string name = entry.path().filename();
-    if (name == "sandbox.json" || name == "sandbox.json.tmp" || name == "etcd" ||
+    if (name == "sandbox.json" || name == "sandbox.json.tmp" || name == "etcd" || name == "pki" ||
         (std::regex_match(name, host_dir_name) && entry.is_directory()))
       doomed.push_back(entry.path());
   }

@@ -18,6 +18,7 @@
 #include "ctl/netns.h"
 #include "ctl/proc.h"
 #include "ctl/sandbox.h"
+#include "ctl/sandbox_pki.h"
 
 namespace vrdma::ctl {
 
@@ -115,7 +116,12 @@ pid_t start_etcd(const Sandbox& sandbox, const std::function<void()>& step) {
                                    "--advertise-client-urls", e.client_url,
                                    "--listen-peer-urls", e.peer_url,
                                    "--initial-advertise-peer-urls", e.peer_url,
-                                   "--initial-cluster", std::string(kEtcdName) + "=" + e.peer_url};
+                                   "--initial-cluster", std::string(kEtcdName) + "=" + e.peer_url,
+                                   "--listen-metrics-urls", e.metrics_url,
+                                   "--client-cert-auth",
+                                   "--trusted-ca-file", pki_cert(sandbox.run_dir, "ca"),
+                                   "--cert-file", pki_cert(sandbox.run_dir, "etcd"),
+                                   "--key-file", pki_key(sandbox.run_dir, "etcd")};
   // clang-format on
   pid_t pid = spawn_in_netns(e.netns, argv, e.log);
   write_file_atomic(e.pidfile, std::to_string(pid) + "\n");
@@ -127,7 +133,7 @@ pid_t start_etcd(const Sandbox& sandbox, const std::function<void()>& step) {
     if (::waitpid(pid, &status, WNOHANG) == pid)
       throw Error("etcd ended (" + describe_wait_status(status) + ") before answering on " +
                   e.client_url + log_excerpt(e.log));
-    if (etcd_healthy(e.netns, kUnderlayEtcdIp, kEtcdClientPort)) return pid;
+    if (etcd_healthy(e.netns, "127.0.0.1", kEtcdMetricsPort)) return pid;
     if (Clock::now() >= deadline)
       throw Error("etcd did not answer on " + e.client_url + " within " +
                   std::to_string(kEtcdStartTimeoutMs / 1000) + " s" + log_excerpt(e.log));

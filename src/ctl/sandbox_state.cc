@@ -66,13 +66,15 @@ Sandbox plan_sandbox(int hosts, int containers_per_host, const std::string& run_
   if (hosts > 1) {
     s.underlay = underlay_netns();
     s.directory = directory;
+    s.pki = run_dir + "/pki";
   }
   if (s.directory == kDirectoryEtcd) {
     std::string dir = etcd_dir(run_dir);
     s.etcd.netns = s.underlay;
-    s.etcd.client_url = "http://" + std::string(kUnderlayEtcdIp) + ":" +
-                        std::to_string(kEtcdClientPort);
+    s.etcd.client_url =
+        "https://" + std::string(kUnderlayEtcdIp) + ":" + std::to_string(kEtcdClientPort);
     s.etcd.peer_url = "http://127.0.0.1:" + std::to_string(kEtcdPeerPort);
+    s.etcd.metrics_url = "http://127.0.0.1:" + std::to_string(kEtcdMetricsPort);
     s.etcd.data_dir = dir + "/data";
     s.etcd.log = dir + "/etcd.log";
     s.etcd.pidfile = dir + "/etcd.pid";

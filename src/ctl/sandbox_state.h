@@ -22,6 +22,7 @@ inline constexpr const char* kUnderlayDev = "u0";  // each host's link to the un
 inline constexpr const char* kUnderlayEtcdIp = "10.76.0.254";  // ubr0's address: etcd's
 inline constexpr int kEtcdClientPort = 2379;
 inline constexpr int kEtcdPeerPort = 2380;  // on 127.0.0.1 inside the underlay namespace
+inline constexpr int kEtcdMetricsPort = 2381;  // /health, plain HTTP, on 127.0.0.1 there too
 inline constexpr int kRouterPort = 7471;    // each host's vrdmad router, on its underlay_ip
 
 // How the daemons of a multi-host sandbox find each other (`sandbox up --directory`).
@@ -55,12 +56,13 @@ struct SandboxContainer {
 struct SandboxEtcd {
   std::string binary;  // the etcd executable
   std::string netns;
-  std::string client_url;  // http://10.76.0.254:2379
-  std::string peer_url;    // http://127.0.0.1:2380
-  std::string data_dir;    // <run dir>/etcd/data
-  std::string log;         // <run dir>/etcd/etcd.log
-  std::string pidfile;     // <run dir>/etcd/etcd.pid
-  pid_t pid = 0;           // when started; running_etcd() tells whether it still runs
+  std::string client_url;   // https://10.76.0.254:2379 (client certificates required)
+  std::string peer_url;     // http://127.0.0.1:2380
+  std::string metrics_url;  // http://127.0.0.1:2381 (/health)
+  std::string data_dir;     // <run dir>/etcd/data
+  std::string log;          // <run dir>/etcd/etcd.log
+  std::string pidfile;      // <run dir>/etcd/etcd.pid
+  pid_t pid = 0;            // when started; running_etcd() tells whether it still runs
 };
 
 struct Sandbox {
@@ -73,7 +75,10 @@ struct Sandbox {
   // With several hosts kDirectoryEtcd or kDirectoryEmbedded; empty with a single host (its
   // vrdmad runs as it always has, without directory options).
   std::string directory;
+  // With several hosts: "tls" (certificates in <run dir>/pki) or "plaintext".
+  std::string router_security;
   SandboxEtcd etcd;  // with kDirectoryEtcd only
+  std::string pki;   // <run dir>/pki with several hosts (sandbox_pki.h)
   std::vector<SandboxHost> hosts;
   std::vector<SandboxContainer> containers;
 
@@ -86,12 +91,12 @@ struct Sandbox {
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(SandboxHost, id, name, netns, ip, underlay_ip,
                                                 router, pod_cidr, socket, pidfile, log, pid)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(SandboxEtcd, binary, netns, client_url, peer_url,
-                                                data_dir, log, pidfile, pid)
+                                                metrics_url, data_dir, log, pidfile, pid)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(SandboxContainer, name, netns, ip, host, host_id,
                                                 socket)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Sandbox, version, run_dir, daemon, created,
-                                                containers_per_host, underlay, directory, etcd,
-                                                hosts, containers)
+                                                containers_per_host, underlay, directory,
+                                                router_security, etcd, pki, hosts, containers)
 
 // The namespace that links the hosts of a multi-host sandbox: <prefix>net.
 std::string underlay_netns();

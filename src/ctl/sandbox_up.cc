@@ -13,8 +13,11 @@
 #include "ctl/proc.h"
 #include "ctl/sandbox.h"
 #include "ctl/sandbox_etcd.h"
+#include "ctl/sandbox_firewall.h"
 #include "ctl/sandbox_mounts.h"
 #include "ctl/sandbox_net.h"
+#include "ctl/sandbox_pki.h"
+#include "ctl/sandbox_tenant.h"
 
 namespace vrdma::ctl {
 
@@ -47,7 +50,13 @@ class InterruptGuard {
 // What a host's vrdmad needs to know of the other hosts; nothing with a single host.
 std::vector<std::string> cluster_args(const Sandbox& sandbox, const SandboxHost& host) {
   if (sandbox.directory.empty()) return {};
-  std::vector<std::string> args = {"--router-listen", host.router, "--pod-cidr", host.pod_cidr};
+  const std::string id = "host-" + std::to_string(host.id);
+  std::vector<std::string> args = {"--router-listen", host.router,
+                                   "--pod-cidr",      host.pod_cidr,
+                                   "--tls-ca",        pki_cert(sandbox.run_dir, "ca"),
+                                   "--tls-cert",      pki_cert(sandbox.run_dir, id),
+                                   "--tls-key",       pki_key(sandbox.run_dir, id)};
+  if (sandbox.router_security == "plaintext") args.push_back("--router-plaintext");
   if (sandbox.directory == kDirectoryEtcd) {
     args.insert(args.end(), {"--directory", "etcd://" + std::string(kUnderlayEtcdIp) + ":" +
                                                 std::to_string(kEtcdClientPort)});
@@ -75,6 +84,8 @@ int sandbox_up(const SandboxUpOptions& options) {
                 " to a shorter one)");
   if (!find_tool("ip")) throw Error("cannot find the iproute2 `ip` command");
   sandbox.daemon = find_daemon();
+  if (!sandbox.directory.empty())
+    sandbox.router_security = options.router_plaintext ? "plaintext" : "tls";
   if (sandbox.directory == kDirectoryEtcd) sandbox.etcd.binary = find_etcd();
 
   RunDirLock lock(dir);
@@ -83,15 +94,22 @@ int sandbox_up(const SandboxUpOptions& options) {
   std::vector<std::string> daemon_args = {"--netns-prefix", netns_prefix()};
   if (!options.log_level.empty())
     daemon_args.insert(daemon_args.end(), {"--log-level", options.log_level});
-  for (const auto& t : options.tenants) daemon_args.insert(daemon_args.end(), {"--tenant", t});
+  // The sandbox's containers share one tenant unless the caller gives tenants of its own.
+  const std::vector<std::string> tenants =
+      options.tenants.empty() ? sandbox_tenant_rules(sandbox) : options.tenants;
+  for (const auto& t : tenants) daemon_args.insert(daemon_args.end(), {"--tenant", t});
+  for (const auto& a : options.daemon_args) daemon_args.push_back(a);
   InterruptGuard guard;
   try {
     build_network(sandbox, InterruptGuard::check);
+    if (!sandbox.directory.empty()) firewall_router_ports(sandbox);
+    if (!sandbox.pki.empty()) write_sandbox_pki(sandbox);
     if (sandbox.directory == kDirectoryEtcd) {
       std::error_code ec;
       std::filesystem::remove_all(etcd_dir(dir), ec);  // a crashed sandbox's data
       if (ec) throw Error("cannot remove " + etcd_dir(dir) + ": " + ec.message());
       sandbox.etcd.pid = start_etcd(sandbox, InterruptGuard::check);
+      setup_etcd_auth(sandbox);
     }
     for (auto& h : sandbox.hosts) {
       make_dirs(host_dir(dir, h.id));
@@ -119,6 +137,8 @@ int sandbox_up(const SandboxUpOptions& options) {
     std::cout << ", etcd " << sandbox.etcd.client_url << " (pid " << sandbox.etcd.pid << ")";
   else if (sandbox.directory == kDirectoryEmbedded)
     std::cout << ", embedded directory";
+  if (!sandbox.router_security.empty())
+    std::cout << ", routers " << (sandbox.router_security == "tls" ? "over mutual TLS" : "in PLAINTEXT");
   std::cout << "\n\n";
   print_sandbox_table(sandbox);
   return kExitOk;

@@ -108,6 +108,31 @@ struct Usage {
   }
 };
 
+// "QPs 3/16384, ...": a container's use against its quotas (status "containers").
+std::string quota_text(const json& quota) {
+  static const std::pair<const char*, const char*> kShown[] = {
+      {"connections", "connections"},
+      {"qps", "QPs"},
+      {"mrs", "MRs"},
+      {"registered_bytes", "registered"},
+      {"fds", "fds"},
+      {"cm_listeners", "rdma_cm listeners"},
+      {"cm_connections", "rdma_cm connections"},
+      {"directory_entries", "directory entries"}};
+  std::string out;
+  for (const auto& [key, label] : kShown) {
+    auto it = quota.find(key);
+    if (it == quota.end() || !it->is_array() || it->size() != 2) continue;
+    uint64_t used = number(json::object({{"v", (*it)[0]}}), "v");
+    uint64_t limit = number(json::object({{"v", (*it)[1]}}), "v");
+    bool bytes = std::string(key) == "registered_bytes";
+    out += (out.empty() ? "" : ", ") + std::string(label) + " " +
+           (bytes ? human_bytes(used) + "/" + human_bytes(limit)
+                  : std::to_string(used) + "/" + std::to_string(limit));
+  }
+  return out;
+}
+
 }  // namespace
 
 void print_status(const json& status, std::ostream& out) {
@@ -156,6 +181,9 @@ void print_status(const json& status, std::ostream& out) {
     out << "\n"
         << container << "  " << text(first, "ip") << "  tenant " << text(first, "tenant") << ": "
         << plural(members.size(), "client") << ", " << usage.text() << "\n";
+    for (const auto& q : list(status, "containers"))
+      if (text(q, "container") == container && q.contains("quota") && q["quota"].is_object())
+        out << "  quota: " << quota_text(q["quota"]) << "\n";
     for (const json* c : members) print_client(*c, out);
   }
   out << "\ntotal: " << plural(by_container.size(), "container") << ", " << plural(shown, "client")

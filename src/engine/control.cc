@@ -18,14 +18,17 @@ Control::~Control() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-int Control::connect(const std::string& path, proto::HelloRep& hello) {
+int Control::connect(const std::string& path, proto::HelloRep& hello, bool* refused) {
   int fd = unix_connect(path);
   if (fd < 0) return -fd;
   fd_ = fd;
   proto::HelloReq req{proto::kVersion, static_cast<uint32_t>(proto::ClientKind::kVerbs)};
   auto reply = std::make_unique<Packet>();
   int rc = call(proto::Op::kHello, req, reply.get());
-  if (rc) return rc;
+  if (rc) {
+    if (refused) *refused = !lost_;
+    return rc;
+  }
   auto* rep = reply->as<proto::HelloRep>();
   if (!rep) return EPROTO;
   hello = *rep;
@@ -104,8 +107,8 @@ void Control::drain() {
   }
 }
 
-int ControlFdSource::fetch_fd(uint32_t owner, uint32_t fd_id, int& fd) {
-  proto::GetFdReq req{owner, fd_id};
+int ControlFdSource::fetch_fd(uint32_t owner, uint32_t fd_id, uint32_t via_qpn, int& fd) {
+  proto::GetFdReq req{owner, fd_id, via_qpn, 0};
   auto reply = std::make_unique<Packet>();
   int e = control_.call(proto::Op::kGetFd, req, reply.get());
   if (e) {
@@ -117,6 +120,35 @@ int ControlFdSource::fetch_fd(uint32_t owner, uint32_t fd_id, int& fd) {
     return EPROTO;
   }
   fd = reply->fds[0];
+  return 0;
+}
+
+int ControlFdSource::grant_mr(uint32_t owner, uint32_t via_qpn, uint32_t key, uint32_t access,
+                              shm::MrGrant& out) {
+  proto::GetMrReq req{owner, via_qpn, key, access};
+  auto reply = std::make_unique<Packet>();
+  int e = control_.call(proto::Op::kGetMr, req, reply.get());
+  const auto* rep = reply->as<proto::GetMrRep>();
+  if (e || !rep || rep->nseg == 0 || rep->nseg > shm::kMaxMrSegments ||
+      reply->nfds != static_cast<int>(rep->nseg)) {
+    reply->close_fds();
+    return e ? e : EPROTO;
+  }
+  out.slot = rep->slot;
+  out.gen = rep->gen;
+  out.access = rep->access;
+  out.pd = rep->pd;
+  out.nseg = rep->nseg;
+  out.writable = rep->writable != 0;
+  out.iova = rep->iova;
+  out.length = rep->length;
+  out.va_offset = rep->va_offset;
+  out.map_length = rep->map_length;
+  for (uint32_t i = 0; i < rep->nseg; ++i) {
+    out.seg[i] = shm::MrGrant::Seg{rep->seg[i].fd_id, rep->seg[i].offset, rep->seg[i].length};
+    out.fds[i] = reply->fds[i];
+  }
+  reply->nfds = 0;
   return 0;
 }
 

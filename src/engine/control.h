@@ -22,8 +22,9 @@ class Control {
 
   ~Control();
 
-  // Connects and says hello. Returns 0 or an errno.
-  int connect(const std::string& path, proto::HelloRep& hello);
+  // Connects and says hello. Returns 0 or an errno; *refused (when given) tells whether vrdmad
+  // answered the Hello with that errno (it gives this process no device).
+  int connect(const std::string& path, proto::HelloRep& hello, bool* refused = nullptr);
 
   void on_event(EventHandler h) { on_event_ = std::move(h); }
   void on_lost(LostHandler h) { on_lost_ = std::move(h); }
@@ -61,7 +62,9 @@ class Control {
 class ControlFdSource : public shm::FdSource {
  public:
   explicit ControlFdSource(Control& control) : control_(control) {}
-  int fetch_fd(uint32_t owner, uint32_t fd_id, int& fd) override;
+  int fetch_fd(uint32_t owner, uint32_t fd_id, uint32_t via_qpn, int& fd) override;
+  int grant_mr(uint32_t owner, uint32_t via_qpn, uint32_t key, uint32_t access,
+               shm::MrGrant& out) override;
 
  private:
   Control& control_;

@@ -55,16 +55,24 @@ void Device::set_router_doorbell(int fd) {
 
 int Device::init() {
   std::string path = socket_path_from_env();
-  if (int e = control_.connect(path, info_)) {
-    if (const char* q = getenv("VRDMA_QUIET"); !q || !*q)
-      fprintf(stderr, "vrdma: cannot reach vrdmad at %s: %s\n", path.c_str(), strerror(e));
+  bool refused = false;
+  if (int e = control_.connect(path, info_, &refused)) {
+    if (const char* q = getenv("VRDMA_QUIET"); !q || !*q) {
+      if (refused)
+        fprintf(stderr, "vrdma: vrdmad at %s gives this process no device: %s (vrdmad's log "
+                "says why)\n", path.c_str(), strerror(e));
+      else
+        fprintf(stderr, "vrdma: cannot reach vrdmad at %s: %s\n", path.c_str(), strerror(e));
+    }
     return e;
   }
   if (int e = arena_.create(info_.client_id)) return e;
   int afd = arena_.fd();
-  proto::PutFdReq req{0, static_cast<uint32_t>(proto::FdKind::kArena), shm::kArenaSize};
+  proto::PutFdReq req{shm::kArenaFdId, static_cast<uint32_t>(proto::FdKind::kArena),
+                      shm::kArenaSize, 0, 0};
   if (int e = control_.call(proto::Op::kPutFd, req, nullptr, &afd, 1)) return e;
   memory_ = std::make_unique<MemoryRegistry>(control_, arena_.mr_table());
+  if (int e = memory_->init()) return e;
   control_.on_event([this](const Packet& p) { handle_event(p); });
   control_.on_lost([this] { lost_ = true; });
   wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -80,11 +88,13 @@ int Device::init() {
 
 std::shared_ptr<shm::Peer> Device::peer(uint32_t client_id, int& err) {
   std::lock_guard lock(peers_mu_);
+  // Client ids are never reused: one Peer per client for the process's life. What it maps
+  // comes with each connection (GetFd over the connected QP).
   auto it = peers_.find(client_id);
-  if (it != peers_.end() && !it->second->dead()) return it->second;
+  if (it != peers_.end()) return it->second;
   auto p = std::make_shared<shm::Peer>(fd_source_, client_id);
-  if ((err = p->attach())) return nullptr;
   peers_[client_id] = p;
+  err = 0;
   return p;
 }
 

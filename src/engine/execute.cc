@@ -135,7 +135,9 @@ Qp::Result Qp::execute(const ibv_send_wr& wr) {
       shm::copy_segs(pl.segs, pl.nsegs, local, nl, total);
       break;
   }
-  shm::commit_request(*peer, pl, total);
+  // The receive completion could not be delivered (the destination's ring is full or corrupt):
+  // the request fails, as when a responder fails after taking a receive.
+  if (!shm::commit_request(*peer, pl, total)) res.status = IBV_WC_REM_OP_ERR;
   return res;
 }
 

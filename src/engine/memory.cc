@@ -2,6 +2,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <string.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -11,123 +13,337 @@
 #include <memory>
 
 #include "engine/control.h"
+#include "shm/shared_file.h"
 
 namespace vrdma {
 
 namespace {
-constexpr uint64_t kPage = 4096;
-std::atomic<uint32_t> g_next_fd_id{1};
+
+constexpr uint64_t kPage = shm::kPage;
+std::atomic<uint32_t> g_next_fd_id{shm::kKeyTableFdId + 1};
+
+constexpr uint32_t kRemoteWrites = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC;
+
+bool read_only_class(uint32_t access) {
+  return (access & IBV_ACCESS_REMOTE_READ) && !(access & kRemoteWrites);
+}
+
+}  // namespace
+
+// A new backing for [start, end), filled and handed to vrdmad but not yet in place: nothing the
+// application sees has changed, and abandon() undoes it.
+struct Prepared {
+  uint64_t start = 0, end = 0;
+  int fd = -1;
+  uint32_t fd_id = 0;
+  void* tmp = nullptr;  // a writable mapping of the new file, made before any write seal
+  bool sealed = false;
+};
+
+namespace {
+
+// Copies [start, end) into fd. The raw system call on purpose: whole pages are copied, including
+// bytes around the registered range that belong to other objects, and a page that is not mapped
+// fails with EFAULT instead of a fault.
+int copy_into(int fd, uint64_t start, uint64_t end) {
+  size_t len = end - start, done = 0;
+  while (done < len) {
+    ssize_t n = ::syscall(SYS_pwrite64, fd, reinterpret_cast<void*>(start + done), len - done,
+                          static_cast<off_t>(done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return n < 0 ? errno : EFAULT;
+    done += static_cast<size_t>(n);
+  }
+  return 0;
+}
+
+// Copies whole pages of the caller's memory. Under AddressSanitizer the pages hold heap objects
+// and redzones of others, which the memcpy interceptor would report: there the copy is a plain
+// loop the sanitizer does not check (the volatile read keeps it a loop).
+#if defined(__SANITIZE_ADDRESS__)
+__attribute__((no_sanitize("address"), noinline)) void copy_pages(void* dst, const void* src,
+                                                                 size_t len) {
+  auto* d = static_cast<uint64_t*>(dst);
+  const auto* s = static_cast<const volatile uint64_t*>(src);
+  for (size_t i = 0; i < len / sizeof(uint64_t); ++i) d[i] = s[i];
+}
+#else
+void copy_pages(void* dst, const void* src, size_t len) { memcpy(dst, src, len); }
+#endif
+
 }  // namespace
 
 uint32_t allocate_fd_id() { return g_next_fd_id.fetch_add(1); }
+
+MemoryRegistry::~MemoryRegistry() {
+  if (keys_) ::munmap(keys_, (sizeof(shm::KeyTable) + kPage - 1) & ~(kPage - 1));
+  if (keys_fd_ >= 0) ::close(keys_fd_);
+  for (auto& [s, b] : backings_) ::close(b.fd);
+}
 
 size_t MemoryRegistry::count() const {
   std::lock_guard lock(mu_);
   return count_;
 }
 
-// Moves [start, end) (page aligned, not yet covered) into a new memfd mapped
-// at the same address. The kernel copies the old contents (pwrite reads the
-// range, failing with EFAULT where nothing is mapped).
-static int make_backing(uint64_t start, uint64_t end, int& fd_out) {
+int MemoryRegistry::init() {
+  uint64_t size = (sizeof(shm::KeyTable) + kPage - 1) & ~(kPage - 1);
+  if (int e = shm::create_sealed("vrdma-keys", size, true, keys_fd_)) return e;
+  void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, keys_fd_, 0);
+  if (p == MAP_FAILED) return errno;
+  keys_ = static_cast<shm::KeyTable*>(p);
+  keys_->magic = shm::kKeyTableMagic;
+  keys_->version = shm::kArenaVersion;
+  keys_->slots = shm::kMrSlots;
+  // Nobody but this mapping ever writes it: peers get it read-only and cannot reopen it writable.
+  if (::fcntl(keys_fd_, F_ADD_SEALS, F_SEAL_FUTURE_WRITE | F_SEAL_SEAL) < 0) return errno;
+  proto::PutFdReq req{shm::kKeyTableFdId, static_cast<uint32_t>(proto::FdKind::kKeyTable), size,
+                      0, 0};
+  return control_.call(proto::Op::kPutFd, req, nullptr, &keys_fd_, 1);
+}
+
+// ---- backings ------------------------------------------------------------------------------
+
+namespace {
+
+int prepare(Control& control, uint64_t start, uint64_t end, bool sealed, Prepared& out) {
   size_t len = end - start;
-  int fd = ::memfd_create("vrdma-mr", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-  if (fd < 0) return errno;
-  // Peers map this file: nobody may shrink it under them (that would fault).
-  if (::ftruncate(fd, static_cast<off_t>(len)) < 0 ||
-      ::fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0) {
-    int e = errno;
-    ::close(fd);
+  Prepared p;
+  p.start = start;
+  p.end = end;
+  p.sealed = sealed;
+  // A file that will be sealed against writes keeps F_SEAL_SEAL open for vrdmad to add it.
+  if (int e = shm::create_sealed("vrdma-mr", len, sealed, p.fd)) return e;
+  if (int e = copy_into(p.fd, start, end)) {
+    ::close(p.fd);
     return e;
   }
-  size_t done = 0;
-  while (done < len) {
-    // The raw system call on purpose: whole pages are copied, including bytes
-    // around the registered range that belong to other objects.
-    ssize_t n = ::syscall(SYS_pwrite64, fd, reinterpret_cast<void*>(start + done), len - done,
-                          static_cast<off_t>(done));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      int e = n < 0 ? errno : EFAULT;
-      ::close(fd);
-      return e;
-    }
-    done += static_cast<size_t>(n);
-  }
-  void* p = ::mmap(reinterpret_cast<void*>(start), len, PROT_READ | PROT_WRITE,
-                   MAP_SHARED | MAP_FIXED, fd, 0);
-  if (p == MAP_FAILED) {
+  p.tmp = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED, p.fd, 0);
+  if (p.tmp == MAP_FAILED) {
     int e = errno;
-    ::close(fd);
+    ::close(p.fd);
     return e;
   }
-  fd_out = fd;
+  p.fd_id = allocate_fd_id();
+  proto::PutFdReq req{p.fd_id, static_cast<uint32_t>(proto::FdKind::kMemory), len,
+                      sealed ? proto::kSealWrites : 0u, 0};
+  if (int e = control.call(proto::Op::kPutFd, req, nullptr, &p.fd, 1)) {
+    ::munmap(p.tmp, len);
+    ::close(p.fd);
+    return e;
+  }
+  out = p;
   return 0;
 }
 
-int MemoryRegistry::cover(uint64_t start, uint64_t end, std::vector<shm::MrSegment>& segs) {
+void abandon(Control& control, Prepared& p) {
+  proto::DropFdReq req{p.fd_id};
+  control.call(proto::Op::kDropFd, req);
+  ::munmap(p.tmp, p.end - p.start);
+  ::close(p.fd);
+}
+
+// On the mover: the pages are copied again (what was written since the first copy) and the new
+// file replaces whatever was mapped there, in one mremap.
+int commit_job(void* arg) {
+  const Prepared p = *static_cast<const Prepared*>(arg);
+  size_t len = p.end - p.start;
+  copy_pages(p.tmp, reinterpret_cast<void*>(p.start), len);
+  void* r = ::mremap(p.tmp, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, reinterpret_cast<void*>(p.start));
+  return r == MAP_FAILED ? errno : 0;
+}
+
+// On the mover: [start, end) into private anonymous memory, contents kept.
+struct PrivatizeJob {
+  uint64_t start, end;
+};
+int privatize_job(void* arg) {
+  const PrivatizeJob j = *static_cast<const PrivatizeJob*>(arg);
+  size_t len = j.end - j.start;
+  void* anon = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (anon == MAP_FAILED) return errno;
+  copy_pages(anon, reinterpret_cast<void*>(j.start), len);
+  if (::mremap(anon, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, reinterpret_cast<void*>(j.start)) ==
+      MAP_FAILED) {
+    int e = errno;
+    ::munmap(anon, len);
+    return e;
+  }
+  return 0;
+}
+
+}  // namespace
+
+PageMover::~PageMover() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+int PageMover::run(int (*fn)(void*), void* arg) {
+  std::unique_lock lock(mu_);
+  if (!thread_.joinable()) {
+    // The mover takes no signals meant for the application.
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &old);
+    thread_ = std::thread([this] { loop(); });
+    pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  }
+  fn_ = fn;
+  arg_ = arg;
+  done_ = false;
+  cv_.notify_all();
+  cv_.wait(lock, [&] { return done_; });
+  return result_;
+}
+
+void PageMover::loop() {
+  std::unique_lock lock(mu_);
+  for (;;) {
+    cv_.wait(lock, [&] { return stop_ || fn_ != nullptr; });
+    if (stop_) return;
+    int (*fn)(void*) = fn_;
+    void* arg = arg_;
+    fn_ = nullptr;
+    result_ = fn(arg);
+    done_ = true;
+    cv_.notify_all();
+  }
+}
+
+int MemoryRegistry::commit(Prepared& p) { return mover_.run(commit_job, &p); }
+
+void MemoryRegistry::drop_fd(const Backing& b) {
+  proto::DropFdReq req{b.fd_id};
+  control_.call(proto::Op::kDropFd, req);
+  ::close(b.fd);
+}
+
+// Moves the pages of one backing back to private anonymous memory and forgets it: whoever
+// still maps the file maps pages the process no longer uses.
+void MemoryRegistry::privatize(BackingMap::iterator it) {
+  PrivatizeJob job{it->first, it->second.end};
+  mover_.run(privatize_job, &job);
+  drop_fd(it->second);
+  backings_.erase(it);
+}
+
+// The same pages in a new file (write-sealed or not): the old file stops aliasing them.
+int MemoryRegistry::replace(BackingMap::iterator it, bool sealed) {
+  Prepared p;
+  if (int e = prepare(control_, it->first, it->second.end, sealed, p)) return e;
+  if (int e = commit(p)) {
+    abandon(control_, p);
+    return e;
+  }
+  Backing old = it->second;
+  it->second = Backing{old.end, p.fd, p.fd_id, old.refs, sealed, old.write_class};
+  drop_fd(old);
+  republish_over(it->first, old.end);
+  return 0;
+}
+
+// A backing that straddles x becomes two, cut at x.
+int MemoryRegistry::split_at(uint64_t x) {
+  auto it = backings_.upper_bound(x);
+  if (it == backings_.begin()) return 0;
+  --it;
+  if (!(it->first < x && x < it->second.end)) return 0;
+  uint64_t start = it->first, end = it->second.end;
+  Prepared left, right;
+  if (int e = prepare(control_, start, x, it->second.sealed, left)) return e;
+  if (int e = prepare(control_, x, end, it->second.sealed, right)) {
+    abandon(control_, left);
+    return e;
+  }
+  if (int e = commit(left)) {
+    abandon(control_, left);
+    abandon(control_, right);
+    return e;
+  }
+  Backing old = it->second;
+  it->second = Backing{x, left.fd, left.fd_id, old.refs, old.sealed, old.write_class};
+  if (int e = commit(right)) {
+    // The left part moved, the right one still lives in the old file: keep it there.
+    abandon(control_, right);
+    backings_.emplace(x, Backing{end, old.fd, old.fd_id, old.refs, old.sealed, old.write_class,
+                                 old.offset + (x - start)});
+    republish_over(start, end);
+    return e;
+  }
+  backings_.emplace(x, Backing{end, right.fd, right.fd_id, old.refs, old.sealed, old.write_class});
+  drop_fd(old);
+  republish_over(start, end);
+  return 0;
+}
+
+int MemoryRegistry::segments(uint64_t start, uint64_t end,
+                             std::vector<shm::MrSegment>& out) const {
+  out.clear();
   uint64_t pos = start;
   auto it = backings_.upper_bound(pos);
   if (it != backings_.begin()) --it;
   while (pos < end) {
-    if (it != backings_.end() && it->second.end <= pos) {
-      ++it;
-      continue;
+    if (it == backings_.end() || it->first > pos || it->second.end <= pos) {
+      if (it != backings_.end() && it->second.end <= pos) {
+        ++it;
+        continue;
+      }
+      return EFAULT;  // a hole: not covered
     }
-    if (it != backings_.end() && it->first <= pos) {
-      uint64_t seg_end = std::min(end, it->second.end);
-      segs.push_back({it->second.fd_id, 0, pos - it->first, seg_end - pos});
-      pos = seg_end;
-      ++it;
-      continue;
-    }
-    uint64_t gap_end = (it != backings_.end() && it->first < end) ? it->first : end;
-    int fd = -1;
-    int e = make_backing(pos, gap_end, fd);
-    uint32_t fd_id = allocate_fd_id();
-    if (!e) {
-      proto::PutFdReq req{fd_id, static_cast<uint32_t>(proto::FdKind::kMemory), gap_end - pos};
-      e = control_.call(proto::Op::kPutFd, req, nullptr, &fd, 1);
-      if (e) ::close(fd);
-    }
-    if (e) {
-      drop_unreferenced(start, pos);
-      return e;
-    }
-    segs.push_back({fd_id, 0, 0, gap_end - pos});
-    it = std::next(backings_.emplace(pos, Backing{gap_end, fd, fd_id, 0}).first);
-    pos = gap_end;
+    uint64_t seg_end = std::min(end, it->second.end);
+    out.push_back({it->second.fd_id, 0, it->second.offset + (pos - it->first), seg_end - pos});
+    pos = seg_end;
+    ++it;
   }
-  if (segs.size() > shm::kMaxMrSegments) {
-    drop_unreferenced(start, end);
-    return ENOMEM;
-  }
-  for (auto& [s, b] : backings_)
-    if (b.end > start && s < end) ++b.refs;
   return 0;
 }
 
-void MemoryRegistry::release(uint64_t start, uint64_t end) {
-  for (auto& [s, b] : backings_)
-    if (b.end > start && s < end && b.refs > 0) --b.refs;
-  drop_unreferenced(start, end);
+// How many segments a split at x adds to the MR whose range is [s, e) (0 or 1).
+int MemoryRegistry::extra_segments_if_split(uint64_t x) const {
+  auto it = backings_.upper_bound(x);
+  if (it == backings_.begin()) return 0;
+  --it;
+  return it->first < x && x < it->second.end ? 1 : 0;
 }
 
-// The mappings stay (the application still uses the memory); unreferenced
-// backings are forgotten so that a later registration of reused addresses
-// starts anew.
-void MemoryRegistry::drop_unreferenced(uint64_t start, uint64_t end) {
-  for (auto it = backings_.begin(); it != backings_.end();) {
-    if (it->second.end <= start || it->first >= end || it->second.refs > 0) {
-      ++it;
-      continue;
-    }
-    proto::DropFdReq req{it->second.fd_id};
-    control_.call(proto::Op::kDropFd, req);
-    ::close(it->second.fd);
-    it = backings_.erase(it);
+// The descriptor vrdmad reads for the MR in `slot`, from its backings, under a new generation:
+// peers holding the old one see at once that it changed.
+void MemoryRegistry::publish(uint32_t slot) {
+  const LocalMr& m = local_[slot];
+  const Range& r = range_[slot];
+  std::vector<shm::MrSegment> segs;
+  shm::MrEntry& e = table_[slot];
+  uint32_t gen = ++generation_[slot];
+  keys_->gen[slot].store(gen, std::memory_order_release);
+  if (segments(r.start, r.end, segs) != 0 || segs.size() > shm::kMaxMrSegments) {
+    e.key_gen.store(0, std::memory_order_release);  // cannot be described: grants fail
+    return;
+  }
+  e.access = m.access;
+  e.nseg = static_cast<uint32_t>(segs.size());
+  e.iova = m.iova;
+  e.length = m.length;
+  e.va = m.addr;
+  e.map_start = r.start;
+  e.map_length = r.end - r.start;
+  for (size_t i = 0; i < segs.size(); ++i) e.seg[i] = segs[i];
+  e.key_gen.store(uint64_t(m.key) | uint64_t(gen) << 32, std::memory_order_release);
+}
+
+void MemoryRegistry::republish_over(uint64_t start, uint64_t end) {
+  for (uint32_t s = 1; s < shm::kMrSlots; ++s) {
+    if (!local_[s].key || range_[s].end <= start || range_[s].start >= end) continue;
+    publish(s);
+    recv_ready_[s].store(false, std::memory_order_release);  // look again at its backings
   }
 }
+
+// ---- registration --------------------------------------------------------------------------
 
 int MemoryRegistry::reg(uint32_t pd, void* addr, size_t length, uint64_t iova, uint32_t access,
                         LocalMr& out) {
@@ -135,58 +351,152 @@ int MemoryRegistry::reg(uint32_t pd, void* addr, size_t length, uint64_t iova, u
   uint64_t a = reinterpret_cast<uint64_t>(addr);
   uint64_t start = a & ~(kPage - 1);
   uint64_t end = (a + length + kPage - 1) & ~(kPage - 1);
-  if (end < start) return EINVAL;
+  if (end <= start) return EINVAL;
   std::lock_guard lock(mu_);
   if (!slots_init_) {
     for (uint32_t i = shm::kMrSlots; i-- > 1;) free_slots_.push_back(i);
     slots_init_ = true;
   }
   if (free_slots_.empty()) return ENOMEM;
-  std::vector<shm::MrSegment> segs;
-  if (int e = cover(start, end, segs)) return e;
+
+  // Every MR must stay within kMaxMrSegments once the backings are cut at start and end.
+  int cut_start = extra_segments_if_split(start), cut_end = extra_segments_if_split(end);
+  {
+    uint32_t own = 0;
+    uint64_t pos = start;
+    auto it = backings_.upper_bound(pos);
+    if (it != backings_.begin()) --it;
+    while (pos < end) {
+      if (it != backings_.end() && it->second.end <= pos) {
+        ++it;
+        continue;
+      }
+      ++own;
+      if (it != backings_.end() && it->first <= pos) {
+        pos = std::min(end, it->second.end);
+        ++it;
+      } else {
+        pos = (it != backings_.end() && it->first < end) ? it->first : end;
+      }
+    }
+    if (own > shm::kMaxMrSegments) return ENOMEM;
+    std::vector<shm::MrSegment> segs;
+    for (uint32_t s = 1; s < shm::kMrSlots; ++s) {
+      if (!local_[s].key) continue;
+      const Range& r = range_[s];
+      int add = (cut_start && r.start < start && start < r.end ? 1 : 0) +
+                (cut_end && r.start < end && end < r.end ? 1 : 0);
+      if (!add) continue;
+      if (segments(r.start, r.end, segs) != 0 || segs.size() + add > shm::kMaxMrSegments)
+        return ENOMEM;
+    }
+  }
+  if (int e = split_at(start)) return e;
+  if (int e = split_at(end)) return e;
+
+  // Existing backings inside: the class this MR needs.
+  const bool writes = access & kRemoteWrites;
+  const bool ro = read_only_class(access);
+  for (auto it = backings_.lower_bound(start); it != backings_.end() && it->first < end; ++it) {
+    Backing& b = it->second;
+    if (writes) {
+      b.write_class = true;
+      if (b.sealed)
+        if (int e = replace(it, false)) return e;
+    } else if (ro && !b.sealed && !b.write_class) {
+      if (int e = replace(it, true)) return e;
+    }
+  }
+  // The holes get backings of their own.
+  std::vector<uint64_t> made;
+  for (uint64_t pos = start; pos < end;) {
+    auto it = backings_.upper_bound(pos);
+    if (it != backings_.begin()) {
+      auto prev = std::prev(it);
+      if (prev->second.end > pos) {
+        pos = prev->second.end;
+        continue;
+      }
+    }
+    uint64_t gap_end = (it != backings_.end() && it->first < end) ? it->first : end;
+    Prepared p;
+    int e = prepare(control_, pos, gap_end, ro, p);
+    if (!e && (e = commit(p)) != 0) abandon(control_, p);
+    if (e) {
+      for (uint64_t s : made) privatize(backings_.find(s));
+      return e;
+    }
+    backings_.emplace(pos, Backing{gap_end, p.fd, p.fd_id, 0, ro, writes});
+    made.push_back(pos);
+    pos = gap_end;
+  }
+
   uint32_t slot = free_slots_.back();
-  proto::AllocKeyReq kreq{slot, access, length};
+  proto::AllocKeyReq kreq{slot, access, length, pd, 0};
   auto reply = std::make_unique<Packet>();
   int e = control_.call(proto::Op::kAllocKey, kreq, reply.get());
   auto* krep = reply->as<proto::AllocKeyRep>();
-  if (e || !krep || (krep->key & (shm::kMrSlots - 1)) != slot) {
-    release(start, end);
+  if (e || !krep || krep->key == 0) {
+    for (uint64_t s : made) privatize(backings_.find(s));
     return e ? e : EPROTO;
   }
   free_slots_.pop_back();
-  uint32_t key = krep->key;
-  shm::MrEntry& entry = table_[slot];
-  entry.access = access;
-  entry.nseg = static_cast<uint32_t>(segs.size());
-  entry.iova = iova;
-  entry.length = length;
-  entry.va = a;
-  entry.map_start = start;
-  entry.map_length = end - start;
-  for (size_t i = 0; i < segs.size(); ++i) entry.seg[i] = segs[i];
-  uint32_t gen = ++generation_[slot];
-  entry.key_gen.store(uint64_t(key) | uint64_t(gen) << 32, std::memory_order_release);
-  out = LocalMr{key, access, iova, a, length, pd};
+  for (auto it = backings_.lower_bound(start); it != backings_.end() && it->first < end; ++it)
+    ++it->second.refs;
+  out = LocalMr{krep->key, access, iova, a, length, pd};
   local_[slot] = out;
+  range_[slot] = Range{start, end};
+  recv_ready_[slot].store(false, std::memory_order_release);
+  publish(slot);
+  index_.insert(out.key, slot);
   ++count_;
   return 0;
 }
 
 int MemoryRegistry::dereg(uint32_t key) {
   std::lock_guard lock(mu_);
-  uint32_t slot = key & (shm::kMrSlots - 1);
-  LocalMr& m = local_[slot];
-  if (m.key != key || key == 0) return EINVAL;
+  int found = index_.find(key);
+  if (found < 0 || local_[found].key != key) return EINVAL;
+  uint32_t slot = static_cast<uint32_t>(found);
+  // The key dies first: a peer's next access sees a new generation and asks again, in vain.
+  keys_->gen[slot].store(++generation_[slot], std::memory_order_release);
   table_[slot].key_gen.store(0, std::memory_order_release);
-  uint64_t start = m.addr & ~(kPage - 1);
-  uint64_t end = (m.addr + m.length + kPage - 1) & ~(kPage - 1);
-  m = LocalMr{};
+  index_.erase(key);
+  Range r = range_[slot];
+  local_[slot] = LocalMr{};
+  range_[slot] = Range{};
+  recv_ready_[slot].store(false, std::memory_order_release);
   proto::FreeKeyReq req{key};
   control_.call(proto::Op::kFreeKey, req);
-  release(start, end);
+  for (auto it = backings_.lower_bound(r.start); it != backings_.end() && it->first < r.end; ++it)
+    if (it->second.refs > 0) --it->second.refs;
+  // Revoke: pages nobody else registered go back to private memory; pages other MRs still use
+  // move to a new file.
+  for (auto it = backings_.lower_bound(r.start); it != backings_.end() && it->first < r.end;) {
+    auto next = std::next(it);
+    if (it->second.refs == 0)
+      privatize(it);
+    else
+      replace(it, it->second.sealed);
+    it = next;
+  }
   free_slots_.push_back(slot);
   --count_;
   return 0;
+}
+
+// The first receive posted into the MR of `key`: its pages must take writes from the sender.
+void MemoryRegistry::make_receivable(uint32_t key) {
+  std::lock_guard lock(mu_);
+  int slot = index_.find(key);
+  if (slot < 0 || local_[slot].key != key) return;
+  Range r = range_[slot];
+  for (auto it = backings_.lower_bound(r.start); it != backings_.end() && it->first < r.end;
+       ++it) {
+    it->second.write_class = true;
+    if (it->second.sealed && replace(it, false) != 0) return;  // retried at the next post
+  }
+  recv_ready_[slot].store(true, std::memory_order_release);
 }
 
 }  // namespace vrdma

@@ -1,21 +1,66 @@
-// Registered memory: the pages of every registered range are moved into memfd
-// backings mapped at the same address (contents kept), so that peers and the
-// router can map them. Overlapping registrations share backings.
+// Registered memory: the pages of every registered range are moved into memfd backings mapped
+// at the same address (contents kept), so that vrdmad can grant them to peers and its router can
+// map them.
+//
+// What a grant exposes is whole backings, so backings follow MR boundaries: a registration
+// splits the backings that straddle its ends, so that every MR is made of whole backings and a
+// grant of one MR reaches its own pages and nothing beyond them (a page is the granularity: the
+// bytes of the MR's first and last pages outside the MR go with them). Overlapping
+// registrations share the backings of their common pages.
+//
+// A backing is sealed against new writable mappings (vrdmad seals it after keeping its own
+// writable mapping) when the MRs over it allow remote reads and no remote writes and no receive
+// was ever posted into it: a peer granted it read-only cannot reopen it for writing. When a
+// receive is first posted into such an MR, or an MR allowing remote writes comes over it, the
+// pages move to an unsealed backing.
+//
+// Deregistration revokes: the MR's key and generation die at once, and pages no other MR uses
+// move back to private anonymous memory (pages other MRs still use move to a new backing), so a
+// peer's old mapping no longer aliases the owner's memory. Moves copy the pages; a write made to
+// them by another thread or a peer while they move is lost.
 #pragma once
 
+#include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <thread>
 #include <vector>
 
+#include "shm/key_index.h"
 #include "shm/layout.h"
 
 namespace vrdma {
 
 class Control;
 
-// A registered region as the owning process uses it (private copy of the
-// shared MrEntry, so local checks never read memory a peer can write).
+// Moving pages (copy, then mremap over them) must happen while nothing writes them. The pages of
+// a registered range may hold the registering thread's own stack (a buffer on the stack is a
+// legal MR): its frames below the buffer change with every call, including the mremap call
+// itself. So moves run on a thread of their own while the caller waits in a system call, its
+// stack still.
+class PageMover {
+ public:
+  ~PageMover();
+  // Runs fn(arg) on the mover's thread and returns its result. fn must copy what it needs out
+  // of *arg before it copies pages, and write nothing into *arg until they are in place.
+  int run(int (*fn)(void*), void* arg);
+
+ private:
+  void loop();
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::thread thread_;
+  int (*fn_)(void*) = nullptr;
+  void* arg_ = nullptr;
+  int result_ = 0;
+  bool done_ = false;
+  bool stop_ = false;
+};
+
+// A registered region as the owning process uses it (private copy of the shared MrEntry, so
+// local checks never read memory anyone else can write).
 struct LocalMr {
   uint32_t key = 0;
   uint32_t access = 0;
@@ -28,6 +73,10 @@ struct LocalMr {
 class MemoryRegistry {
  public:
   MemoryRegistry(Control& control, shm::MrEntry* table) : control_(control), table_(table) {}
+  ~MemoryRegistry();
+
+  // Creates the key table and hands it to vrdmad. 0 or an errno.
+  int init();
 
   // Makes [addr, addr+length) shared and publishes an MR. Returns 0 or errno.
   int reg(uint32_t pd, void* addr, size_t length, uint64_t iova, uint32_t access, LocalMr& out);
@@ -35,8 +84,21 @@ class MemoryRegistry {
 
   // Data path: finds the local MR for a key, or nullptr. Lock-free.
   const LocalMr* find(uint32_t key) const {
-    const LocalMr& m = local_[key & (shm::kMrSlots - 1)];
-    return m.key == key && key != 0 ? &m : nullptr;
+    int slot = index_.find(key);
+    if (slot < 0) return nullptr;
+    const LocalMr& m = local_[slot];
+    return m.key == key ? &m : nullptr;
+  }
+
+  // Before a receive whose scatter list names `sge` is posted: the memory it points into must
+  // be writable for the sender that will fill it (moves it off a write-sealed backing, once).
+  // Data path (one lookup per entry) unless a move is needed.
+  void prepare_receive(const ibv_sge* sge, int n) {
+    for (int i = 0; i < n; ++i) {
+      int slot = index_.find(sge[i].lkey);
+      if (slot >= 0 && !recv_ready_[slot].load(std::memory_order_acquire))
+        make_receivable(sge[i].lkey);
+    }
   }
 
   size_t count() const;
@@ -47,24 +109,45 @@ class MemoryRegistry {
     int fd;
     uint32_t fd_id;
     uint32_t refs;
+    bool sealed;       // refuses new writable mappings
+    bool write_class;  // remote writes or receives reach it: never to be sealed
+    uint64_t offset = 0;  // in the file, of the backing's first page
   };
-  int cover(uint64_t start, uint64_t end, std::vector<shm::MrSegment>& segs);  // requires mu_
-  void release(uint64_t start, uint64_t end);           // requires mu_
-  void drop_unreferenced(uint64_t start, uint64_t end);  // requires mu_
-  uint32_t next_fd_id();
+  struct Range {
+    uint64_t start = 0, end = 0;  // page-aligned, of a live MR
+  };
+  using BackingMap = std::map<uint64_t, Backing>;
+
+  int split_at(uint64_t x);                                         // requires mu_
+  int replace(BackingMap::iterator it, bool sealed);               // requires mu_
+  void privatize(BackingMap::iterator it);                          // requires mu_
+  void drop_fd(const Backing& b);                                   // requires mu_
+  int segments(uint64_t start, uint64_t end, std::vector<shm::MrSegment>& out) const;
+  int extra_segments_if_split(uint64_t x) const;                   // requires mu_
+  void publish(uint32_t slot);           // requires mu_: descriptor from the backings, new gen
+  void republish_over(uint64_t start, uint64_t end);  // requires mu_
+  void make_receivable(uint32_t key);
+
+  int commit(struct Prepared& p);  // requires mu_
 
   Control& control_;
   shm::MrEntry* table_;
+  PageMover mover_;
+  shm::KeyTable* keys_ = nullptr;
+  int keys_fd_ = -1;
   mutable std::mutex mu_;
-  std::map<uint64_t, Backing> backings_;  // page-aligned start -> backing
+  BackingMap backings_;  // page-aligned start -> backing
+  shm::KeyIndex index_;
   LocalMr local_[shm::kMrSlots];
+  Range range_[shm::kMrSlots];
+  std::atomic<bool> recv_ready_[shm::kMrSlots] = {};
   uint32_t generation_[shm::kMrSlots] = {};
   std::vector<uint32_t> free_slots_;
   bool slots_init_ = false;
   size_t count_ = 0;
 };
 
-// File descriptor ids the client hands to vrdmad (0 is the arena).
+// File descriptor ids the client hands to vrdmad (0 is the arena, 1 the key table).
 uint32_t allocate_fd_id();
 
 }  // namespace vrdma

@@ -3,6 +3,8 @@
 #include <sched.h>
 
 #include <errno.h>
+#include <fcntl.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -54,22 +56,22 @@ int Context::get_event(AsyncEvent& out) {
 // ---- Channel ------------------------------------------------------------
 
 Channel::~Channel() {
-  if (fd_id_) {
-    proto::DropFdReq req{fd_id_};
-    ctx_.device().control().call(proto::Op::kDropFd, req);
-  }
   if (fd_ >= 0) ::close(fd_);
 }
 
 int Channel::init() {
-  fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_SEMAPHORE);
-  if (fd_ < 0) return errno;
-  fd_id_ = ctx_.device().new_fd_id();
-  proto::PutFdReq req{fd_id_, static_cast<uint32_t>(proto::FdKind::kEvent), 0};
-  int e = ctx_.device().control().call(proto::Op::kPutFd, req, nullptr, &fd_, 1);
-  if (e) fd_id_ = 0;
-  return e;
+  fd_ = ::epoll_create1(EPOLL_CLOEXEC);
+  return fd_ < 0 ? errno : 0;
 }
+
+void Channel::watch(int efd, Cq* cq) {
+  epoll_event ev{};
+  ev.events = EPOLLIN | EPOLLET;
+  ev.data.ptr = cq;
+  ::epoll_ctl(fd_, EPOLL_CTL_ADD, efd, &ev);
+}
+
+void Channel::unwatch(int efd) { ::epoll_ctl(fd_, EPOLL_CTL_DEL, efd, nullptr); }
 
 void Channel::attach(Cq* cq) {
   std::lock_guard lock(mu_);
@@ -87,26 +89,25 @@ int Channel::cq_count() {
 }
 
 int Channel::get_event(Cq*& out) {
-  uint64_t v;
   for (;;) {
-    ssize_t n = ::read(fd_, &v, sizeof(v));
-    if (n == sizeof(v)) break;
+    int flags = ::fcntl(fd_, F_GETFL);
+    bool nonblocking = flags >= 0 && (flags & O_NONBLOCK);
+    // One event at a time: the others stay ready, so the descriptor stays readable for an
+    // application that polls it before calling again.
+    epoll_event ev{};
+    int n = ::epoll_wait(fd_, &ev, 1, nonblocking ? 0 : -1);
     if (n < 0 && errno == EINTR) continue;
-    return n < 0 ? errno : EIO;
+    if (n < 0) return errno;
+    if (n == 0) return EAGAIN;
+    auto* cq = static_cast<Cq*>(ev.data.ptr);
+    std::lock_guard lock(mu_);
+    // A wake-up of a CQ that is gone, or that was not armed (a sender's extra write): not an
+    // event.
+    if (std::find(cqs_.begin(), cqs_.end(), cq) == cqs_.end() || !cq->take_event()) continue;
+    cq->event_delivered();
+    out = cq;
+    return 0;
   }
-  std::lock_guard lock(mu_);
-  for (Cq* cq : cqs_) {
-    auto* shared = ctx_.device().arena().at<shm::CqShared>(cq->offset());
-    uint32_t e = shared->events.load(std::memory_order_relaxed);
-    while (e && !shared->events.compare_exchange_weak(e, e - 1)) {
-    }
-    if (e) {
-      cq->event_delivered();
-      out = cq;
-      return 0;
-    }
-  }
-  return EAGAIN;
 }
 
 // ---- Pd -----------------------------------------------------------------
@@ -120,7 +121,15 @@ Pd::Pd(Context& ctx) : ctx_(ctx), id_(g_next_pd.fetch_add(1)) {}
 // ---- Cq -----------------------------------------------------------------
 
 Cq::~Cq() {
-  if (channel_) channel_->detach(this);
+  if (channel_) {
+    if (event_fd_ >= 0) channel_->unwatch(event_fd_);
+    channel_->detach(this);
+  }
+  if (event_fd_id_) {
+    proto::DropFdReq req{event_fd_id_};
+    ctx_.device().control().call(proto::Op::kDropFd, req);
+  }
+  if (event_fd_ >= 0) ::close(event_fd_);
   if (offset_) ctx_.device().arena().free(offset_);
 }
 
@@ -128,22 +137,97 @@ int Cq::init(int cqe) {
   if (cqe < 1 || cqe > (1 << 22)) return EINVAL;
   uint32_t cap = shm::pow2_at_least(static_cast<uint32_t>(cqe));
   Arena& arena = ctx_.device().arena();
+  if (channel_) {
+    // The router's completions wake the channel through this eventfd (vrdmad's only).
+    event_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (event_fd_ < 0) return errno;
+    event_fd_id_ = ctx_.device().new_fd_id();
+    proto::PutFdReq req{event_fd_id_, static_cast<uint32_t>(proto::FdKind::kEvent), 0, 0, 0};
+    if (int e = ctx_.device().control().call(proto::Op::kPutFd, req, nullptr, &event_fd_, 1)) {
+      event_fd_id_ = 0;
+      return e;
+    }
+  }
   offset_ = arena.alloc(shm::cq_bytes(cap));
   if (!offset_) return ENOMEM;
   auto* shared = arena.at<shm::CqShared>(offset_);
-  shm::cq_init(shared, cap, channel_ ? channel_->fd_id() : 0);
+  shm::cq_init(shared, cap, event_fd_id_);
   view_ = shm::CqView{shared, cap - 1};
-  if (channel_) channel_->attach(this);
+  if (channel_) {
+    channel_->attach(this);
+    channel_->watch(event_fd_, this);
+  }
   return 0;
+}
+
+void Cq::attach(RecvSource* src) {
+  std::lock_guard lock(poll_lock_);
+  sources_.push_back(src);
+  if (armed_.load(std::memory_order_relaxed))
+    shm::arm_word(src->ring.ring->armed, armed_.load(std::memory_order_relaxed) == 2);
+}
+
+void Cq::detach(RecvSource* src) {
+  std::lock_guard lock(poll_lock_);
+  sources_.erase(std::remove(sources_.begin(), sources_.end(), src), sources_.end());
+}
+
+// Receive completions of one QP, each checked against the receives the QP (or its SRQ) has
+// outstanding: a report that names anything else is dropped and counted. At most one ring's
+// worth of reports is looked at per call, whatever a sender keeps pushing.
+int Cq::take_recv(RecvSource& src, int max, ibv_wc* out) {
+  int n = 0;
+  shm::RecvReport r;
+  for (uint32_t looked = 0; n < max && looked <= src.ring.mask; ++looked) {
+    if (!shm::ring_take(src.ring, src.head, r)) break;
+    uint64_t wr_id;
+    uint32_t room;
+    bool ud = src.type == IBV_QPT_UD;
+    bool ok = r.status <= shm::kRecvProtErr && r.opcode <= shm::kRecvWriteImm &&
+              !(ud && r.opcode != shm::kRecvSend) && (r.flags & ~(shm::kRecvImm | shm::kRecvGrh)) == 0 &&
+              !(r.flags & shm::kRecvGrh && !ud);
+    // Only a receive that is outstanding at that index completes, once; a length it cannot
+    // hold makes it a length error.
+    if (ok) ok = src.recvs->complete(r.index, wr_id, room);
+    if (ok && r.status == shm::kRecvOk && r.opcode == shm::kRecvSend && r.byte_len > room)
+      r.status = shm::kRecvLenErr;
+    if (!ok) {
+      if (src.dropped) src.dropped->fetch_add(1, std::memory_order_relaxed);
+      continue;
+    }
+    ibv_wc& wc = out[n++];
+    wc = ibv_wc{};
+    wc.wr_id = wr_id;
+    wc.status = r.status == shm::kRecvOk      ? IBV_WC_SUCCESS
+                : r.status == shm::kRecvLenErr ? IBV_WC_LOC_LEN_ERR
+                                               : IBV_WC_LOC_PROT_ERR;
+    wc.opcode = r.opcode == shm::kRecvWriteImm ? IBV_WC_RECV_RDMA_WITH_IMM : IBV_WC_RECV;
+    wc.qp_num = src.qpn;
+    wc.src_qp = ud ? (r.src_qp & 0xFFFFFF) : src.peer_qpn.load(std::memory_order_relaxed);
+    if (wc.status == IBV_WC_SUCCESS) {
+      wc.byte_len = r.byte_len;
+      if (r.flags & shm::kRecvImm) {
+        wc.wc_flags |= IBV_WC_WITH_IMM;
+        wc.imm_data = r.imm_data;
+      }
+      if (r.flags & shm::kRecvGrh) wc.wc_flags |= IBV_WC_GRH;
+    }
+  }
+  return n;
 }
 
 int Cq::poll(int n, ibv_wc* wc) {
   if (n <= 0) return 0;
-  // Spinning on an empty queue reads one cache line and takes no lock.
   auto take = [&] {
-    if (!shm::cq_ready(view_)) return 0;
     std::lock_guard lock(poll_lock_);
-    return shm::cq_poll(view_, n, wc);
+    int got = shm::cq_poll(view_, head_, n, wc);
+    size_t count = sources_.size();
+    for (size_t i = 0; i < count && got < n; ++i) {
+      RecvSource* src = sources_[(next_source_ + i) % count];
+      got += take_recv(*src, n - got, wc + got);
+    }
+    if (count) next_source_ = (next_source_ + 1) % count;
+    return got;
   };
   if (int got = take()) return got;
   if (ctx_.device().has_blocked()) {
@@ -159,18 +243,21 @@ int Cq::poll(int n, ibv_wc* wc) {
 }
 
 int Cq::arm(bool solicited_only) {
-  shm::cq_arm(view_.cq, solicited_only);
+  std::lock_guard lock(poll_lock_);
+  armed_.store(solicited_only ? 2 : 1, std::memory_order_seq_cst);
+  shm::arm_word(view_.cq->armed, solicited_only);
+  for (RecvSource* src : sources_) shm::arm_word(src->ring.ring->armed, solicited_only);
   return 0;
 }
 
 void Cq::push(const ibv_wc& wc, bool solicited) {
-  if (!shm::cq_push(view_, wc)) {
+  if (shm::cq_push(view_, wc) != shm::RingResult::kOk) {
     if (!overflow_reported_.exchange(true)) ctx_.push_event(IBV_EVENT_CQ_ERR, user);
     return;
   }
   if (channel_ && shm::cq_should_notify(view_.cq, solicited)) {
     uint64_t one = 1;
-    [[maybe_unused]] ssize_t r = ::write(channel_->fd(), &one, sizeof(one));
+    [[maybe_unused]] ssize_t r = ::write(event_fd_, &one, sizeof(one));
   }
 }
 
@@ -193,34 +280,33 @@ void Cq::wait_acked() {
 // ---- Srq ----------------------------------------------------------------
 
 Srq::~Srq() {
-  if (offset_) pd_.context().device().arena().free(offset_);
+  if (table_offset_) pd_.context().device().arena().free(table_offset_);
 }
 
 int Srq::init(const ibv_srq_attr& attr) {
   if (attr.max_wr == 0 || attr.max_wr > 16384 || attr.max_sge == 0 ||
-      attr.max_sge > shm::kMaxRecvSge)
+      attr.max_sge > shm::kMaxRecvSge || attr.srq_limit > attr.max_wr)
     return EINVAL;
   max_wr_ = shm::pow2_at_least(attr.max_wr);
-  Arena& arena = pd_.context().device().arena();
-  offset_ = arena.alloc(shm::rq_bytes(max_wr_, attr.max_sge));
-  if (!offset_) return ENOMEM;
-  auto* rq = arena.at<shm::RecvQueue>(offset_);
-  shm::rq_init(rq, max_wr_, attr.max_sge, true);
-  rq->limit.store(attr.srq_limit);
-  view_ = shm::RqView{rq, max_wr_ - 1, attr.max_sge, rq->entry_size};
+  max_sge_ = attr.max_sge;
+  limit_ = attr.srq_limit;
+  Device& dev = pd_.context().device();
+  if (int e = object_.create_srq(dev.control(), dev.info().client_id, max_wr_, max_sge_)) return e;
+  table_offset_ = dev.arena().alloc(shm::recv_table_bytes(max_wr_, max_sge_));
+  if (!table_offset_) return ENOMEM;
+  recvs_.init(object_.rq(), dev.arena().at<shm::RecvTable>(table_offset_));
   return 0;
 }
 
 int Srq::post(ibv_recv_wr* wr, ibv_recv_wr** bad) {
+  MemoryRegistry& mem = pd_.context().device().memory();
   std::lock_guard lock(lock_);
   for (; wr; wr = wr->next) {
-    if (wr->num_sge < 0 || static_cast<uint32_t>(wr->num_sge) > view_.max_sge) {
+    if (wr->num_sge > 0 && static_cast<uint32_t>(wr->num_sge) <= max_sge_)
+      mem.prepare_receive(wr->sg_list, wr->num_sge);
+    if (int e = recvs_.post(*wr)) {
       *bad = wr;
-      return EINVAL;
-    }
-    if (!shm::rq_push(view_, wr->wr_id, wr->sg_list, static_cast<uint32_t>(wr->num_sge))) {
-      *bad = wr;
-      return ENOMEM;
+      return e;
     }
   }
   return 0;
@@ -230,15 +316,15 @@ int Srq::modify(const ibv_srq_attr& attr, int mask) {
   if (mask & IBV_SRQ_MAX_WR) return EINVAL;  // resizing is not supported
   if (mask & IBV_SRQ_LIMIT) {
     if (attr.srq_limit > max_wr_) return EINVAL;
-    view_.rq->limit.store(attr.srq_limit);
+    limit_ = attr.srq_limit;
   }
   return 0;
 }
 
 void Srq::query(ibv_srq_attr& attr) const {
   attr.max_wr = max_wr_;
-  attr.max_sge = view_.max_sge;
-  attr.srq_limit = view_.rq->limit.load();
+  attr.max_sge = max_sge_;
+  attr.srq_limit = limit_;
 }
 
 }  // namespace vrdma

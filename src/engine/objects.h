@@ -14,6 +14,8 @@
 #include <infiniband/verbs.h>
 
 #include "engine/device.h"
+#include "engine/posted_recvs.h"
+#include "engine/shared_object.h"
 #include "shm/rings.h"
 
 namespace vrdma {
@@ -64,6 +66,11 @@ class Context {
   std::deque<AsyncEvent> events_;
 };
 
+// A completion channel. Its descriptor (what applications poll) is an epoll instance over
+// eventfds, edge-triggered and never read: one per CQ for the owner's and the router's
+// completions, one per QP whose receive completions senders push. A sender holds only its own
+// QP's eventfd, so it can wake the owner (a spurious wake-up at worst) but never take another
+// QP's wake-up away.
 class Channel {
  public:
   explicit Channel(Context& ctx) : ctx_(ctx) {}
@@ -71,9 +78,11 @@ class Channel {
   int init();  // returns 0 or errno
 
   int fd() const { return fd_; }
-  uint32_t fd_id() const { return fd_id_; }
   void attach(Cq* cq);
   void detach(Cq* cq);
+  // Wake-ups of `efd` mean an event of `cq` (when armed).
+  void watch(int efd, Cq* cq);
+  void unwatch(int efd);
   // ibv_get_cq_event: waits for an event and returns the CQ it belongs to.
   int get_event(Cq*& out);
   int cq_count();
@@ -82,8 +91,7 @@ class Channel {
 
  private:
   Context& ctx_;
-  int fd_ = -1;
-  uint32_t fd_id_ = 0;
+  int fd_ = -1;  // epoll
   std::mutex mu_;
   std::vector<Cq*> cqs_;
 };
@@ -100,6 +108,19 @@ class Pd {
   uint32_t id_;
 };
 
+// One QP's receive completions as its receive CQ polls them: the ring senders push into, the
+// receives they can complete (the QP's or its SRQ's), and what the owner knows better than any
+// report (its QPN, its connected peer).
+struct RecvSource {
+  shm::RingView ring;
+  uint64_t head = 0;  // private
+  PostedRecvs* recvs = nullptr;
+  uint32_t qpn = 0;
+  uint32_t type = 0;      // ibv_qp_type
+  std::atomic<uint32_t> peer_qpn{0};  // RC, UC: the source of every receive (its RTR's)
+  std::atomic<uint64_t>* dropped = nullptr;  // reports refused (forged, repeated, malformed)
+};
+
 class Cq {
  public:
   Cq(Context& ctx, Channel* channel) : ctx_(ctx), channel_(channel) {}
@@ -111,11 +132,18 @@ class Cq {
   // Producer side for this process's own completions.
   void push(const ibv_wc& wc, bool solicited);
 
+  // A QP whose receive CQ this is: its ring is polled (and armed) with the CQ's own.
+  void attach(RecvSource* src);
+  void detach(RecvSource* src);
+
   uint32_t offset() const { return offset_; }
   int capacity() const { return static_cast<int>(view_.mask + 1); }
   Channel* channel() const { return channel_; }
   Context& context() { return ctx_; }
+  int event_fd() const { return event_fd_; }
 
+  // The channel found a wake-up of this CQ: whether it counts as an event (the CQ was armed).
+  bool take_event() { return armed_.exchange(0, std::memory_order_acq_rel) != 0; }
   // Event accounting for ibv_ack_cq_events / ibv_destroy_cq.
   void event_delivered();
   void ack(unsigned n);
@@ -124,11 +152,19 @@ class Cq {
   void* user = nullptr;
 
  private:
+  int take_recv(RecvSource& src, int max, ibv_wc* out);  // requires poll_lock_
+
   Context& ctx_;
   Channel* channel_;
   uint32_t offset_ = 0;
   shm::CqView view_;
+  uint64_t head_ = 0;  // private consumer position of the private ring
+  int event_fd_ = -1;  // wakes the channel for the private ring
+  uint32_t event_fd_id_ = 0;
+  std::atomic<uint32_t> armed_{0};
   SpinLock poll_lock_;
+  std::vector<RecvSource*> sources_;  // guarded by poll_lock_
+  size_t next_source_ = 0;
   std::atomic<bool> overflow_reported_{false};
   std::mutex ev_mu_;
   std::condition_variable ev_cv_;
@@ -143,19 +179,22 @@ class Srq {
   int post(ibv_recv_wr* wr, ibv_recv_wr** bad);
   int modify(const ibv_srq_attr& attr, int mask);
   void query(ibv_srq_attr& attr) const;
-  // Called after a consumer took a receive: raises the limit event if armed.
-  void check_limit();
 
-  uint32_t offset() const { return offset_; }
-  const shm::RqView& view() const { return view_; }
+  uint32_t fd_id() const { return object_.fd_id(); }
+  uint32_t table_offset() const { return table_offset_; }
+  PostedRecvs& recvs() { return recvs_; }
+  uint32_t capacity() const { return max_wr_; }
   Pd& pd() { return pd_; }
   void* user = nullptr;
 
  private:
   Pd& pd_;
-  uint32_t offset_ = 0;
-  shm::RqView view_;
+  SharedObject object_;
+  uint32_t table_offset_ = 0;  // in the arena
+  PostedRecvs recvs_;
   uint32_t max_wr_ = 0;
+  uint32_t max_sge_ = 0;
+  uint32_t limit_ = 0;
   SpinLock lock_;
 };
 

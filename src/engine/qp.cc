@@ -28,10 +28,59 @@ Qp::~Qp() {
     proto::FreeQpnReq req{qpn_};
     dev.control().call(proto::Op::kFreeQpn, req);
   }
+  if (recv_source_.ring.ring) recv_cq_->detach(&recv_source_);
+  if (object_ && object_->notify_fd() >= 0 && recv_cq_->channel())
+    recv_cq_->channel()->unwatch(object_->notify_fd());
+  object_.reset();  // marks it gone for whoever still maps it
   if (shared_) shared_->state.store(IBV_QPS_RESET);
-  if (rq_.rq) dev.arena().free(shared_->rq_offset);
+  if (recv_table_offset_) dev.arena().free(recv_table_offset_);
   if (sq_) dev.arena().free(shared_->sq_offset);
   if (offset_) dev.arena().free(offset_);
+}
+
+void Qp::set_state(ibv_qp_state st) {
+  shared_->state.store(st, std::memory_order_release);
+  if (object_) object_->qp()->attrs.state.store(st, std::memory_order_release);
+}
+
+// A QP object: receive queue (unless the SRQ's), the ring of receive completions, the published
+// attributes. Attached to the receive CQ (and its channel) in place of any earlier one.
+int Qp::new_object() {
+  Device& dev = context().device();
+  uint32_t ring_cap = srq_ ? srq_->capacity() : cap_.max_recv_wr;
+  auto obj = std::make_unique<SharedObject>();
+  int e = obj->create_qp(dev.control(), dev.info().client_id, ring_cap, cap_.max_recv_wr,
+                         cap_.max_recv_sge, srq_ ? srq_->fd_id() : 0,
+                         recv_cq_->channel() != nullptr);
+  if (e) return e;
+  shm::QpAttrs& a = obj->qp()->attrs;
+  a.qpn = qpn_;
+  a.qp_type = type_;
+  a.pd = pd_->id();
+  a.state.store(shared_->state.load(std::memory_order_relaxed), std::memory_order_relaxed);
+  a.access.store(shared_->access.load(std::memory_order_relaxed), std::memory_order_relaxed);
+  a.qkey.store(shared_->qkey.load(std::memory_order_relaxed), std::memory_order_relaxed);
+  a.min_rnr_timer.store(shared_->min_rnr_timer.load(std::memory_order_relaxed),
+                        std::memory_order_relaxed);
+  if (recv_source_.ring.ring) recv_cq_->detach(&recv_source_);
+  if (object_) {
+    if (object_->notify_fd() >= 0 && recv_cq_->channel())
+      recv_cq_->channel()->unwatch(object_->notify_fd());
+    object_->qp()->attrs.gone.store(1, std::memory_order_release);
+  }
+  if (!srq_) {
+    std::lock_guard lock(recv_lock_);
+    if (object_)
+      own_recvs_.reset(obj->rq());
+    else
+      own_recvs_.init(obj->rq(), dev.arena().at<shm::RecvTable>(recv_table_offset_));
+  }
+  object_ = std::move(obj);
+  recv_source_.ring = object_->ring();
+  recv_source_.head = 0;
+  if (object_->notify_fd() >= 0) recv_cq_->channel()->watch(object_->notify_fd(), recv_cq_);
+  recv_cq_->attach(&recv_source_);
+  return 0;
 }
 
 int Qp::init(ibv_qp_cap& cap) {
@@ -55,26 +104,37 @@ int Qp::init(ibv_qp_cap& cap) {
   shared_->recv_cq_offset = recv_cq_->offset();
   shared_->send_cq_offset = send_cq_->offset();
   if (srq_) {
-    shared_->rq_offset = srq_->offset();
+    recvs_ = &srq_->recvs();
+    shared_->recv_table_offset = srq_->table_offset();
   } else {
-    uint32_t rq_off = dev.arena().alloc(shm::rq_bytes(cap_.max_recv_wr, cap_.max_recv_sge));
-    if (!rq_off) return ENOMEM;
-    auto* rq = dev.arena().at<shm::RecvQueue>(rq_off);
-    shm::rq_init(rq, cap_.max_recv_wr, cap_.max_recv_sge, false);
-    rq_ = shm::RqView{rq, cap_.max_recv_wr - 1, cap_.max_recv_sge, rq->entry_size};
-    shared_->rq_offset = rq_off;
+    recv_table_offset_ =
+        dev.arena().alloc(shm::recv_table_bytes(cap_.max_recv_wr, cap_.max_recv_sge));
+    if (!recv_table_offset_) return ENOMEM;
+    recvs_ = &own_recvs_;
+    shared_->recv_table_offset = recv_table_offset_;
   }
-
   shared_->sq_sig_all = sq_sig_all_;
   if (int e = init_route_queue()) return e;
 
-  proto::AllocQpnReq req{static_cast<uint32_t>(type_), offset_};
+  proto::AllocQpnReq req{static_cast<uint32_t>(type_), offset_, 0, 0, 0, pd_->id()};
   auto reply = std::make_unique<Packet>();
+  recv_source_.recvs = recvs_;
+  recv_source_.type = type_;
+  recv_source_.dropped = &shared_->counters.dropped;
+  // The object names the QPN, which comes with AllocQpn: a placeholder object first would cost a
+  // round trip, so the QPN is asked for with the object's fd id reserved and the object is made
+  // right after.
+  if (int e = new_object()) return e;
+  req.object_fd_id = object_->fd_id();
+  req.srq_fd_id = srq_ ? srq_->fd_id() : 0;
+  req.notify_fd_id = object_->notify_fd_id();
   if (int e = dev.control().call(proto::Op::kAllocQpn, req, reply.get())) return e;
   auto* rep = reply->as<proto::AllocQpnRep>();
   if (!rep || rep->qpn == 0) return EPROTO;
   qpn_ = rep->qpn;
   shared_->qpn = qpn_;
+  object_->qp()->attrs.qpn = qpn_;
+  recv_source_.qpn = qpn_;
 
   pending_.resize(cap_.max_send_wr);
   inline_buf_.resize(size_t(cap_.max_send_wr) * cap_.max_inline_data);
@@ -162,9 +222,19 @@ int Qp::check_modify(const ibv_qp_attr& attr, int mask, ibv_qp_state cur) const 
 // Keeps what `mask` sets: the attributes peers and the router read in shared memory, and the
 // rest for query.
 void Qp::store_attributes(const ibv_qp_attr& attr, int mask) {
-  if (mask & IBV_QP_ACCESS_FLAGS) shared_->access.store(attr.qp_access_flags);
-  if (mask & IBV_QP_QKEY) shared_->qkey.store(attr.qkey);
-  if (mask & IBV_QP_MIN_RNR_TIMER) shared_->min_rnr_timer.store(attr.min_rnr_timer & 31);
+  shm::QpAttrs& pub = object_->qp()->attrs;
+  if (mask & IBV_QP_ACCESS_FLAGS) {
+    shared_->access.store(attr.qp_access_flags);
+    pub.access.store(attr.qp_access_flags);
+  }
+  if (mask & IBV_QP_QKEY) {
+    shared_->qkey.store(attr.qkey);
+    pub.qkey.store(attr.qkey);
+  }
+  if (mask & IBV_QP_MIN_RNR_TIMER) {
+    shared_->min_rnr_timer.store(attr.min_rnr_timer & 31);
+    pub.min_rnr_timer.store(attr.min_rnr_timer & 31);
+  }
   if (mask & IBV_QP_TIMEOUT) shared_->timeout.store(attr.timeout & 31);
   if (mask & IBV_QP_RETRY_CNT) shared_->retry_cnt.store(attr.retry_cnt & 7);
   if (mask & IBV_QP_RNR_RETRY) shared_->rnr_retry.store(attr.rnr_retry & 7);
@@ -175,7 +245,10 @@ void Qp::store_attributes(const ibv_qp_attr& attr, int mask) {
   if (keep & IBV_QP_QKEY) attr_.qkey = attr.qkey;
   if (keep & IBV_QP_AV) attr_.ah_attr = attr.ah_attr;
   if (keep & IBV_QP_PATH_MTU) attr_.path_mtu = attr.path_mtu;
-  if (keep & IBV_QP_DEST_QPN) attr_.dest_qp_num = attr.dest_qp_num;
+  if (keep & IBV_QP_DEST_QPN) {
+    attr_.dest_qp_num = attr.dest_qp_num;
+    recv_source_.peer_qpn.store(attr.dest_qp_num, std::memory_order_relaxed);
+  }
   if (keep & IBV_QP_RQ_PSN) attr_.rq_psn = attr.rq_psn;
   if (keep & IBV_QP_SQ_PSN) attr_.sq_psn = attr.sq_psn;
   if (keep & IBV_QP_MAX_DEST_RD_ATOMIC) attr_.max_dest_rd_atomic = attr.max_dest_rd_atomic;
@@ -208,6 +281,15 @@ int Qp::modify(const ibv_qp_attr& attr, int mask) {
   if (next == IBV_QPS_RTR && cur == IBV_QPS_INIT && type_ != IBV_QPT_UD) connect_destination(attr);
 
   std::lock_guard lock(lock_);
+  if (next == IBV_QPS_RESET && cur != IBV_QPS_RESET) {
+    // Whoever reached the old QP reaches nothing of what comes next: a new object, in which the
+    // posted receives are dropped silently, as a reset does. Without a new object the QP stays
+    // as it was.
+    set_state(IBV_QPS_RESET);
+    if (int e = new_object()) return e;
+    proto::SetQpObjectReq req{qpn_, object_->fd_id(), object_->notify_fd_id(), 0};
+    if (int e = context().device().control().call(proto::Op::kSetQpObject, req)) return e;
+  }
   store_attributes(attr, mask);
   if (!(mask & IBV_QP_STATE)) return 0;
   if (next == IBV_QPS_RESET) {
@@ -218,14 +300,8 @@ int Qp::modify(const ibv_qp_attr& attr, int mask) {
     peer_wanted_ = false;
     routed_ = false;
     ud_peers_.clear();
-    // Drop posted receives silently, as a reset does.
-    if (rq_.rq) {
-      shm::RecvWr r;
-      while (shm::rq_pop(rq_, r)) {
-      }
-    }
   }
-  shared_->state.store(next, std::memory_order_release);
+  set_state(next);
   if (next == IBV_QPS_ERR) {
     flush_locked();
     flush_recv();
@@ -277,7 +353,7 @@ int Qp::connect_peer(uint32_t dest_qpn, const uint8_t* gid, shm::PeerQp& out) {
   int err = 0;
   auto peer = dev.peer(rep->peer_client, err);
   if (!peer) return err;
-  if (int e = shm::attach_peer_qp(peer, rep->peer_arena_offset, out)) return e;
+  if (int e = shm::attach_peer_qp(peer, rep->peer_object_fd_id, qpn_, out)) return e;
   return out.qpn == dest_qpn ? 0 : EPROTO;
 }
 
@@ -288,19 +364,20 @@ int Qp::post_recv(ibv_recv_wr* wr, ibv_recv_wr** bad) {
     *bad = wr;
     return EINVAL;
   }
-  ibv_qp_state st = state();
-  if (st == IBV_QPS_RESET) {
+  if (state() == IBV_QPS_RESET) {
     *bad = wr;
     return EINVAL;
   }
-  for (; wr; wr = wr->next) {
-    if (wr->num_sge < 0 || static_cast<uint32_t>(wr->num_sge) > cap_.max_recv_sge) {
-      *bad = wr;
-      return EINVAL;
-    }
-    if (!shm::rq_push(rq_, wr->wr_id, wr->sg_list, static_cast<uint32_t>(wr->num_sge))) {
-      *bad = wr;
-      return ENOMEM;
+  MemoryRegistry& mem = context().device().memory();
+  {
+    std::lock_guard lock(recv_lock_);
+    for (; wr; wr = wr->next) {
+      if (wr->num_sge > 0 && static_cast<uint32_t>(wr->num_sge) <= cap_.max_recv_sge)
+        mem.prepare_receive(wr->sg_list, wr->num_sge);
+      if (int e = own_recvs_.post(*wr)) {
+        *bad = wr;
+        return e;
+      }
     }
   }
   if (state() == IBV_QPS_ERR) flush_recv();
@@ -308,16 +385,16 @@ int Qp::post_recv(ibv_recv_wr* wr, ibv_recv_wr** bad) {
 }
 
 void Qp::flush_recv() {
-  if (!rq_.rq) return;
-  shm::RecvWr r;
-  while (shm::rq_pop(rq_, r)) {
+  if (srq_) return;
+  std::lock_guard lock(recv_lock_);
+  own_recvs_.flush([&](uint64_t wr_id) {
     ibv_wc wc{};
-    wc.wr_id = r.wr_id;
+    wc.wr_id = wr_id;
     wc.status = IBV_WC_WR_FLUSH_ERR;
     wc.opcode = IBV_WC_RECV;
     wc.qp_num = qpn_;
     recv_cq_->push(wc, false);
-  }
+  });
 }
 
 // ---- send side ----------------------------------------------------------
@@ -424,7 +501,7 @@ int Qp::post_send(ibv_send_wr* wr, ibv_send_wr** bad) {
 
 int64_t Qp::block_interval_ns(Block b) const {
   if (b == Block::kRnr) {
-    uint32_t t = peer_.qp ? peer_.qp->min_rnr_timer.load(std::memory_order_relaxed) & 31
+    uint32_t t = peer_.attrs ? peer_.attrs->min_rnr_timer.load(std::memory_order_relaxed) & 31
                           : attr_.min_rnr_timer & 31;
     return shm::rnr_timer_ns(t);
   }
@@ -490,7 +567,7 @@ int64_t Qp::retry_locked(int64_t now) {
 }
 
 void Qp::set_error() {
-  shared_->state.store(IBV_QPS_ERR, std::memory_order_release);
+  set_state(IBV_QPS_ERR);
   flush_locked();
   flush_recv();
 }

@@ -72,6 +72,8 @@ class Qp {
   };
 
   int check_modify(const ibv_qp_attr& attr, int mask, ibv_qp_state cur) const;
+  void set_state(ibv_qp_state st);  // the owner's record and the one senders read
+  int new_object();                 // the QP object senders reach (again after a reset)
   void store_attributes(const ibv_qp_attr& attr, int mask);  // requires lock_
   void connect_destination(const ibv_qp_attr& attr);
 
@@ -100,14 +102,19 @@ class Qp {
   bool sq_sig_all_;
   uint32_t qpn_ = 0;
   uint32_t offset_ = 0;
-  shm::QpShared* shared_ = nullptr;
-  shm::RqView rq_;
+  shm::QpShared* shared_ = nullptr;  // in the arena: the owner's and the router's
+  std::unique_ptr<SharedObject> object_;  // what senders reach
+  uint32_t recv_table_offset_ = 0;        // the own receive queue's table, in the arena
+  PostedRecvs own_recvs_;
+  PostedRecvs* recvs_ = nullptr;  // own_recvs_ or the SRQ's
+  RecvSource recv_source_;
   shm::SendQueue* sq_ = nullptr;  // work for the router; geometry below is our own copy
   uint32_t sq_mask_ = 0, sq_entry_size_ = 0;
   bool routed_ = false;  // the connected destination is on another host
   ibv_qp_cap cap_{};
   ibv_qp_attr attr_{};  // what modify has set, for query
   SpinLock lock_;
+  SpinLock recv_lock_;  // posting and flushing receives
 
   // Destination (RC/UC) or destinations (UD).
   shm::PeerQp peer_;

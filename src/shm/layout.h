@@ -1,11 +1,31 @@
-// Layout of a client's arena: the one shared-memory segment (a memfd) that holds
-// every queue, completion queue and MR descriptor of one client process.
+// What processes share, and with whom. Every piece is a memfd of its own, sealed against
+// shrinking and growing before anyone else maps it, and mapped by its readers at the size the
+// file has (fstat), never at a size someone announced:
 //
-// The owner writes it; same-host peers of the same trust domain map it and
-// execute work requests against it; vrdmad maps it to read counters and to mark
-// a dead client's QPs as gone. Everything is addressed by offsets from the
-// arena base, never by pointers, and every offset, index and count read from an
-// arena that another process can write is validated before use.
+//   the arena        (one per client)   the owner and vrdmad only. Send queues for the router,
+//                                       each QP's send-side state, the private completion rings
+//                                       of the owner's CQs, the private tables of posted receives
+//                                       (wr_id included) and the MR descriptors.
+//   a QP object      (one per QP)       the owner, vrdmad and the peers that may reach the QP: an
+//                                       RC/UC peer whose QP the QP's RTR named (and that named it),
+//                                       any same-tenant UD sender for a UD QP. Published
+//                                       attributes, the receive queue (without wr_id) and the ring
+//                                       into which senders push receive completions.
+//   an SRQ object    (one per SRQ)      as a QP object, for every QP that uses the SRQ.
+//   the key table    (one per client)   read by every peer the owner granted anything: the
+//                                       generation of each MR slot, so that a peer sees at once
+//                                       that a mapping it holds was deregistered or replaced.
+//                                       Sealed against new writable mappings.
+//   MR backings      (memfds)           a peer gets one only through vrdmad, for an MR with remote
+//                                       access (read-only unless REMOTE_WRITE or REMOTE_ATOMIC), or
+//                                       for an MR that a receive posted on the QP it may reach
+//                                       points into.
+//
+// Everything is addressed by offsets, never by pointers. A reader copies the geometry of a ring
+// out of shared memory once, validates it against the file's size, and from then on masks every
+// index with its private copy. Nothing a peer can write is trusted by the owner: a receive
+// completion names an index, which the owner checks against its private table before it maps
+// it back to the wr_id the application gave.
 #pragma once
 
 #include <infiniband/verbs.h>
@@ -17,16 +37,26 @@
 
 namespace vrdma::shm {
 
-inline constexpr uint32_t kArenaMagic = 0x414d4456;  // "VDMA"
-inline constexpr uint32_t kArenaVersion = 2;
-inline constexpr uint64_t kArenaSize = 256ull << 20;  // sparse: pages exist only once touched
-inline constexpr uint32_t kMrSlots = 4096;            // key = random << 12 | slot
-inline constexpr uint32_t kMrSlotBits = 12;
+inline constexpr uint32_t kArenaMagic = 0x414d4456;   // "VDMA"
+inline constexpr uint32_t kObjectMagic = 0x4f4d4456;  // "VDMO"
+inline constexpr uint32_t kKeyTableMagic = 0x4b4d4456;  // "VDMK"
+inline constexpr uint32_t kArenaVersion = 3;
+inline constexpr uint64_t kArenaSize = 256ull << 20;  // the library's: sparse, pages exist once touched
+inline constexpr uint64_t kMaxArenaSize = 1ull << 30;    // the largest arena vrdmad maps
+inline constexpr uint64_t kMaxObjectSize = 64ull << 20;  // the largest QP/SRQ object anyone maps
+inline constexpr uint32_t kMrSlots = 4096;               // MR descriptors per client (slot 0 unused)
 inline constexpr uint32_t kMaxMrSegments = 8;
 inline constexpr uint32_t kMaxRecvSge = 32;
 inline constexpr uint32_t kMaxSendSge = 32;
 inline constexpr uint32_t kCacheLine = 64;
-static_assert((1u << kMrSlotBits) == kMrSlots);
+inline constexpr uint64_t kPage = 4096;
+
+// File descriptor ids a client hands vrdmad (PutFd): 0 is the arena, 1 the key table; the others
+// are chosen by the client.
+inline constexpr uint32_t kArenaFdId = 0;
+inline constexpr uint32_t kKeyTableFdId = 1;
+
+// ---- the arena (the owner and vrdmad) ------------------------------------------------------
 
 struct alignas(kCacheLine) ArenaHeader {
   uint32_t magic;
@@ -47,10 +77,9 @@ struct MrSegment {
   uint64_t length;
 };
 
-// A registered memory region as peers see it. The segments cover the
-// page-aligned range [map_start, map_start + map_length) of the owner's address
-// space in order; a peer maps them side by side and finds byte `iova + x` at
-// base + (va - map_start) + x.
+// A registered memory region as vrdmad reads it to answer a grant. The segments cover the
+// page-aligned range [map_start, map_start + map_length) of the owner's address space in order;
+// a peer maps them side by side and finds byte `iova + x` at base + (va - map_start) + x.
 struct MrEntry {
   std::atomic<uint64_t> key_gen;  // key | generation << 32; 0 when the slot is free
   uint32_t access;
@@ -63,33 +92,27 @@ struct MrEntry {
   MrSegment seg[kMaxMrSegments];
 };
 
-// A ring of receive work requests (a QP's receive queue or an SRQ). The owner
-// produces, any connected sender consumes; cells carry sequence numbers so that
-// several consumers in several processes can take entries safely.
-struct alignas(kCacheLine) RecvQueue {
-  uint32_t capacity;  // power of two
-  uint32_t max_sge;
-  uint32_t entry_size;
-  uint32_t is_srq;
-  std::atomic<uint32_t> limit;                     // SRQ limit; 0 = not armed
-  alignas(kCacheLine) std::atomic<uint64_t> head;  // consumers
-  alignas(kCacheLine) std::atomic<uint64_t> tail;  // producer
-  alignas(kCacheLine) unsigned char entries[];
-};
-
-struct RecvEntry {
-  std::atomic<uint64_t> seq;
+// The owner's record of the receives it posted on one receive queue (a QP's or an SRQ's), one
+// slot per ring position. Private to the owner and vrdmad (which reads it to decide whether a
+// peer may be granted the memory a posted receive points into). `tag` is the receive's position
+// + 1 while it is outstanding, 0 when the slot is free.
+struct RecvSlot {
+  std::atomic<uint64_t> tag;
   uint64_t wr_id;
   uint32_t num_sge;
-  uint32_t reserved;
+  uint32_t length;  // bytes the receive can take
   ibv_sge sge[];
 };
-
-// Whole cache lines per entry: the owner writing one entry never takes the
-// line from under a sender reading its neighbour.
-inline constexpr uint32_t recv_entry_size(uint32_t max_sge) {
-  uint32_t n = static_cast<uint32_t>(sizeof(RecvEntry) + max_sge * sizeof(ibv_sge));
-  return (n + kCacheLine - 1) & ~(kCacheLine - 1);
+struct alignas(kCacheLine) RecvTable {
+  uint32_t capacity;  // power of two, as the receive queue's
+  uint32_t max_sge;
+  uint32_t slot_size;
+  uint32_t reserved;
+  alignas(kCacheLine) unsigned char slots[];
+};
+inline constexpr uint32_t recv_slot_size(uint32_t max_sge) {
+  uint32_t n = static_cast<uint32_t>(sizeof(RecvSlot) + max_sge * sizeof(ibv_sge));
+  return (n + 7) & ~7u;
 }
 
 struct alignas(kCacheLine) Cqe {
@@ -98,29 +121,32 @@ struct alignas(kCacheLine) Cqe {
 };
 static_assert(sizeof(Cqe) == 64);
 
-// A completion queue: many producers (the owner for its send completions, peers
-// for receive completions), one consumer (the owner).
+// A CQ's private ring: the owner's own completions (send completions, flushes) and the router's
+// (routed work of this client's QPs). Producers: the owner, vrdmad. Consumer: the owner, which
+// keeps its position privately (`head` is informational).
 struct alignas(kCacheLine) CqShared {
-  uint32_t capacity;               // power of two
-  uint32_t channel_fd_id;          // 0: no completion channel
-  std::atomic<uint32_t> armed;     // 1: next completion raises an event; 2: solicited only
-  std::atomic<uint32_t> events;    // events raised and not yet taken by ibv_get_cq_event
+  uint32_t capacity;             // power of two
+  uint32_t channel_fd_id;        // 0: no completion channel; else the eventfd that wakes it
+  std::atomic<uint32_t> armed;   // 1: next completion raises an event; 2: solicited only
+  std::atomic<uint32_t> events;  // unused (kept for the layout)
   std::atomic<uint32_t> overflow;  // a producer found the queue full
   alignas(kCacheLine) std::atomic<uint64_t> head;
   alignas(kCacheLine) std::atomic<uint64_t> tail;
   alignas(kCacheLine) Cqe entries[];
 };
 
-// Counters written on the data path: the owner's on one cache line, the
-// senders' on another, and neither on the line that peers read per operation.
+// Counters written on the data path: the owner's on one cache line, the router's view of
+// dropped completions on the same; receive counters live in the QP object (senders write them).
 struct QpCounters {
-  alignas(kCacheLine) std::atomic<uint64_t> tx_ops;  // written by the owner
+  alignas(kCacheLine) std::atomic<uint64_t> tx_ops;  // written by the owner (or the router)
   std::atomic<uint64_t> tx_bytes;
   std::atomic<uint64_t> errors;
-  alignas(kCacheLine) std::atomic<uint64_t> rx_ops;  // written by senders
+  std::atomic<uint64_t> dropped;  // receive completions a peer forged or repeated, dropped
+  alignas(kCacheLine) std::atomic<uint64_t> rx_ops;  // unused here: see QpObject
   std::atomic<uint64_t> rx_bytes;
 };
 
+// A QP's send side and the owner's authoritative state, in the arena (the owner and vrdmad).
 struct alignas(kCacheLine) QpShared {
   std::atomic<uint32_t> state;  // enum ibv_qp_state
   std::atomic<uint32_t> gone;   // set by vrdmad when the owner is gone
@@ -128,9 +154,9 @@ struct alignas(kCacheLine) QpShared {
   uint32_t qp_type;
   std::atomic<uint32_t> access;  // qp_access_flags for incoming RDMA and atomics
   std::atomic<uint32_t> qkey;
-  uint32_t rq_offset;       // RecvQueue: its own or its SRQ's
-  uint32_t recv_cq_offset;  // CqShared
-  uint32_t send_cq_offset;  // CqShared
+  uint32_t recv_table_offset;  // RecvTable of its receive queue or of its SRQ
+  uint32_t recv_cq_offset;     // CqShared
+  uint32_t send_cq_offset;     // CqShared
   std::atomic<uint32_t> min_rnr_timer;
   uint32_t sq_offset;  // SendQueue for work the router carries (another host)
   // What the router needs to carry the QP's work as the QP's attributes say.
@@ -181,25 +207,140 @@ inline constexpr uint32_t route_wqe_size(uint32_t max_sge, uint32_t max_inline) 
   return (n + kCacheLine - 1) & ~(kCacheLine - 1);
 }
 
-// Every process that maps an arena reads it with this exact layout: pin sizes and the cache-line
-// placement of the fields that producers and consumers write from different processes.
+// ---- QP and SRQ objects (the owner, vrdmad, the peers that may reach the QP) ------------
+
+// A ring of receive work requests (a QP's receive queue or an SRQ). The owner produces, the
+// senders consume with one compare-and-swap on `head`; cells carry sequence numbers so that
+// several consumers in several processes can take entries safely. Entries name the memory the
+// data goes to, never the application's wr_id.
+struct alignas(kCacheLine) RecvQueue {
+  uint32_t capacity;  // power of two
+  uint32_t max_sge;
+  uint32_t entry_size;
+  uint32_t reserved;
+  alignas(kCacheLine) std::atomic<uint64_t> head;  // consumers
+  alignas(kCacheLine) std::atomic<uint64_t> tail;  // published by the owner (informational)
+  alignas(kCacheLine) unsigned char entries[];
+};
+
+struct RecvEntry {
+  std::atomic<uint64_t> seq;
+  uint32_t num_sge;
+  uint32_t reserved;
+  ibv_sge sge[];
+};
+
+// Whole cache lines per entry: the owner writing one entry never takes the line from under a
+// sender reading its neighbour.
+inline constexpr uint32_t recv_entry_size(uint32_t max_sge) {
+  uint32_t n = static_cast<uint32_t>(sizeof(RecvEntry) + max_sge * sizeof(ibv_sge));
+  return (n + kCacheLine - 1) & ~(kCacheLine - 1);
+}
+
+// A receive completion as a sender reports it. It carries no wr_id: `index` is the position of
+// the receive it consumed in the receive queue (the QP's or the SRQ's), which the owner checks
+// against its private table. Everything else is validated or overridden by the owner.
+enum RecvCqeFlags : uint8_t { kRecvImm = 1, kRecvGrh = 2 };
+enum RecvCqeStatus : uint8_t { kRecvOk = 0, kRecvLenErr = 1, kRecvProtErr = 2 };
+enum RecvCqeOpcode : uint8_t { kRecvSend = 0, kRecvWriteImm = 1 };
+struct alignas(32) RecvCqe {
+  std::atomic<uint64_t> seq;
+  uint64_t index;
+  uint32_t byte_len;
+  uint32_t imm_data;
+  uint32_t src_qp;
+  uint8_t opcode;  // RecvCqeOpcode
+  uint8_t status;  // RecvCqeStatus
+  uint8_t flags;   // RecvCqeFlags
+  uint8_t reserved;
+};
+
+// The ring of one QP's receive completions. Producers: the senders (peers, the router). One
+// consumer: the owner, which keeps its position privately. `armed` works like CqShared::armed.
+struct alignas(kCacheLine) RecvRing {
+  uint32_t capacity;  // power of two
+  std::atomic<uint32_t> armed;
+  alignas(kCacheLine) std::atomic<uint64_t> tail;
+  alignas(kCacheLine) RecvCqe entries[];
+};
+
+// The attributes senders read to decide what happens to a request. Written by the owner (state,
+// gone also by vrdmad); a peer that scribbles on them fools only itself and the other senders of
+// the same QP.
+struct QpAttrs {
+  std::atomic<uint32_t> state;  // enum ibv_qp_state
+  std::atomic<uint32_t> gone;   // the QP was destroyed, reset (this object retired) or its owner died
+  uint32_t qpn;
+  uint32_t qp_type;
+  std::atomic<uint32_t> access;  // qp_access_flags
+  std::atomic<uint32_t> qkey;
+  std::atomic<uint32_t> min_rnr_timer;
+  uint32_t pd;
+};
+
+enum class ObjectKind : uint32_t { kQp = 1, kSrq = 2 };
+
+struct alignas(kCacheLine) ObjectHeader {
+  uint32_t magic;    // kObjectMagic
+  uint32_t version;  // kArenaVersion
+  uint32_t kind;     // ObjectKind
+  uint32_t owner_client;
+  uint64_t size;  // of the file
+  // QP objects: where the receive queue is (0: the QP uses the SRQ whose object is srq_fd_id),
+  // the ring of receive completions, and the eventfd that wakes the owner's completion channel
+  // (0: none). SRQ objects: rq_offset only.
+  uint32_t rq_offset;
+  uint32_t srq_fd_id;
+  uint32_t ring_offset;
+  uint32_t notify_fd_id;
+};
+
+struct alignas(kCacheLine) QpObject {
+  ObjectHeader hdr;
+  alignas(kCacheLine) QpAttrs attrs;
+  // Written by the senders.
+  alignas(kCacheLine) std::atomic<uint64_t> rx_ops;
+  std::atomic<uint64_t> rx_bytes;
+};
+
+// ---- the key table (read-only for peers) ---------------------------------------------------
+
+struct alignas(kCacheLine) KeyTable {
+  uint32_t magic;  // kKeyTableMagic
+  uint32_t version;
+  uint32_t slots;  // kMrSlots
+  uint32_t reserved;
+  alignas(kCacheLine) std::atomic<uint32_t> gen[kMrSlots];  // changes on every reg, dereg, move
+};
+
+// Every process that maps these reads them with this exact layout: pin sizes and the
+// cache-line placement of the fields that producers and consumers write from different
+// processes.
 static_assert(sizeof(ArenaHeader) == 64 && sizeof(MrSegment) == 24 && sizeof(MrEntry) == 248);
+static_assert(sizeof(RecvSlot) == 24 && sizeof(RecvTable) == 64);
 static_assert(sizeof(RecvQueue) == 192 && offsetof(RecvQueue, head) == 64 &&
               offsetof(RecvQueue, tail) == 128 && offsetof(RecvQueue, entries) == 192);
-static_assert(sizeof(RecvEntry) == 24 && sizeof(Cqe) == 64);
+static_assert(sizeof(RecvEntry) == 16 && sizeof(Cqe) == 64 && sizeof(RecvCqe) == 32);
+static_assert(sizeof(RecvRing) == 128 && offsetof(RecvRing, tail) == 64 &&
+              offsetof(RecvRing, entries) == 128);
 static_assert(sizeof(CqShared) == 192 && offsetof(CqShared, head) == 64 &&
               offsetof(CqShared, tail) == 128 && offsetof(CqShared, entries) == 192);
 static_assert(sizeof(QpCounters) == 128 && offsetof(QpCounters, rx_ops) == 64);
 static_assert(sizeof(QpShared) == 192 && offsetof(QpShared, counters) == 64);
+static_assert(sizeof(QpAttrs) == 32 && sizeof(ObjectHeader) == 64);
+static_assert(sizeof(QpObject) == 192 && offsetof(QpObject, attrs) == 64 &&
+              offsetof(QpObject, rx_ops) == 128);
+static_assert(offsetof(KeyTable, gen) == 64 && sizeof(KeyTable) == 64 + 4 * kMrSlots);
 static_assert(sizeof(RouteWqe) == 88 && offsetof(RouteWqe, sge) == 88);
 static_assert(sizeof(SendQueue) == 192 && offsetof(SendQueue, tail) == 64 &&
               offsetof(SendQueue, done) == 128 && offsetof(SendQueue, entries) == 192);
 static_assert(std::atomic<uint64_t>::is_always_lock_free &&
               std::atomic<uint32_t>::is_always_lock_free);
 
-// Offsets read from a peer's arena must point inside it with room for `bytes`.
-inline bool offset_ok(uint64_t arena_size, uint64_t offset, uint64_t bytes) {
-  return offset >= sizeof(ArenaHeader) && offset < arena_size && bytes <= arena_size - offset;
+// Offsets read from a shared file must point inside it with room for `bytes` (and past the
+// first cache line, which is the header).
+inline bool offset_ok(uint64_t file_size, uint64_t offset, uint64_t bytes) {
+  return offset >= kCacheLine && offset < file_size && bytes <= file_size - offset;
 }
 
 }  // namespace vrdma::shm

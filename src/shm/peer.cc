@@ -5,162 +5,420 @@
 #include <unistd.h>
 
 
+#include "shm/shared_file.h"
+#include "shm/sigbus_guard.h"
+
 namespace vrdma::shm {
 
-Peer::~Peer() {
-  for (auto& [p, len] : mappings_) ::munmap(p, len);
-  if (base_) ::munmap(base_, size_);
-  for (auto& [id, fd] : fds_) ::close(fd);
+namespace {
+
+constexpr uint32_t kWriteAccess =
+    IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC;
+constexpr uint32_t kRemoteAccess =
+    IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC;
+constexpr uint64_t kMaxMrBytes = 1ull << 40;
+constexpr uint32_t kMaxRingCapacity = 1u << 20;
+
+void close_all(MrGrant& g) {
+  for (int& fd : g.fds) {
+    if (fd >= 0) ::close(fd);
+    fd = -1;
+  }
 }
 
-int Peer::attach() {
+// The grant's own consistency: everything the mapping below relies on.
+bool grant_ok(const MrGrant& g) {
+  if (g.slot == 0 || g.slot >= kMrSlots || g.nseg == 0 || g.nseg > kMaxMrSegments) return false;
+  if (g.map_length == 0 || g.map_length > kMaxMrBytes || g.map_length % kPage) return false;
+  if (g.length > g.map_length || g.va_offset > g.map_length - g.length) return false;
+  uint64_t total = 0;
+  for (uint32_t i = 0; i < g.nseg; ++i) {
+    const auto& s = g.seg[i];
+    if (s.length == 0 || s.length % kPage || s.offset % kPage || s.length > kMaxMrBytes ||
+        s.offset > kMaxMrBytes || g.fds[i] < 0)
+      return false;
+    total += s.length;
+  }
+  return total == g.map_length;
+}
+
+}  // namespace
+
+uint8_t* FdSource::kept_mapping(uint32_t, uint32_t, uint64_t&) { return nullptr; }
+
+Peer::Peer(FdSource& source, uint32_t client_id)
+    : source_(source), client_id_(client_id), views_(new View[kMrSlots]) {}
+
+Peer::~Peer() {
+  for (auto& [p, len] : kept_) ::munmap(p, len);
+  for (auto& [p, len] : retired_) ::munmap(p, len);
+  for (uint32_t i = 0; i < kMrSlots; ++i)
+    if (views_[i].area) ::munmap(views_[i].area, views_[i].map_len);
+  if (base_) ::munmap(base_, size_);
+  if (const KeyTable* k = keys_.load()) ::munmap(const_cast<KeyTable*>(k), keys_size_);
+  for (auto& [id, o] : objects_) ::munmap(o.base, o.size);
+  for (auto& [id, e] : event_fds_) ::close(e.fd);
+}
+
+void Peer::reclaim() {
+  std::lock_guard lock(mu_);
+  for (auto& [p, len] : retired_) ::munmap(p, len);
+  retired_.clear();
+}
+
+void Peer::release(uint32_t fd_id) {
+  std::lock_guard lock(mu_);
+  if (auto it = objects_.find(fd_id); it != objects_.end()) {
+    if (--it->second.refs == 0) {
+      ::munmap(it->second.base, it->second.size);
+      objects_.erase(it);
+    }
+  } else if (auto e = event_fds_.find(fd_id); e != event_fds_.end()) {
+    if (--e->second.refs == 0) {
+      ::close(e->second.fd);
+      event_fds_.erase(e);
+    }
+  }
+}
+
+PeerHold::~PeerHold() {
+  for (uint32_t id : ids)
+    if (id) peer->release(id);
+}
+
+int Peer::attach_arena() {
+  std::lock_guard lock(mu_);
+  if (base_) return 0;
+  install_sigbus_guard();
   int fd;
-  if (int e = source_.fetch_fd(client_id_, 0, fd)) return e;
-  void* p = ::mmap(nullptr, kArenaSize, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (int e = source_.fetch_fd(client_id_, kArenaFdId, 0, fd)) return e;
+  void* p = nullptr;
+  uint64_t size = 0;
+  int e = map_sealed(fd, PROT_READ | PROT_WRITE, kMaxArenaSize, p, size);
   ::close(fd);
-  if (p == MAP_FAILED) return errno;
-  base_ = static_cast<uint8_t*>(p);
-  size_ = kArenaSize;
-  hdr_ = reinterpret_cast<ArenaHeader*>(base_);
-  uint64_t table_bytes = uint64_t(kMrSlots) * sizeof(MrEntry);
-  if (hdr_->magic != kArenaMagic || hdr_->version != kArenaVersion ||
-      hdr_->mr_slots != kMrSlots || !offset_ok(size_, hdr_->mr_table_offset, table_bytes))
+  if (e) return e;
+  const auto* h = static_cast<const ArenaHeader*>(p);
+  uint32_t magic = 0, version = 0;
+  bool ok = size >= sizeof(ArenaHeader) && guarded_call([&] {
+              magic = __atomic_load_n(&h->magic, __ATOMIC_ACQUIRE);
+              version = __atomic_load_n(&h->version, __ATOMIC_RELAXED);
+            });
+  if (!ok || magic != kArenaMagic || version != kArenaVersion) {
+    ::munmap(p, size);
     return EPROTO;
-  table_ = reinterpret_cast<MrEntry*>(base_ + hdr_->mr_table_offset);
-  views_.reset(new View[kMrSlots]);
+  }
+  base_ = static_cast<uint8_t*>(p);
+  size_ = size;
   return 0;
 }
 
-uint8_t* Peer::translate(uint32_t key, uint64_t addr, uint64_t len, uint32_t access) {
-  uint32_t slot = key & (kMrSlots - 1);
-  uint64_t kg = table_[slot].key_gen.load(std::memory_order_acquire);
-  if (static_cast<uint32_t>(kg) != key || key == 0) return nullptr;
-  View& v = views_[slot];
+bool Peer::dead() const {
+  return base_ && reinterpret_cast<const ArenaHeader*>(base_)->dead.load(
+                      std::memory_order_relaxed) != 0;
+}
+
+int Peer::attach_keys(uint32_t via_qpn) {
+  if (keys_.load(std::memory_order_relaxed)) return 0;
+  install_sigbus_guard();
+  int fd;
+  if (int e = source_.fetch_fd(client_id_, kKeyTableFdId, via_qpn, fd)) return e;
+  void* p = nullptr;
+  uint64_t size = 0;
+  int e = map_sealed(fd, PROT_READ, sizeof(KeyTable) + kPage, p, size);
+  ::close(fd);
+  if (e) return e;
+  const auto* k = static_cast<const KeyTable*>(p);
+  uint32_t magic = 0, slots = 0;
+  bool ok = size >= sizeof(KeyTable) && guarded_call([&] {
+              magic = __atomic_load_n(&k->magic, __ATOMIC_RELAXED);
+              slots = __atomic_load_n(&k->slots, __ATOMIC_RELAXED);
+            });
+  if (!ok || magic != kKeyTableMagic || slots != kMrSlots) {
+    ::munmap(p, size);
+    return EPROTO;
+  }
+  keys_size_ = size;
+  keys_.store(k, std::memory_order_release);
+  return 0;
+}
+
+// The fast path: a view that is current (its generation is the key table's) and allows the
+// access. `retry` says whether a fresh grant could change the answer.
+const uint8_t* Peer::lookup(uint32_t pd, uint32_t key, uint64_t addr, uint64_t len,
+                            uint32_t access, bool& retry) const {
+  retry = true;
+  const KeyTable* keys = keys_.load(std::memory_order_acquire);
+  int slot = index_.find(key);
+  if (slot < 0 || !keys) return nullptr;
+  const View& v = views_[slot];
+  uint64_t tag = v.tag.load(std::memory_order_acquire);
+  if (static_cast<uint32_t>(tag) != key) return nullptr;
+  uint8_t* base = v.base;
+  uint64_t iova = v.iova, length = v.length, va_off = v.va_off;
+  uint32_t acc = v.access, mr_pd = v.pd;
+  bool writable = v.writable;
+  std::atomic_thread_fence(std::memory_order_acquire);
+  if (v.tag.load(std::memory_order_relaxed) != tag) return nullptr;
+  // Deregistered, re-registered or moved since: the mapping no longer aliases the MR.
+  if (keys->gen[slot].load(std::memory_order_acquire) != static_cast<uint32_t>(tag >> 32))
+    return nullptr;
+  if ((access & kWriteAccess) && !writable) return nullptr;  // a writable grant may follow
+  retry = false;
+  if ((acc & access) != access) return nullptr;
+  if ((access & kRemoteAccess) && pd && mr_pd != pd) return nullptr;
+  if (addr < iova || len > length || addr - iova > length - len) return nullptr;
+  return base + va_off + (addr - iova);
+}
+
+uint8_t* Peer::translate(uint32_t via_qpn, uint32_t pd, uint32_t key, uint64_t addr,
+                         uint64_t len, uint32_t access) {
+  bool retry;
+  if (const uint8_t* p = lookup(pd, key, addr, len, access, retry))
+    return const_cast<uint8_t*>(p);
+  if (!retry || key == 0) return nullptr;
+  // Slow path: ask for a grant; twice, in case the owner moved the MR in between.
   for (int attempt = 0; attempt < 2; ++attempt) {
-    uint64_t seen = v.key_gen.load(std::memory_order_acquire);
-    if (seen == kg) {
-      uint8_t* base = v.base;
-      uint64_t iova = v.iova, length = v.length, va_off = v.va_off;
-      uint32_t acc = v.access;
-      std::atomic_thread_fence(std::memory_order_acquire);
-      if (v.key_gen.load(std::memory_order_relaxed) == kg) {
-        if ((acc & access) != access) return nullptr;
-        if (addr < iova || len > length || addr - iova > length - len) return nullptr;
-        return base + va_off + (addr - iova);
-      }
+    {
+      std::lock_guard lock(mu_);
+      if (attach_keys(via_qpn) != 0) return nullptr;
+      if (!map_mr(via_qpn, key, access)) return nullptr;
     }
-    if (!map_mr(slot, kg)) return nullptr;
+    if (const uint8_t* p = lookup(pd, key, addr, len, access, retry))
+      return const_cast<uint8_t*>(p);
+    if (!retry) return nullptr;
   }
   return nullptr;
 }
 
-uint8_t* Peer::map_mr(uint32_t slot, uint64_t kg) {
-  std::lock_guard lock(mu_);
-  View& v = views_[slot];
-  if (v.key_gen.load(std::memory_order_relaxed) == kg) return v.base;
-  // Copy the descriptor out of shared memory once, then validate the copy.
-  MrEntry e;
-  const MrEntry& src = table_[slot];
-  e.access = src.access;
-  e.nseg = src.nseg;
-  e.iova = src.iova;
-  e.length = src.length;
-  e.va = src.va;
-  e.map_start = src.map_start;
-  e.map_length = src.map_length;
-  for (uint32_t i = 0; i < kMaxMrSegments; ++i) e.seg[i] = src.seg[i];
-  std::atomic_thread_fence(std::memory_order_acquire);
-  if (src.key_gen.load(std::memory_order_relaxed) != kg) return nullptr;
-  if (e.nseg == 0 || e.nseg > kMaxMrSegments || e.map_length == 0 ||
-      e.map_length > (1ull << 40) || e.va < e.map_start || e.length > e.map_length ||
-      e.va - e.map_start > e.map_length - e.length)
-    return nullptr;
-  uint64_t total = 0;
-  for (uint32_t i = 0; i < e.nseg; ++i) total += e.seg[i].length;
-  if (total != e.map_length) return nullptr;
-  void* area = ::mmap(nullptr, e.map_length, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (area == MAP_FAILED) return nullptr;
-  uint64_t off = 0;
-  for (uint32_t i = 0; i < e.nseg; ++i) {
-    int fd;
-    auto it = fds_.find(e.seg[i].fd_id);
-    if (it != fds_.end()) {
-      fd = it->second;
-    } else {
-      if (source_.fetch_fd(client_id_, e.seg[i].fd_id, fd)) {
-        ::munmap(area, e.map_length);
-        return nullptr;
-      }
-      fds_[e.seg[i].fd_id] = fd;
-    }
-    void* p = ::mmap(static_cast<uint8_t*>(area) + off, e.seg[i].length, PROT_READ | PROT_WRITE,
-                     MAP_SHARED | MAP_FIXED, fd, static_cast<off_t>(e.seg[i].fd_offset));
-    if (p == MAP_FAILED) {
-      ::munmap(area, e.map_length);
-      return nullptr;
-    }
-    off += e.seg[i].length;
+// The area a view used before it was refilled. The same registration (a wider grant of it) may
+// still be in use through the old area: kept. A registration that is gone is refused by every
+// lookup since its generation changed; a caller that passed its lookup just before may still
+// touch the area, so it stays mapped, but as anonymous memory: the owner's pages are let go.
+void Peer::retire(void* area, uint64_t len, bool same_registration) {
+  if (!same_registration &&
+      ::mmap(area, len, PROT_READ | PROT_WRITE, MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+             -1, 0) != MAP_FAILED) {
+    retired_.emplace_back(area, len);
+    return;
   }
-  mappings_.emplace_back(area, e.map_length);
-  // Publish: invalidate, fill, then set the new key/generation.
-  v.key_gen.store(0, std::memory_order_release);
-  std::atomic_thread_fence(std::memory_order_release);
-  v.base = static_cast<uint8_t*>(area);
-  v.iova = e.iova;
-  v.length = e.length;
-  v.va_off = e.va - e.map_start;
-  v.access = e.access;
-  v.key_gen.store(kg, std::memory_order_release);
-  return v.base;
+  kept_.emplace_back(area, len);
 }
 
-int Peer::event_fd(uint32_t fd_id) {
+bool Peer::map_mr(uint32_t via_qpn, uint32_t key, uint32_t access) {
+  MrGrant g;
+  if (source_.grant_mr(client_id_, via_qpn, key, access, g) != 0) {
+    close_all(g);
+    return false;
+  }
+  if (!grant_ok(g)) {
+    close_all(g);
+    return false;
+  }
+  void* area = ::mmap(nullptr, g.map_length, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (area == MAP_FAILED) {
+    close_all(g);
+    return false;
+  }
+  const int prot = g.writable ? PROT_READ | PROT_WRITE : PROT_READ;
+  uint64_t off = 0;
+  bool ok = true;
+  for (uint32_t i = 0; i < g.nseg && ok; ++i) {
+    const auto& s = g.seg[i];
+    uint64_t file_size = 0;
+    uint8_t* at = static_cast<uint8_t*>(area) + off;
+    // Within the file as it is now, and the file can never shrink (sealed).
+    ok = check_sealed(g.fds[i], kMaxMrBytes, file_size) == 0 && s.offset <= file_size &&
+         s.length <= file_size - s.offset;
+    if (!ok) break;
+    void* p = ::mmap(at, s.length, prot, MAP_SHARED | MAP_FIXED, g.fds[i],
+                     static_cast<off_t>(s.offset));
+    if (p == MAP_FAILED && g.writable) {
+      // A trusted user writing into a backing sealed against new writable mappings.
+      uint64_t kept_size = 0;
+      uint8_t* kept = source_.kept_mapping(client_id_, s.fd_id, kept_size);
+      if (kept && s.offset <= kept_size && s.length <= kept_size - s.offset)
+        p = ::mremap(kept + s.offset, 0, s.length, MREMAP_MAYMOVE | MREMAP_FIXED, at);
+    }
+    ok = p != MAP_FAILED;
+    off += s.length;
+  }
+  close_all(g);
+  if (!ok) {
+    ::munmap(area, g.map_length);
+    return false;
+  }
+  // Publish: invalidate, fill, then set the new key and generation.
+  View& v = views_[g.slot];
+  const uint64_t old_tag = v.tag.load(std::memory_order_relaxed);
+  const uint64_t new_tag = uint64_t(key) | uint64_t(g.gen) << 32;
+  const uint32_t old_key = static_cast<uint32_t>(old_tag);
+  void* old_area = v.area;
+  const uint64_t old_len = v.map_len;
+  v.tag.store(0, std::memory_order_release);
+  std::atomic_thread_fence(std::memory_order_release);
+  v.area = area;
+  v.map_len = g.map_length;
+  v.base = static_cast<uint8_t*>(area);
+  v.iova = g.iova;
+  v.length = g.length;
+  v.va_off = g.va_offset;
+  v.access = g.access;
+  v.pd = g.pd;
+  v.writable = g.writable;
+  v.tag.store(new_tag, std::memory_order_release);
+  if (old_area) retire(old_area, old_len, old_tag == new_tag);
+  if (old_key && old_key != key) index_.erase(old_key);
+  index_.insert(key, g.slot);
+  return true;
+}
+
+int Peer::map_object(uint32_t fd_id, uint32_t via_qpn, ObjectKind kind, uint8_t*& base,
+                     uint64_t& size) {
   std::lock_guard lock(mu_);
-  auto it = fds_.find(fd_id);
-  if (it != fds_.end()) return it->second;
+  if (auto it = objects_.find(fd_id); it != objects_.end()) {
+    if (it->second.kind != kind) return EPROTO;
+    ++it->second.refs;
+    base = it->second.base;
+    size = it->second.size;
+    return 0;
+  }
+  install_sigbus_guard();
   int fd;
-  if (source_.fetch_fd(client_id_, fd_id, fd)) return -1;
-  fds_[fd_id] = fd;
+  if (int e = source_.fetch_fd(client_id_, fd_id, via_qpn, fd)) return e;
+  void* p = nullptr;
+  uint64_t sz = 0;
+  int e = map_sealed(fd, PROT_READ | PROT_WRITE, kMaxObjectSize, p, sz);
+  ::close(fd);
+  if (e) return e;
+  const auto* h = static_cast<const ObjectHeader*>(p);
+  ObjectHeader copy{};
+  bool ok = sz >= sizeof(QpObject) && guarded_call([&] {
+              copy.magic = h->magic;
+              copy.version = h->version;
+              copy.kind = h->kind;
+              copy.owner_client = h->owner_client;
+              copy.size = h->size;
+            });
+  if (!ok || copy.magic != kObjectMagic || copy.version != kArenaVersion ||
+      copy.kind != static_cast<uint32_t>(kind) || copy.size != sz ||
+      copy.owner_client != client_id_) {
+    ::munmap(p, sz);
+    return EPROTO;
+  }
+  objects_.emplace(fd_id, Object{static_cast<uint8_t*>(p), sz, kind, 1});
+  base = static_cast<uint8_t*>(p);
+  size = sz;
+  return 0;
+}
+
+int Peer::event_fd(uint32_t fd_id, uint32_t via_qpn) {
+  std::lock_guard lock(mu_);
+  auto it = event_fds_.find(fd_id);
+  if (it != event_fds_.end()) {
+    ++it->second.refs;
+    return it->second.fd;
+  }
+  int fd;
+  if (source_.fetch_fd(client_id_, fd_id, via_qpn, fd)) return -1;
+  event_fds_[fd_id] = EventFd{fd, 1};
   return fd;
 }
 
-int attach_peer_qp(const std::shared_ptr<Peer>& peer, uint32_t offset, PeerQp& out) {
-  uint64_t size = peer->size();
-  uint8_t* base = peer->base();
-  if (!offset_ok(size, offset, sizeof(QpShared))) return EPROTO;
-  auto* qp = reinterpret_cast<QpShared*>(base + offset);
-  PeerQp p;
+namespace {
+
+// A receive queue at `off` of a mapped object, validated.
+int attach_rq(uint8_t* base, uint64_t size, uint32_t off, RqView& out) {
+  if (!offset_ok(size, off, sizeof(RecvQueue)) || off % kCacheLine) return EPROTO;
+  auto* rq = reinterpret_cast<RecvQueue*>(base + off);
+  uint32_t cap = 0, max_sge = 0, esz = 0;
+  if (!guarded_call([&] {
+        cap = rq->capacity;
+        max_sge = rq->max_sge;
+        esz = rq->entry_size;
+      }))
+    return EPROTO;
+  if (!is_pow2(cap) || cap > kMaxRingCapacity || max_sge > kMaxRecvSge ||
+      esz != recv_entry_size(max_sge) || !offset_ok(size, off, rq_bytes(cap, max_sge)))
+    return EPROTO;
+  out = RqView{rq, cap - 1, max_sge, esz};
+  return 0;
+}
+
+}  // namespace
+
+int attach_peer_qp(const std::shared_ptr<Peer>& peer, uint32_t fd_id, uint32_t via_qpn,
+                   PeerQp& out) {
+  uint8_t* base = nullptr;
+  uint64_t size = 0;
+  if (int e = peer->map_object(fd_id, via_qpn, ObjectKind::kQp, base, size)) return e;
+  auto* obj = reinterpret_cast<QpObject*>(base);
+  ObjectHeader h{};
+  PeerQp p;  // releases what it holds if this fails
   p.peer = peer;
-  p.qp = qp;
-  p.qpn = qp->qpn;
-  p.type = qp->qp_type;
-  uint32_t rq_off = qp->rq_offset, cq_off = qp->recv_cq_offset;
-  if (rq_off) {
-    if (!offset_ok(size, rq_off, sizeof(RecvQueue))) return EPROTO;
-    auto* rq = reinterpret_cast<RecvQueue*>(base + rq_off);
-    uint32_t cap = rq->capacity, max_sge = rq->max_sge, esz = rq->entry_size;
-    if (cap == 0 || (cap & (cap - 1)) || max_sge > kMaxRecvSge ||
-        esz != recv_entry_size(max_sge) ||
-        !offset_ok(size, rq_off, rq_bytes(cap, max_sge)))
+  p.hold = std::make_shared<PeerHold>(peer);
+  p.hold->ids[0] = fd_id;
+  if (!guarded_call([&] {
+        h.rq_offset = obj->hdr.rq_offset;
+        h.srq_fd_id = obj->hdr.srq_fd_id;
+        h.ring_offset = obj->hdr.ring_offset;
+        h.notify_fd_id = obj->hdr.notify_fd_id;
+        p.qpn = obj->attrs.qpn;
+        p.type = obj->attrs.qp_type;
+        p.pd = obj->attrs.pd;
+      }))
+    return EPROTO;
+  p.obj = obj;
+  p.attrs = &obj->attrs;
+  p.via_qpn = via_qpn;
+  // The ring senders push receive completions into.
+  if (!offset_ok(size, h.ring_offset, sizeof(RecvRing)) || h.ring_offset % kCacheLine)
+    return EPROTO;
+  auto* ring = reinterpret_cast<RecvRing*>(base + h.ring_offset);
+  uint32_t cap = 0;
+  if (!guarded_call([&] { cap = ring->capacity; })) return EPROTO;
+  if (!is_pow2(cap) || cap > kMaxRingCapacity || !offset_ok(size, h.ring_offset, ring_bytes(cap)))
+    return EPROTO;
+  p.ring = RingView{ring, cap - 1};
+  // Its receive queue, or its SRQ's.
+  if (h.rq_offset) {
+    if (int e = attach_rq(base, size, h.rq_offset, p.rq)) return e;
+  } else if (h.srq_fd_id) {
+    uint8_t* sbase = nullptr;
+    uint64_t ssize = 0;
+    if (int e = peer->map_object(h.srq_fd_id, via_qpn, ObjectKind::kSrq, sbase, ssize)) return e;
+    p.hold->ids[1] = h.srq_fd_id;
+    uint32_t off = 0;
+    if (!guarded_call([&] { off = reinterpret_cast<ObjectHeader*>(sbase)->rq_offset; }))
       return EPROTO;
-    p.rq = RqView{rq, cap - 1, max_sge, esz};
+    if (int e = attach_rq(sbase, ssize, off, p.rq)) return e;
+  } else {
+    return EPROTO;
   }
-  if (int e = attach_cq(peer, cq_off, p.recv_cq, p.recv_cq_efd)) return e;
+  if (h.notify_fd_id) {
+    p.notify_efd = peer->event_fd(h.notify_fd_id, via_qpn);
+    if (p.notify_efd < 0) return EPROTO;
+    p.hold->ids[2] = h.notify_fd_id;
+  }
   out = std::move(p);
   return 0;
 }
 
 int attach_cq(const std::shared_ptr<Peer>& peer, uint32_t offset, CqView& out, int& efd) {
   uint64_t size = peer->size();
-  if (!offset_ok(size, offset, sizeof(CqShared))) return EPROTO;
-  auto* cq = reinterpret_cast<CqShared*>(peer->base() + offset);
-  uint32_t cap = cq->capacity;
-  if (cap == 0 || (cap & (cap - 1)) || !offset_ok(size, offset, cq_bytes(cap)))
+  if (!peer->base() || !offset_ok(size, offset, sizeof(CqShared)) || offset % kCacheLine)
     return EPROTO;
+  auto* cq = reinterpret_cast<CqShared*>(peer->base() + offset);
+  uint32_t cap = 0, ch = 0;
+  if (!guarded_call([&] {
+        cap = cq->capacity;
+        ch = cq->channel_fd_id;
+      }))
+    return EPROTO;
+  if (!is_pow2(cap) || cap > (1u << 23) || !offset_ok(size, offset, cq_bytes(cap))) return EPROTO;
   out = CqView{cq, cap - 1};
   efd = -1;
-  if (uint32_t ch = cq->channel_fd_id) {
-    efd = peer->event_fd(ch);
+  if (ch) {
+    efd = peer->event_fd(ch, 0);
     if (efd < 0) return EPROTO;
   }
   return 0;

@@ -1,6 +1,7 @@
-// Another client's arena mapped into this process, with a cache of its
-// registered memory regions, so that the initiator of an operation can reach
-// the target's queues and memory with plain loads and stores.
+// What one process maps of another client (a "peer"): the QP and SRQ objects it may reach, the
+// key table, and the registered memory vrdmad granted it, so that the initiator of an operation
+// reaches the target's queues and memory with plain loads and stores. vrdmad's router uses the
+// same class, with a source that trusts it with the client's arena and every backing.
 #pragma once
 
 #include <atomic>
@@ -10,78 +11,165 @@
 #include <unordered_map>
 #include <vector>
 
-#include "shm/rings.h"
+#include "shm/key_index.h"
 #include "shm/layout.h"
+#include "shm/rings.h"
 
 namespace vrdma::shm {
 
-// Where a peer's file descriptors come from: vrdmad (GetFd) for the library, the daemon's own
-// table for its router.
+// What vrdmad says of an MR it grants: where it lies in the owner's address space, its
+// backings, and whether they come writable.
+struct MrGrant {
+  uint32_t slot = 0;  // the owner's MR slot, whose generation the key table holds
+  uint32_t gen = 0;   // the generation this description is valid for
+  uint32_t access = 0;
+  uint32_t pd = 0;
+  uint32_t nseg = 0;
+  bool writable = false;
+  uint64_t iova = 0;
+  uint64_t length = 0;
+  uint64_t va_offset = 0;  // va - map_start
+  uint64_t map_length = 0;
+  struct Seg {
+    uint32_t fd_id;
+    uint64_t offset;
+    uint64_t length;
+  } seg[kMaxMrSegments] = {};
+  int fds[kMaxMrSegments] = {-1, -1, -1, -1, -1, -1, -1, -1};  // the caller closes them
+};
+
+// Where a peer's descriptors come from: vrdmad (GetFd, GetMr) for the library, the daemon's own
+// tables for its router.
 class FdSource {
  public:
   virtual ~FdSource() = default;
-  // A new descriptor (the caller owns it) for the owner's fd `fd_id`, or a positive errno.
-  virtual int fetch_fd(uint32_t owner, uint32_t fd_id, int& fd) = 0;
+  // A new descriptor (the caller owns it) for the owner's fd `fd_id`, asked for on behalf of
+  // the caller's QP `via_qpn` (the connection that justifies it), or a positive errno.
+  virtual int fetch_fd(uint32_t owner, uint32_t fd_id, uint32_t via_qpn, int& fd) = 0;
+  // The owner's MR `key` and descriptors of its backings, for `access` (LOCAL_WRITE: a receive
+  // of the reached QP points into it; else the remote rights wanted), or a positive errno.
+  virtual int grant_mr(uint32_t owner, uint32_t via_qpn, uint32_t key, uint32_t access,
+                       MrGrant& out) = 0;
+  // Trusted sources only: a writable mapping the source keeps of a backing that refuses new
+  // writable mappings (write-sealed). nullptr otherwise.
+  virtual uint8_t* kept_mapping(uint32_t owner, uint32_t fd_id, uint64_t& size);
 };
 
 class Peer {
  public:
-  Peer(FdSource& source, uint32_t client_id) : source_(source), client_id_(client_id) {}
+  Peer(FdSource& source, uint32_t client_id);
   ~Peer();
-
-  // Maps the peer's arena. Returns 0 or an errno.
-  int attach();
+  Peer(const Peer&) = delete;
+  Peer& operator=(const Peer&) = delete;
 
   uint32_t client_id() const { return client_id_; }
-  bool dead() const { return hdr_->dead.load(std::memory_order_relaxed) != 0; }
+
+  // The owner's arena, for a trusted user (vrdmad's router): mapped at the size of the file.
+  int attach_arena();
   uint8_t* base() const { return base_; }
   uint64_t size() const { return size_; }
+  // Whether vrdmad marked the owner dead (only known with the arena attached).
+  bool dead() const;
 
-  // Data path: a pointer to [addr, addr+len) of the peer's MR `key` if it
-  // grants `access`; nullptr otherwise (the caller reports an access error).
-  uint8_t* translate(uint32_t key, uint64_t addr, uint64_t len, uint32_t access);
+  // Data path: a pointer to [addr, addr+len) of the peer's MR `key` if it grants `access`
+  // (and, for remote access with pd != 0, belongs to protection domain `pd`); nullptr otherwise
+  // (the caller reports an access error). The first use of a key asks the source for a grant
+  // on behalf of the caller's QP `via_qpn`.
+  uint8_t* translate(uint32_t via_qpn, uint32_t pd, uint32_t key, uint64_t addr, uint64_t len,
+                     uint32_t access);
 
-  // Slow path: an eventfd the peer registered (for completion channels).
-  int event_fd(uint32_t fd_id);
+  // Slow path: an object (QP or SRQ) mapped whole, checked (sealed, header), cached by id.
+  int map_object(uint32_t fd_id, uint32_t via_qpn, ObjectKind kind, uint8_t*& base,
+                 uint64_t& size);
+  // Slow path: an eventfd the owner published (a QP object's notify fd). -1 on failure.
+  int event_fd(uint32_t fd_id, uint32_t via_qpn);
+  // Each successful map_object and event_fd holds its object or descriptor until released
+  // once: the last release unmaps or closes it (a peer that lives on while its QPs come and go
+  // costs only what is still reached).
+  void release(uint32_t fd_id);
+  // Unmaps the areas of registrations that are gone. Only for a user that knows no pointer
+  // translate() returned before is still in use (vrdmad's router, between frames).
+  void reclaim();
 
  private:
   struct View {
-    std::atomic<uint64_t> key_gen{0};
-    uint8_t* base = nullptr;  // where the MR's map_start is mapped here
+    std::atomic<uint64_t> tag{0};  // key | gen << 32; 0 when empty
+    uint8_t* base = nullptr;       // where the MR's map_start is mapped here
     uint64_t iova = 0, length = 0, va_off = 0;
-    uint32_t access = 0;
+    void* area = nullptr;  // the whole mapping this view owns, map_len bytes
+    uint64_t map_len = 0;
+    uint32_t access = 0, pd = 0;
+    bool writable = false;
   };
-  uint8_t* map_mr(uint32_t slot, uint64_t key_gen);  // slow path
+  const uint8_t* lookup(uint32_t pd, uint32_t key, uint64_t addr, uint64_t len, uint32_t access,
+                        bool& retry) const;
+  bool map_mr(uint32_t via_qpn, uint32_t key, uint32_t access);  // requires mu_
+  void retire(void* area, uint64_t len, bool same_registration);  // requires mu_
+  int attach_keys(uint32_t via_qpn);                              // requires mu_
 
   FdSource& source_;
   uint32_t client_id_;
-  uint8_t* base_ = nullptr;
+  uint8_t* base_ = nullptr;  // arena (trusted users)
   uint64_t size_ = 0;
-  ArenaHeader* hdr_ = nullptr;
-  MrEntry* table_ = nullptr;
+  std::atomic<const KeyTable*> keys_{nullptr};
+  uint64_t keys_size_ = 0;
+  KeyIndex index_;
   std::unique_ptr<View[]> views_;
   std::mutex mu_;
-  std::unordered_map<uint32_t, int> fds_;             // fd_id -> fd
-  std::vector<std::pair<void*, size_t>> mappings_;  // kept until the peer is dropped
+  struct EventFd {
+    int fd;
+    uint32_t refs;
+  };
+  std::unordered_map<uint32_t, EventFd> event_fds_;  // fd_id ->
+  struct Object {
+    uint8_t* base;
+    uint64_t size;
+    ObjectKind kind;
+    uint32_t refs;
+  };
+  std::unordered_map<uint32_t, Object> objects_;    // fd_id ->
+  // Areas views no longer use. `kept_`: replaced by a wider grant of the same registration,
+  // which a caller may still be using; unmapped with the peer. `retired_`: of registrations that
+  // are gone (their generation changed), already emptied (anonymous memory now: the owner's
+  // pages are no longer held, and a late access touches nothing of anyone's); unmapped by
+  // reclaim().
+  std::vector<std::pair<void*, size_t>> kept_, retired_;
 };
 
 // A destination QP as the initiator sees it: validated views of its rings.
-struct PeerQp {
+// What a PeerQp holds of its peer (its QP object, its SRQ's, its eventfd), released when the
+// last copy of the PeerQp goes.
+struct PeerHold {
+  explicit PeerHold(std::shared_ptr<Peer> p) : peer(std::move(p)) {}
+  ~PeerHold();
+  PeerHold(const PeerHold&) = delete;
+  PeerHold& operator=(const PeerHold&) = delete;
   std::shared_ptr<Peer> peer;
-  QpShared* qp = nullptr;
-  uint32_t qpn = 0;
-  uint32_t type = 0;
-  RqView rq;
-  CqView recv_cq;
-  int recv_cq_efd = -1;
-  bool routed = false;  // on another host: the router carries the work
-  bool valid() const { return qp != nullptr; }
+  uint32_t ids[3] = {};  // 0: none
 };
 
-// A CQ in the peer's arena (validated geometry) and its channel's eventfd (-1: none).
-int attach_cq(const std::shared_ptr<Peer>& peer, uint32_t offset, CqView& out, int& efd);
+struct PeerQp {
+  std::shared_ptr<Peer> peer;
+  std::shared_ptr<PeerHold> hold;
+  QpObject* obj = nullptr;
+  QpAttrs* attrs = nullptr;
+  uint32_t qpn = 0;
+  uint32_t type = 0;
+  uint32_t pd = 0;
+  uint32_t via_qpn = 0;  // the initiator's QP (0: a trusted user)
+  RqView rq;
+  RingView ring;
+  int notify_efd = -1;
+  bool routed = false;  // on another host: the router carries the work
+  bool valid() const { return attrs != nullptr; }
+};
 
-// Builds a PeerQp from the peer's arena, validating every offset and geometry.
-int attach_peer_qp(const std::shared_ptr<Peer>& peer, uint32_t offset, PeerQp& out);
+// Builds a PeerQp from the QP object `fd_id` of the peer (and its SRQ's object), validating
+// every offset and geometry. 0 or a positive errno.
+int attach_peer_qp(const std::shared_ptr<Peer>& peer, uint32_t fd_id, uint32_t via_qpn,
+                   PeerQp& out);
+
+// A CQ's private ring in the peer's arena (trusted users) and its channel's eventfd (-1: none).
+int attach_cq(const std::shared_ptr<Peer>& peer, uint32_t offset, CqView& out, int& efd);
 
 }  // namespace vrdma::shm

@@ -35,51 +35,51 @@ void copy_segs(const Seg* dst, int /*nd*/, const Seg* src, int /*ns*/, uint64_t 
 }
 
 bool peer_qp_ready(const PeerQp& p) {
-  // A QPN that changed means the slot was freed and reused: the QP is gone.
-  if (p.peer->dead() || p.qp->gone.load(std::memory_order_relaxed) || p.qp->qpn != p.qpn)
-    return false;
-  uint32_t st = p.qp->state.load(std::memory_order_acquire);
+  // A QPN that changed means the object was reused: the QP is gone.
+  const QpAttrs& a = *p.attrs;
+  if (p.peer->dead() || a.gone.load(std::memory_order_relaxed) || a.qpn != p.qpn) return false;
+  uint32_t st = a.state.load(std::memory_order_acquire);
   return st == IBV_QPS_RTR || st == IBV_QPS_RTS || st == IBV_QPS_SQD || st == IBV_QPS_SQE;
 }
 
 namespace {
 
 void notify(const PeerQp& p, bool solicited) {
-  if (p.recv_cq_efd < 0) return;
-  if (cq_should_notify(p.recv_cq.cq, solicited)) {
+  if (p.notify_efd < 0) return;
+  if (should_notify(p.ring.ring->armed, solicited)) {
     uint64_t one = 1;
-    [[maybe_unused]] ssize_t n = ::write(p.recv_cq_efd, &one, sizeof(one));
+    [[maybe_unused]] ssize_t n = ::write(p.notify_efd, &one, sizeof(one));
   }
 }
 
 // Receive counters of the destination, kept by its senders. Plain load-and-store, not a
 // locked add: exact with one sender (RC, UC); several senders racing on one UD QP or SRQ may
 // lose an increment.
-void count_rx(QpShared& qp, uint64_t bytes) {
-  auto& c = qp.counters;
-  c.rx_ops.store(c.rx_ops.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-  c.rx_bytes.store(c.rx_bytes.load(std::memory_order_relaxed) + bytes, std::memory_order_relaxed);
+void count_rx(const PeerQp& p, uint64_t bytes) {
+  QpObject& o = *p.obj;
+  o.rx_ops.store(o.rx_ops.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  o.rx_bytes.store(o.rx_bytes.load(std::memory_order_relaxed) + bytes, std::memory_order_relaxed);
 }
 
-void deliver(const PeerQp& p, const ibv_wc& wc, bool solicited) {
-  cq_push(p.recv_cq, wc);
+bool deliver(const PeerQp& p, const RecvReport& r, bool solicited) {
+  if (ring_push(p.ring, r) != RingResult::kOk) return false;
   notify(p, solicited);
-  count_rx(*p.qp, wc.byte_len);
+  count_rx(p, r.byte_len);
+  return true;
 }
 
-// The completion a receive gets.
-void recv_wc(Placement& out, const RecvWr& rwr, const PeerQp& p, const Incoming& in,
-             ibv_wc_opcode op, uint64_t len) {
-  ibv_wc& wc = out.wc;
-  wc = ibv_wc{};
-  wc.wr_id = rwr.wr_id;
-  wc.opcode = op;
-  wc.qp_num = p.qpn;
-  wc.src_qp = in.src_qpn;
-  wc.byte_len = static_cast<uint32_t>(len);
+// The completion a receive gets: its index, never a wr_id.
+void recv_report(Placement& out, const RecvWr& rwr, const Incoming& in, uint8_t op,
+                 uint64_t len) {
+  RecvReport& r = out.report;
+  r = RecvReport{};
+  r.index = rwr.index;
+  r.opcode = op;
+  r.src_qp = in.src_qpn;
+  r.byte_len = static_cast<uint32_t>(len);
   if (has_immediate(in.opcode)) {
-    wc.wc_flags = IBV_WC_WITH_IMM;
-    wc.imm_data = in.imm_data;
+    r.flags = kRecvImm;
+    r.imm_data = in.imm_data;
   }
   out.recv_completion = true;
   out.solicited = in.solicited;
@@ -93,11 +93,12 @@ bool scatter(Placement& out, const PeerQp& p, const RecvWr& rwr, uint64_t need,
   out.nsegs = 0;
   for (uint32_t i = 0; i < rwr.num_sge; ++i) {
     const ibv_sge& s = rwr.sge[i];
-    uint8_t* ptr =
-        s.length ? p.peer->translate(s.lkey, s.addr, s.length, IBV_ACCESS_LOCAL_WRITE) : nullptr;
+    uint8_t* ptr = s.length ? p.peer->translate(p.via_qpn, p.pd, s.lkey, s.addr, s.length,
+                                                IBV_ACCESS_LOCAL_WRITE)
+                            : nullptr;
     if (s.length && !ptr) {
-      out.wc.status = IBV_WC_LOC_PROT_ERR;
-      deliver(p, out.wc, true);
+      out.report.status = kRecvProtErr;
+      deliver(p, out.report, true);
       out.recv_completion = false;
       out.status = IBV_WC_REM_OP_ERR;
       return false;
@@ -106,8 +107,8 @@ bool scatter(Placement& out, const PeerQp& p, const RecvWr& rwr, uint64_t need,
     room += s.length;
   }
   if (need > room) {
-    out.wc.status = IBV_WC_LOC_LEN_ERR;
-    deliver(p, out.wc, true);
+    out.report.status = kRecvLenErr;
+    deliver(p, out.report, true);
     out.recv_completion = false;
     out.status = len_status;
     return false;
@@ -148,17 +149,17 @@ void put_grh(Placement& out, const Incoming& in) {
 
 void admit_ud(const PeerQp& dst, const Incoming& in, Placement& out) {
   if (!peer_qp_ready(dst) || dst.type != IBV_QPT_UD || !dst.rq.rq ||
-      in.qkey != dst.qp->qkey.load(std::memory_order_relaxed)) {
+      in.qkey != dst.attrs->qkey.load(std::memory_order_relaxed)) {
     out.admission = Admission::kDrop;
     return;
   }
   RecvWr rwr;
-  if (!rq_pop(dst.rq, rwr)) {
+  if (rq_take(dst.rq, rwr) != RingResult::kOk) {
     out.admission = Admission::kDrop;
     return;
   }
-  recv_wc(out, rwr, dst, in, IBV_WC_RECV, in.length + 40);
-  out.wc.wc_flags |= IBV_WC_GRH;
+  recv_report(out, rwr, in, kRecvSend, in.length + 40);
+  out.report.flags |= kRecvGrh;
   if (!scatter(out, dst, rwr, in.length + 40, IBV_WC_SUCCESS)) {
     out.admission = Admission::kDrop;  // the receiver saw its error; the sender never hears
     out.status = IBV_WC_SUCCESS;
@@ -169,13 +170,20 @@ void admit_ud(const PeerQp& dst, const Incoming& in, Placement& out) {
 
 // Remote memory for RDMA and atomics: both the destination QP and the MR must grant it.
 uint8_t* remote_memory(const PeerQp& dst, const Incoming& in, uint32_t access, uint64_t len) {
-  if (!(dst.qp->access.load(std::memory_order_relaxed) & access)) return nullptr;
-  return dst.peer->translate(in.rkey, in.remote_addr, len, access);
+  if (!(dst.attrs->access.load(std::memory_order_relaxed) & access)) return nullptr;
+  return dst.peer->translate(dst.via_qpn, dst.pd, in.rkey, in.remote_addr, len, access);
 }
 
 // Takes the receive a SEND or WRITE_WITH_IMM consumes; none posted is RNR (RC) or a drop (UC).
+// A receive queue whose indices a peer corrupted fails the request (the QP goes to error).
 bool take_receive(const PeerQp& dst, const Incoming& in, RecvWr& rwr, Placement& out) {
-  if (dst.rq.rq && rq_pop(dst.rq, rwr)) return true;
+  RingResult r = dst.rq.rq ? rq_take(dst.rq, rwr) : RingResult::kEmpty;
+  if (r == RingResult::kOk) return true;
+  if (r == RingResult::kCorrupt) {
+    out.status = IBV_WC_REM_OP_ERR;
+    if (in.qp_type == IBV_QPT_UC) out.admission = Admission::kDrop;
+    return false;
+  }
   out.admission = in.qp_type == IBV_QPT_UC ? Admission::kDrop : Admission::kRnr;
   return false;
 }
@@ -183,28 +191,28 @@ bool take_receive(const PeerQp& dst, const Incoming& in, RecvWr& rwr, Placement&
 void admit_send(const PeerQp& dst, const Incoming& in, Placement& out) {
   RecvWr rwr;
   if (!take_receive(dst, in, rwr, out)) return;
-  recv_wc(out, rwr, dst, in, IBV_WC_RECV, in.length);
+  recv_report(out, rwr, in, kRecvSend, in.length);
   scatter(out, dst, rwr, in.length, IBV_WC_REM_INV_REQ_ERR);
 }
 
 void admit_write(const PeerQp& dst, const Incoming& in, Placement& out) {
+  // The memory first: a request the MR refuses consumes no receive.
+  if (in.length) {
+    uint8_t* p = remote_memory(dst, in, IBV_ACCESS_REMOTE_WRITE, in.length);
+    if (!p) {
+      out.status = IBV_WC_REM_ACCESS_ERR;
+      return;
+    }
+    out.segs[0] = Seg{p, in.length};
+    out.nsegs = 1;
+  }
   if (in.opcode == IBV_WR_RDMA_WRITE_WITH_IMM) {
     RecvWr rwr;
     if (!take_receive(dst, in, rwr, out)) return;
-    recv_wc(out, rwr, dst, in, IBV_WC_RECV_RDMA_WITH_IMM, in.length);
+    recv_report(out, rwr, in, kRecvWriteImm, in.length);
   } else {
     out.count_rx = true;
   }
-  if (!in.length) return;
-  uint8_t* p = remote_memory(dst, in, IBV_ACCESS_REMOTE_WRITE, in.length);
-  if (!p) {
-    // The receive taken for the immediate is consumed, as on a fabric.
-    out.recv_completion = out.count_rx = false;
-    out.status = IBV_WC_REM_ACCESS_ERR;
-    return;
-  }
-  out.segs[0] = Seg{p, in.length};
-  out.nsegs = 1;
 }
 
 void admit_read(const PeerQp& dst, const Incoming& in, Placement& out) {
@@ -266,11 +274,10 @@ void admit_request(const PeerQp& dst, const Incoming& in, Placement& out) {
   }
 }
 
-void commit_request(const PeerQp& dst, const Placement& p, uint64_t length) {
-  if (p.recv_completion)
-    deliver(dst, p.wc, p.solicited);
-  else if (p.count_rx)
-    count_rx(*dst.qp, length);
+bool commit_request(const PeerQp& dst, const Placement& p, uint64_t length) {
+  if (p.recv_completion) return deliver(dst, p.report, p.solicited);
+  if (p.count_rx) count_rx(dst, length);
+  return true;
 }
 
 }  // namespace vrdma::shm

@@ -58,12 +58,14 @@ struct Placement {
   bool recv_completion = false;
   bool count_rx = false;  // an RDMA WRITE without immediate: counted, not completed
   bool solicited = false;
-  ibv_wc wc{};  // the receive completion commit_request() pushes
+  RecvReport report;  // the receive completion commit_request() pushes (no wr_id: an index)
 };
 
 void admit_request(const PeerQp& dst, const Incoming& in, Placement& out);
-// After the data is in place (only for kDone with SUCCESS).
-void commit_request(const PeerQp& dst, const Placement& p, uint64_t length);
+// After the data is in place (only for kDone with SUCCESS). false when the receive completion
+// could not be delivered (the destination's ring is full or corrupt): the requester completes
+// with REM_OP_ERR, as when a responder fails after taking a receive.
+bool commit_request(const PeerQp& dst, const Placement& p, uint64_t length);
 
 // Whether the destination QP can take requests.
 bool peer_qp_ready(const PeerQp& p);

@@ -1,10 +1,13 @@
-// Operations on the shared rings of shm_layout.h. Cells carry sequence
-// numbers (a bounded multi-producer multi-consumer queue), so producers and
-// consumers in different processes coordinate with atomics alone.
+// Operations on the shared rings of layout.h. Cells carry sequence numbers (a bounded
+// multi-producer multi-consumer queue), so producers and consumers in different processes
+// coordinate with atomics alone.
 //
-// Every function takes the ring's geometry from a private copy (RingView)
-// taken and validated when the ring was attached, never from the shared header
-// that a peer could rewrite.
+// Every function takes the ring's geometry from a private copy (the *View structs) taken and
+// validated when the ring was attached, never from the shared header that a peer could
+// rewrite. Positions a process owns alone (the owner's producer position of a receive queue,
+// its consumer position of a completion ring) are private too. Every loop is bounded: a
+// sequence number a peer wrote ahead of where it can be, or garbage, ends in a failed
+// operation (kCorrupt), never in a spin.
 #pragma once
 
 #include <atomic>
@@ -15,26 +18,44 @@
 
 namespace vrdma::shm {
 
+// How many times a producer or consumer re-reads a shared position that other processes move
+// before it gives up. Honest contention moves the position each time; only a position that a
+// peer holds still at a value the cells contradict can exhaust it.
+inline constexpr uint32_t kRingSpins = 1u << 16;
+
+enum class RingResult : uint8_t { kOk, kEmpty, kFull, kCorrupt };
+
 struct CqView {
-  shm::CqShared* cq = nullptr;
+  CqShared* cq = nullptr;
   uint32_t mask = 0;
 };
 
 struct RqView {
-  shm::RecvQueue* rq = nullptr;
+  RecvQueue* rq = nullptr;
   uint32_t mask = 0;
   uint32_t max_sge = 0;
   uint32_t entry_size = 0;
-  shm::RecvEntry* entry(uint64_t pos) const {
-    return reinterpret_cast<shm::RecvEntry*>(rq->entries + (pos & mask) * uint64_t(entry_size));
+  RecvEntry* entry(uint64_t pos) const {
+    return reinterpret_cast<RecvEntry*>(rq->entries + (pos & mask) * uint64_t(entry_size));
   }
 };
 
+struct RingView {
+  RecvRing* ring = nullptr;
+  uint32_t mask = 0;
+};
+
 inline size_t cq_bytes(uint32_t capacity) {
-  return sizeof(shm::CqShared) + size_t(capacity) * sizeof(shm::Cqe);
+  return sizeof(CqShared) + size_t(capacity) * sizeof(Cqe);
 }
 inline size_t rq_bytes(uint32_t capacity, uint32_t max_sge) {
-  return sizeof(shm::RecvQueue) + size_t(capacity) * shm::recv_entry_size(max_sge);
+  return sizeof(RecvQueue) + size_t(capacity) * recv_entry_size(max_sge);
+}
+inline size_t ring_bytes(uint32_t capacity) {
+  return sizeof(RecvRing) + size_t(capacity) * sizeof(RecvCqe);
+}
+inline size_t recv_table_bytes(uint32_t capacity, uint32_t max_sge) {
+  return sizeof(RecvTable) + size_t(capacity) * recv_slot_size(max_sge);
 }
 
 inline uint32_t pow2_at_least(uint32_t n) {
@@ -43,142 +64,201 @@ inline uint32_t pow2_at_least(uint32_t n) {
   return c;
 }
 
-inline void cq_init(shm::CqShared* cq, uint32_t capacity, uint32_t channel_fd_id) {
+inline bool is_pow2(uint32_t n) { return n && !(n & (n - 1)); }
+
+// ---- the private completion ring of a CQ (producers: the owner, vrdmad) -----------------
+
+inline void cq_init(CqShared* cq, uint32_t capacity, uint32_t channel_fd_id) {
   cq->capacity = capacity;
   cq->channel_fd_id = channel_fd_id;
   for (uint32_t i = 0; i < capacity; ++i) cq->entries[i].seq.store(i, std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_release);
 }
 
-inline void rq_init(shm::RecvQueue* rq, uint32_t capacity, uint32_t max_sge, bool srq) {
-  rq->capacity = capacity;
-  rq->max_sge = max_sge;
-  rq->entry_size = shm::recv_entry_size(max_sge);
-  rq->is_srq = srq;
-  RqView v{rq, capacity - 1, max_sge, rq->entry_size};
-  for (uint32_t i = 0; i < capacity; ++i) v.entry(i)->seq.store(i, std::memory_order_relaxed);
-  std::atomic_thread_fence(std::memory_order_release);
-}
-
-// Producer side of a CQ. Returns false when the queue is full (overflow).
-inline bool cq_push(const CqView& v, const ibv_wc& wc) {
-  shm::CqShared* cq = v.cq;
+// Producer side. kFull sets `overflow`.
+inline RingResult cq_push(const CqView& v, const ibv_wc& wc) {
+  CqShared* cq = v.cq;
   uint64_t pos = cq->tail.load(std::memory_order_relaxed);
-  for (;;) {
-    shm::Cqe& cell = cq->entries[pos & v.mask];
+  for (uint32_t spin = 0; spin < kRingSpins; ++spin) {
+    Cqe& cell = cq->entries[pos & v.mask];
     uint64_t seq = cell.seq.load(std::memory_order_acquire);
     int64_t diff = static_cast<int64_t>(seq - pos);
     if (diff == 0) {
       if (cq->tail.compare_exchange_weak(pos, pos + 1, std::memory_order_relaxed)) {
         cell.wc = wc;
         cell.seq.store(pos + 1, std::memory_order_release);
-        return true;
+        return RingResult::kOk;
       }
     } else if (diff < 0) {
       cq->overflow.store(1, std::memory_order_relaxed);
-      return false;
+      return RingResult::kFull;
     } else {
       pos = cq->tail.load(std::memory_order_relaxed);
     }
   }
+  return RingResult::kCorrupt;
 }
 
-// Consumer side: whether a completion is waiting, without taking it.
-inline bool cq_ready(const CqView& v) {
-  uint64_t pos = v.cq->head.load(std::memory_order_relaxed);
-  return v.cq->entries[pos & v.mask].seq.load(std::memory_order_acquire) == pos + 1;
+// Consumer side (the owner only, `head` its private position): whether a completion waits.
+inline bool cq_ready(const CqView& v, uint64_t head) {
+  return v.cq->entries[head & v.mask].seq.load(std::memory_order_acquire) == head + 1;
 }
 
-// Consumer side (the owner only). Returns the number of completions taken.
-inline int cq_poll(const CqView& v, int max, ibv_wc* out) {
-  shm::CqShared* cq = v.cq;
-  uint64_t pos = cq->head.load(std::memory_order_relaxed);
+// Takes up to `max` completions. Returns how many.
+inline int cq_poll(const CqView& v, uint64_t& head, int max, ibv_wc* out) {
+  CqShared* cq = v.cq;
   int n = 0;
   while (n < max) {
-    shm::Cqe& cell = cq->entries[pos & v.mask];
-    if (cell.seq.load(std::memory_order_acquire) != pos + 1) break;
+    Cqe& cell = cq->entries[head & v.mask];
+    if (cell.seq.load(std::memory_order_acquire) != head + 1) break;
     out[n++] = cell.wc;
-    cell.seq.store(pos + v.mask + 1, std::memory_order_release);
-    ++pos;
+    cell.seq.store(head + v.mask + 1, std::memory_order_release);
+    ++head;
   }
-  if (n) cq->head.store(pos, std::memory_order_relaxed);
+  if (n) cq->head.store(head, std::memory_order_relaxed);
   return n;
 }
 
-// After a push: decides whether the owner asked for an event. The full fence
-// pairs with the one in cq_arm so that either the producer sees the arming or
-// the owner's next poll sees the completion.
-inline bool cq_should_notify(shm::CqShared* cq, bool solicited) {
+// After a push: decides whether the owner asked for an event. The full fence pairs with the
+// one in the arming so that either the producer sees the arming or the owner's next poll sees
+// the completion.
+inline bool should_notify(std::atomic<uint32_t>& armed_word, bool solicited) {
   std::atomic_thread_fence(std::memory_order_seq_cst);
-  uint32_t armed = cq->armed.load(std::memory_order_relaxed);
+  uint32_t armed = armed_word.load(std::memory_order_relaxed);
   if (armed == 0 || (armed == 2 && !solicited)) return false;
-  if (!cq->armed.compare_exchange_strong(armed, 0)) return false;
-  cq->events.fetch_add(1, std::memory_order_relaxed);
+  return armed_word.compare_exchange_strong(armed, 0);
+}
+inline bool cq_should_notify(CqShared* cq, bool solicited) {
+  return should_notify(cq->armed, solicited);
+}
+
+inline void arm_word(std::atomic<uint32_t>& armed_word, bool solicited_only) {
+  armed_word.store(solicited_only ? 2 : 1, std::memory_order_seq_cst);
+}
+
+// ---- receive queues (producer: the owner; consumers: the senders) ----------------------
+
+inline void rq_init(RecvQueue* rq, uint32_t capacity, uint32_t max_sge) {
+  rq->capacity = capacity;
+  rq->max_sge = max_sge;
+  rq->entry_size = recv_entry_size(max_sge);
+  RqView v{rq, capacity - 1, max_sge, rq->entry_size};
+  for (uint32_t i = 0; i < capacity; ++i) v.entry(i)->seq.store(i, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);
+}
+
+// The owner posts at its private position `tail` (advanced on success). false when the cell is
+// not free yet: its last consumer has not released it, which an honest sender always has done
+// before the owner saw the receive complete.
+inline bool rq_push(const RqView& v, uint64_t& tail, const ibv_sge* sge, uint32_t num_sge) {
+  RecvEntry* cell = v.entry(tail);
+  if (cell->seq.load(std::memory_order_acquire) != tail) return false;
+  cell->num_sge = num_sge;
+  if (num_sge) memcpy(cell->sge, sge, num_sge * sizeof(ibv_sge));
+  cell->seq.store(tail + 1, std::memory_order_release);
+  ++tail;
+  v.rq->tail.store(tail, std::memory_order_relaxed);
   return true;
 }
 
-inline void cq_arm(shm::CqShared* cq, bool solicited_only) {
-  cq->armed.store(solicited_only ? 2 : 1, std::memory_order_seq_cst);
-}
-
-// Owner posts a receive. Returns false when the queue is full.
-inline bool rq_push(const RqView& v, uint64_t wr_id, const ibv_sge* sge, uint32_t num_sge) {
-  shm::RecvQueue* rq = v.rq;
-  uint64_t pos = rq->tail.load(std::memory_order_relaxed);
-  for (;;) {
-    shm::RecvEntry* cell = v.entry(pos);
-    uint64_t seq = cell->seq.load(std::memory_order_acquire);
-    int64_t diff = static_cast<int64_t>(seq - pos);
-    if (diff == 0) {
-      if (rq->tail.compare_exchange_weak(pos, pos + 1, std::memory_order_relaxed)) {
-        cell->wr_id = wr_id;
-        cell->num_sge = num_sge;
-        if (num_sge) memcpy(cell->sge, sge, num_sge * sizeof(ibv_sge));
-        cell->seq.store(pos + 1, std::memory_order_release);
-        return true;
-      }
-    } else if (diff < 0) {
-      return false;
-    } else {
-      pos = rq->tail.load(std::memory_order_relaxed);
-    }
-  }
-}
-
 struct RecvWr {
-  uint64_t wr_id;
+  uint64_t index;  // position in the queue: what the completion names
   uint32_t num_sge;
-  ibv_sge sge[shm::kMaxRecvSge];
+  ibv_sge sge[kMaxRecvSge];
 };
 
-// Any consumer takes the oldest receive. Returns false when none is posted.
-// num_sge is clamped to the geometry the consumer validated.
-inline bool rq_pop(const RqView& v, RecvWr& out) {
-  shm::RecvQueue* rq = v.rq;
+// Any consumer takes the oldest receive. num_sge is clamped to the geometry the consumer
+// validated.
+inline RingResult rq_take(const RqView& v, RecvWr& out) {
+  RecvQueue* rq = v.rq;
   uint64_t pos = rq->head.load(std::memory_order_relaxed);
-  for (;;) {
-    shm::RecvEntry* cell = v.entry(pos);
+  for (uint32_t spin = 0; spin < kRingSpins; ++spin) {
+    RecvEntry* cell = v.entry(pos);
     uint64_t seq = cell->seq.load(std::memory_order_acquire);
     int64_t diff = static_cast<int64_t>(seq - (pos + 1));
     if (diff == 0) {
       if (rq->head.compare_exchange_weak(pos, pos + 1, std::memory_order_relaxed)) {
-        out.wr_id = cell->wr_id;
+        out.index = pos;
         uint32_t n = cell->num_sge;
         out.num_sge = n <= v.max_sge ? n : v.max_sge;
         memcpy(out.sge, cell->sge, out.num_sge * sizeof(ibv_sge));
         cell->seq.store(pos + v.mask + 1, std::memory_order_release);
-        return true;
+        return RingResult::kOk;
       }
     } else if (diff < 0) {
-      return false;
+      return RingResult::kEmpty;
     } else {
       pos = rq->head.load(std::memory_order_relaxed);
     }
   }
+  return RingResult::kCorrupt;
 }
 
-inline uint64_t rq_depth(const RqView& v) {
-  return v.rq->tail.load(std::memory_order_relaxed) - v.rq->head.load(std::memory_order_relaxed);
+// ---- a QP's ring of receive completions (producers: senders; consumer: the owner) --------
+
+inline void ring_init(RecvRing* r, uint32_t capacity) {
+  r->capacity = capacity;
+  for (uint32_t i = 0; i < capacity; ++i) r->entries[i].seq.store(i, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);
+}
+
+struct RecvReport {
+  uint64_t index = 0;
+  uint32_t byte_len = 0;
+  uint32_t imm_data = 0;
+  uint32_t src_qp = 0;
+  uint8_t opcode = kRecvSend;
+  uint8_t status = kRecvOk;
+  uint8_t flags = 0;
+};
+
+inline RingResult ring_push(const RingView& v, const RecvReport& r) {
+  RecvRing* ring = v.ring;
+  uint64_t pos = ring->tail.load(std::memory_order_relaxed);
+  for (uint32_t spin = 0; spin < kRingSpins; ++spin) {
+    RecvCqe& cell = ring->entries[pos & v.mask];
+    uint64_t seq = cell.seq.load(std::memory_order_acquire);
+    int64_t diff = static_cast<int64_t>(seq - pos);
+    if (diff == 0) {
+      if (ring->tail.compare_exchange_weak(pos, pos + 1, std::memory_order_relaxed)) {
+        cell.index = r.index;
+        cell.byte_len = r.byte_len;
+        cell.imm_data = r.imm_data;
+        cell.src_qp = r.src_qp;
+        cell.opcode = r.opcode;
+        cell.status = r.status;
+        cell.flags = r.flags;
+        cell.seq.store(pos + 1, std::memory_order_release);
+        return RingResult::kOk;
+      }
+    } else if (diff < 0) {
+      return RingResult::kFull;
+    } else {
+      pos = ring->tail.load(std::memory_order_relaxed);
+    }
+  }
+  return RingResult::kCorrupt;
+}
+
+inline bool ring_ready(const RingView& v, uint64_t head) {
+  return v.ring->entries[head & v.mask].seq.load(std::memory_order_acquire) == head + 1;
+}
+
+// The owner takes the next report at its private position `head` (advanced on success). The
+// fields are copied out once; the caller validates the copy.
+inline bool ring_take(const RingView& v, uint64_t& head, RecvReport& out) {
+  RecvCqe& cell = v.ring->entries[head & v.mask];
+  if (cell.seq.load(std::memory_order_acquire) != head + 1) return false;
+  out.index = cell.index;
+  out.byte_len = cell.byte_len;
+  out.imm_data = cell.imm_data;
+  out.src_qp = cell.src_qp;
+  out.opcode = cell.opcode;
+  out.status = cell.status;
+  out.flags = cell.flags;
+  cell.seq.store(head + v.mask + 1, std::memory_order_release);
+  ++head;
+  return true;
 }
 
 }  // namespace vrdma::shm

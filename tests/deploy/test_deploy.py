@@ -134,6 +134,12 @@ class Manifests(unittest.TestCase):
         self.assertEqual(args[args.index("--router-listen") + 1],
                          "10.1.2.3:" + self.cm["data"]["router-port"])
         self.assertEqual(args[args.index("--directory") + 1], self.cm["data"]["directory"])
+        # The routers link over mutual TLS: the node's certificate, key and CA, from the node.
+        for opt in ("--tls-ca", "--tls-cert", "--tls-key"):
+            path = args[args.index(opt) + 1]
+            self.assertEqual(self.host_path_at(vrdmad, os.path.dirname(path)),
+                             os.path.dirname(path), f"{opt} {path} is not the node's")
+        self.assertNotIn("--router-plaintext", args)
         # Identification needs the node's pids and network namespaces.
         self.assertTrue(self.pod["hostPID"])
         self.assertTrue(self.pod["hostNetwork"])

@@ -223,6 +223,23 @@ class Sections(Case):
     def test_scalability_same_host(self):
         self.scalability("same_host")
 
+    def test_router_security(self):
+        """TLS against plaintext routers, across hosts: each mode measured in a sandbox whose
+        links were really secured that way."""
+        sandboxes = node("router_security", "sandboxes") or []
+        self.assertEqual(sorted(x.get("router_security") for x in sandboxes if "error" not in x),
+                         ["plaintext", "tls"], sandboxes)
+        for mode, want in (("tls", ({"tls"}, {"ktls"})), ("plaintext", ({"plaintext"},))):
+            bw = node("router_security", mode, "write_bw") or []
+            self.per_size(f"router_security/{mode}/write_bw", bw, [65536], ["mb_s"])
+            self.per_size(f"router_security/{mode}/write_lat", node("router_security", mode,
+                                                                   "write_lat"), [8], ["p50_us"])
+            for r in bw:
+                if "error" not in r and set(r.get("link_security", [])) not in want:
+                    self.problems.append(f"router_security/{mode}: links were "
+                                         f"{r.get('link_security')}")
+        self.done()
+
     def test_scalability_cross_host(self):
         self.scalability("cross_host")
 
@@ -244,7 +261,8 @@ class Sections(Case):
                      "cross_host_latency_p50_vs_ucx_tcp", "cross_host_latency_p50_vs_tcp",
                      "same_host_cpu_per_gb_vs_tcp", "cross_host_cpu_per_gb_vs_tcp",
                      "memory_vrdmad_kib_per_container", "same_host_pairs_scaling",
-                     "cross_host_pairs_scaling"):
+                     "cross_host_pairs_scaling", "cross_host_tls_write_bw_mb_s",
+                     "cross_host_tls_write_lat_p50_us"):
             if want not in ids:
                 self.problems.append(f"headline {want}: missing")
         self.done()
@@ -258,7 +276,8 @@ class Report(Case):
         head = text.index("## Headline")
         for title in ("## Throughput and message rate, same host",
                       "## Throughput and message rate, across hosts", "## Latency, same host",
-                      "## Latency, across hosts", "## CPU", "## Memory", "## Scalability"):
+                      "## Latency, across hosts", "## CPU", "## Memory", "## Scalability",
+                      "## Encryption between routers"):
             self.assertIn(title, text)
             self.assertGreater(text.index(title), head, "the headline must come first")
         self.assertRegex(text, r"\| Comparison \| vrdma \| Baseline \| Ratio")

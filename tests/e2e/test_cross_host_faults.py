@@ -119,7 +119,7 @@ class HostLoss(unittest.TestCase):
     def test_killed_vrdmad_fails_remote_peers_and_its_entries_expire(self):
         sb = self.sb
         before = sb.etcd_get("/vrdma/hosts/")
-        self.assertIn("/vrdma/hosts/1", before)
+        self.assertIn("/vrdma/hosts/1/info", before)
         server, client = start_bw(sb, 30)
         wait_traffic(sb)
         pid = next(h["pid"] for h in sb.state()["hosts"] if h["name"] == "h1")
@@ -136,14 +136,12 @@ class HostLoss(unittest.TestCase):
         keys = None
         while time.monotonic() < end:
             keys = sb.etcd_get("/vrdma/")
-            if not any(k == "/vrdma/hosts/1" or
-                       (k.startswith("/vrdma/containers/") and keys[k].get("host") == 1)
-                       for k in keys):
+            if not any(k.startswith("/vrdma/hosts/1/") for k in keys):
                 break
             time.sleep(0.2)
         else:
             self.fail(f"host 1's directory entries did not expire: {keys}")
-        self.assertIn("/vrdma/hosts/0", keys)
+        self.assertIn("/vrdma/hosts/0/info", keys)
 
 
 class EtcdOutage(unittest.TestCase):

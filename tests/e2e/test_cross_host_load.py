@@ -31,9 +31,11 @@ MIB = 1024 * 1024
 # - every run must end within 10 MiB of the start (measured at most +5.3 MiB; a daemon that
 #   kept the mappings of its dead clients' registered memory, ~1.8 MiB each, would exceed
 #   that in one run);
-# - from the second-to-last run to the last (after the warm-up) RSS may grow by at most
-#   1 MiB: a leak of ~1 byte per routed operation or ~128 KiB per program shows as more.
-RUNS = max(3, int(os.environ.get("VRDMA_LOAD_RUNS", "3")))  # growth is checked between the last two
+# - a leak grows RSS on every run, the warm-up in one or two jumps that land in different runs
+#   (measured: +1.4 MiB from run 2 to 3 on one host, +0.1 from run 1 to 2; the other host
+#   +1.6 then +0.0): so of the growths between consecutive runs the smallest may be at most
+#   1 MiB. A leak of ~1 byte per routed operation or ~128 KiB per program shows as more in all.
+RUNS = max(3, int(os.environ.get("VRDMA_LOAD_RUNS", "3")))
 RSS_OVER_START = 10 * MIB
 RSS_GROWTH_PER_RUN = 1 * MIB
 
@@ -151,10 +153,10 @@ class CrossHostLoad(unittest.TestCase):
                 self.assertLessEqual(end["rss"][h][0] - base, RSS_OVER_START,
                                      f"{h}: vrdmad RSS {end['rss'][h][0] / MIB:.1f} MiB after run "
                                      f"{run}, {base / MIB:.1f} MiB at start")
-            prev, last = ends[-2]["rss"][h][0], ends[-1]["rss"][h][0]
-            self.assertLessEqual(last - prev, RSS_GROWTH_PER_RUN,
-                                 f"{h}: vrdmad RSS grew by {(last - prev) / MIB:.1f} MiB from "
-                                 f"run {len(ends) - 1} to run {len(ends)}")
+            growths = [b["rss"][h][0] - a["rss"][h][0] for a, b in zip(ends, ends[1:])]
+            self.assertLessEqual(min(growths), RSS_GROWTH_PER_RUN,
+                                 f"{h}: vrdmad RSS grew on every run: " +
+                                 ", ".join(f"+{g / MIB:.1f}" for g in growths) + " MiB")
 
 
 class PeerDeathUnderLoad(unittest.TestCase):

@@ -85,11 +85,12 @@ class DaemonRestart(unittest.TestCase):
         self.assertTrue(SB.wait_listening("h0c0", 18515))
         client = SB.start("h0c1", "ib_write_bw", "-D", "30", container_ip("h0c0"))
         time.sleep(2)
+        args = SB.daemon_args()  # the same socket and tenant as the sandbox's
         os.kill(daemon_pid(), signal.SIGKILL)
         self.assertNotEqual(client.wait(15), 0, client.out)
         server.wait(15)
         # A new vrdmad on the same socket; new programs work.
-        d = SB.start("h0", VRDMAD, "--socket", SOCKET, "--host-id", "0", lib=False)
+        d = SB.start("h0", VRDMAD, *args, lib=False)
         try:
             self.assertTrue(wait_for(lambda: os.path.exists(SOCKET) and vrdma(
                 "status", "--socket", SOCKET, check=False).returncode == 0, 5))

@@ -163,7 +163,7 @@ class Programs(unittest.TestCase):
             clients = [c for c in status["clients"] if c["ip"] == SERVER_IP]
             self.assertEqual(len(clients), 1, status)
             self.assertEqual(clients[0]["container"], pinned[0])
-            self.assertEqual(clients[0]["tenant"], "default")
+            self.assertEqual(clients[0]["tenant"], BED.tenant)
             crc, cout, cerr = BED.run("cli", ["ibv_rc_pingpong", "-n", "10", SERVER_IP], CLIENT_IP)
             self.assertEqual(crc, 0, cerr)
             self.assertEqual(s.wait(60), 0, s.err)
@@ -171,9 +171,9 @@ class Programs(unittest.TestCase):
             s.kill()
         log = BED.daemon_log()
         self.assertRegex(log, rf"connected: pid=\d+ uid=0 container={pinned[0]} "
-                              rf"ip={re.escape(SERVER_IP)} tenant=default")
+                              rf"ip={re.escape(SERVER_IP)} tenant={BED.tenant}")
         self.assertRegex(log, rf"connected: pid=\d+ uid=0 container=netns-[0-9a-f-]+ "
-                              rf"ip={re.escape(CLIENT_IP)} tenant=default")
+                              rf"ip={re.escape(CLIENT_IP)} tenant={BED.tenant}")
 
     def test_ib_write_bw(self):
         sout, cout = pair(self, ["ib_write_bw"], ["ib_write_bw", SERVER_IP])

@@ -16,6 +16,7 @@
 #include "daemon/core/daemon.h"
 #include "daemon/core/options.h"
 #include "daemon/core/reload.h"
+#include "test_pki.h"
 
 #ifndef VRDMA_SOURCE_DIR
 #error "VRDMA_SOURCE_DIR must be defined by the build"
@@ -31,11 +32,31 @@ const std::map<std::string, std::vector<std::string>> kExamples = {
     {"socket", {"/run/vrdma-test/vrdmad.sock"}},
     {"tenant", {"red=10.77.0.0/24", "blue=10.77.1.0/24"}},
     {"log-level", {"debug"}},
+    {"socket-group", {"0"}},
     {"router-listen", {"10.76.0.1:7471"}},
+    {"tls-ca", {"@DIR@/ca.pem"}},
+    {"tls-cert", {"@DIR@/host.pem"}},
+    {"tls-key", {"@DIR@/host.key"}},
     {"pod-cidr", {"10.77.0.0/24", "10.78.0.0/24"}},
     {"directory", {"etcd://10.76.0.254:2379"}},
     {"peer", {"1=10.76.0.2:7471=10.77.1.0/24"}},
 };
+
+// Keys an option needs beside it to be accepted (check_options: a router needs TLS or
+// --router-plaintext, so does an etcd directory; the three TLS files go together).
+const std::map<std::string, std::vector<std::pair<std::string, std::string>>> kCompanions = {
+    {"router-listen", {{"router-plaintext", "true"}}},
+    {"tls-ca", {{"tls-cert", "@DIR@/host.pem"}, {"tls-key", "@DIR@/host.key"}}},
+    {"tls-cert", {{"tls-ca", "@DIR@/ca.pem"}, {"tls-key", "@DIR@/host.key"}}},
+    {"tls-key", {{"tls-ca", "@DIR@/ca.pem"}, {"tls-cert", "@DIR@/host.pem"}}},
+    {"directory",
+     {{"tls-ca", "@DIR@/ca.pem"}, {"tls-cert", "@DIR@/host.pem"}, {"tls-key", "@DIR@/host.key"}}},
+};
+
+std::string in_dir(std::string value, const std::string& dir) {
+  if (auto at = value.find("@DIR@"); at != std::string::npos) value.replace(at, 5, dir);
+  return value;
+}
 
 std::vector<std::string> example_for(const CLI::Option& opt, const std::string& key) {
   if (auto it = kExamples.find(key); it != kExamples.end()) return it->second;
@@ -71,6 +92,12 @@ class DaemonOptionsTest : public ::testing::Test {
     dir_ = std::filesystem::temp_directory_path() /
            ("daemon_options_test." + std::to_string(::getpid()));
     std::filesystem::create_directories(dir_);
+    // Real certificates: an etcd directory reads them when it is made.
+    static const testing::TestPki pki(1);
+    ASSERT_TRUE(pki.ok()) << pki.error();
+    std::filesystem::copy_file(pki.ca(), dir_ / "ca.pem");
+    std::filesystem::copy_file(pki.cert("host-0"), dir_ / "host.pem");
+    std::filesystem::copy_file(pki.key("host-0"), dir_ / "host.key");
     level_ = log_level();
   }
   void TearDown() override {
@@ -96,9 +123,20 @@ TEST_F(DaemonOptionsTest, EveryOptionThroughTheFileEqualsTheCommandLine) {
     if (key.empty()) continue;
     ++keys;
     SCOPED_TRACE("key " + key);
-    const std::vector<std::string> values = example_for(*opt, key);
-    std::string yaml = key + ": ";
+    std::vector<std::string> values = example_for(*opt, key);
+    for (auto& v : values) v = in_dir(v, dir_.string());
+    std::string yaml;
     std::vector<std::string> cli = {"--config", ""};
+    if (auto it = kCompanions.find(key); it != kCompanions.end()) {
+      for (const auto& [k, v] : it->second) {
+        yaml += k + ": " + config::yaml_scalar(in_dir(v, dir_.string())) + "\n";
+        if (v == "true")
+          cli.push_back("--" + k);
+        else
+          cli.insert(cli.end(), {"--" + k, in_dir(v, dir_.string())});
+      }
+    }
+    yaml += key + ": ";
     if (config::takes_list(*opt)) {
       yaml += "\n";
       for (const auto& v : values) {
@@ -121,13 +159,14 @@ TEST_F(DaemonOptionsTest, EveryOptionThroughTheFileEqualsTheCommandLine) {
     EXPECT_FALSE(from_file.opts() == defaults.opts())
         << yaml << "changed nothing: give --" << key << " an example unlike its default";
   }
-  EXPECT_GE(keys, 12);
+  EXPECT_GE(keys, 28);
 }
 
 TEST_F(DaemonOptionsTest, AllOptionsAtOnceAndTheCommandLineWins) {
   std::string path = write(
       "host-id: 3\nlog-level: warn\ntenant: [a=10.0.0.0/8]\nrouter-listen: 10.76.0.1:7471\n"
-      "pod-cidr: 10.77.0.0/24\ndirectory-lease: 9\ntrust-unnamed-netns: true\n");
+      "router-plaintext: true\npod-cidr: 10.77.0.0/24\ndirectory-lease: 9\n"
+      "trust-unnamed-netns: true\nmax-qps-per-container: 12\n");
   Parsed p({"--config", path, "--host-id", "4", "--tenant", "b=10.1.0.0/16"});
   ASSERT_EQ(p.error, "");
   EXPECT_EQ(p.opts().cfg.host_id, 4u);
@@ -138,6 +177,8 @@ TEST_F(DaemonOptionsTest, AllOptionsAtOnceAndTheCommandLineWins) {
   ASSERT_EQ(p.opts().cfg.pod_cidrs.size(), 1u);
   EXPECT_EQ(p.opts().cfg.directory_lease_s, 9);
   EXPECT_TRUE(p.opts().cfg.trust_unnamed_netns);
+  EXPECT_TRUE(p.opts().cfg.router_plaintext);
+  EXPECT_EQ(p.opts().cfg.quotas[Resource::kQps], 12u);
   EXPECT_EQ(p.settings->file(), path);
 }
 

@@ -49,7 +49,10 @@ TEST(DaemonDecode, AcceptsEveryRequest) {
   proto::PutFdReq put{0, 1, shm::kArenaSize};
   EXPECT_EQ(dec(Op::kPutFd, put, 1).verdict, DecodeVerdict::kOk);
   EXPECT_EQ(dec(Op::kGetFd, proto::GetFdReq{1, 2}).verdict, DecodeVerdict::kOk);
-  EXPECT_EQ(dec(Op::kAllocQpn, proto::AllocQpnReq{4, 128}).verdict, DecodeVerdict::kOk);
+  EXPECT_EQ(dec(Op::kAllocQpn, proto::AllocQpnReq{4, 128, 2}).verdict, DecodeVerdict::kOk);
+  EXPECT_EQ(dec(Op::kSetQpObject, proto::SetQpObjectReq{0x100, 3}).verdict, DecodeVerdict::kOk);
+  EXPECT_EQ(dec(Op::kGetMr, proto::GetMrReq{1, 0x100, 5, IBV_ACCESS_REMOTE_READ}).verdict,
+            DecodeVerdict::kOk);
   EXPECT_EQ(dec(Op::kFreeQpn, proto::FreeQpnReq{0x100}).verdict, DecodeVerdict::kOk);
   EXPECT_EQ(dec(Op::kConnectQp, proto::ConnectQpReq{}).verdict, DecodeVerdict::kOk);
   EXPECT_EQ(dec(Op::kAllocKey, proto::AllocKeyReq{4095, 0, 1}).verdict, DecodeVerdict::kOk);
@@ -95,49 +98,87 @@ TEST(DaemonDecode, FieldValidation) {
   EXPECT_EQ(dec(Op::kHello, proto::HelloReq{1, 3}).verdict, DecodeVerdict::kInvalid);
   EXPECT_EQ(dec(Op::kPutFd, proto::PutFdReq{0, 2, 10}, 1).verdict, DecodeVerdict::kInvalid);
   EXPECT_EQ(dec(Op::kPutFd, proto::PutFdReq{1, 1, 4096}, 1).verdict, DecodeVerdict::kInvalid);
-  EXPECT_EQ(dec(Op::kPutFd, proto::PutFdReq{0, 1, shm::kArenaSize + 1}, 1).verdict,
+  EXPECT_EQ(dec(Op::kPutFd, proto::PutFdReq{0, 1, shm::kMaxArenaSize + 1}, 1).verdict,
             DecodeVerdict::kInvalid);
+  EXPECT_EQ(dec(Op::kPutFd, proto::PutFdReq{1, 2, 4096}, 1).verdict, DecodeVerdict::kInvalid)
+      << "fd 1 is the key table";
+  EXPECT_EQ(dec(Op::kPutFd, proto::PutFdReq{2, 6, 4096}, 1).verdict, DecodeVerdict::kInvalid)
+      << "the key table is fd 1";
+  EXPECT_EQ(dec(Op::kPutFd, proto::PutFdReq{2, 3, 0, proto::kSealWrites}, 1).verdict,
+            DecodeVerdict::kInvalid)
+      << "only memory is sealed against writes";
   EXPECT_EQ(dec(Op::kPutFd, proto::PutFdReq{0, 1, 8}, 1).verdict, DecodeVerdict::kInvalid);
   EXPECT_EQ(dec(Op::kPutFd, proto::PutFdReq{3, 9, 8}, 1).verdict, DecodeVerdict::kInvalid);
   EXPECT_EQ(dec(Op::kAllocQpn, proto::AllocQpnReq{1, 128}).verdict, DecodeVerdict::kInvalid);
   EXPECT_EQ(dec(Op::kAllocQpn, proto::AllocQpnReq{2, 100}).verdict, DecodeVerdict::kInvalid);
+  EXPECT_EQ(dec(Op::kAllocQpn, proto::AllocQpnReq{2, 128, 1}).verdict, DecodeVerdict::kInvalid)
+      << "the key table is no QP object";
   EXPECT_EQ(dec(Op::kAllocKey, proto::AllocKeyReq{shm::kMrSlots, 0, 1}).verdict, DecodeVerdict::kInvalid);
+  EXPECT_EQ(dec(Op::kGetMr, proto::GetMrReq{1, 0x100, 5, 0}).verdict, DecodeVerdict::kInvalid);
+  EXPECT_EQ(dec(Op::kGetMr,
+                proto::GetMrReq{1, 0x100, 5, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ})
+                .verdict,
+            DecodeVerdict::kInvalid);
+  EXPECT_EQ(dec(Op::kGetMr, proto::GetMrReq{1, 0x100, 0, IBV_ACCESS_REMOTE_READ}).verdict,
+            DecodeVerdict::kInvalid);
 }
 
-TEST(DaemonRegistry, QpnsAreSequentialUniqueAndWrap) {
+TEST(DaemonRegistry, QpnsAreRandomUniqueAndOwned) {
   Registry r;
   uint32_t a = 0, b = 0;
   ASSERT_EQ(r.alloc_qpn(1, 2, 64, 100, &a), 0);
   ASSERT_EQ(r.alloc_qpn(2, 2, 64, 100, &b), 0);
-  EXPECT_EQ(a, Registry::kFirstQpn);
-  EXPECT_EQ(b, a + 1);
   EXPECT_EQ(r.free_qpn(2, a), EPERM);
   EXPECT_EQ(r.free_qpn(1, a), 0);
   EXPECT_EQ(r.free_qpn(1, a), ENOENT);
-  uint32_t c = 0;
-  ASSERT_EQ(r.alloc_qpn(1, 2, 64, 100, &c), 0);
-  EXPECT_EQ(c, b + 1) << "sequential, a freed QPN is not reused at once";
   uint32_t q = 0;
   ASSERT_EQ(r.alloc_qpn(3, 2, 64, 2, &q), 0);
   ASSERT_EQ(r.alloc_qpn(3, 2, 64, 2, &q), 0);
   EXPECT_EQ(r.alloc_qpn(3, 2, 64, 2, &q), EDQUOT);
+
+  // 2000 QPNs: all in range and distinct, and no two in a row are neighbours: the next QPN
+  // cannot be told from the last one.
+  std::set<uint32_t> seen;
+  uint32_t prev = 0;
+  int neighbours = 0;
+  for (int i = 0; i < 2000; ++i) {
+    ASSERT_EQ(r.alloc_qpn(4, 2, 64, 1 << 30, &q), 0);
+    EXPECT_GE(q, Registry::kFirstQpn);
+    EXPECT_LE(q, Registry::kLastQpn);
+    EXPECT_TRUE(seen.insert(q).second) << "duplicate QPN " << q;
+    if (i && (q == prev + 1 || q + 1 == prev)) ++neighbours;
+    prev = q;
+  }
+  EXPECT_LE(neighbours, 1);
+  // They spread over the whole space.
+  EXPECT_LT(*seen.begin(), Registry::kFirstQpn + (Registry::kLastQpn >> 4));
+  EXPECT_GT(*seen.rbegin(), Registry::kLastQpn - (Registry::kLastQpn >> 4));
 }
 
-TEST(DaemonRegistry, QpnWrapSkipsLiveNumbers) {
-  Registry r;
-  uint32_t first = 0;
-  ASSERT_EQ(r.alloc_qpn(1, 2, 64, 1 << 30, &first), 0);  // 0x100 stays allocated
-  r.seek_qpn(Registry::kLastQpn - 1);
+TEST(DaemonRegistry, RandomQpnsSkipLiveOnesAndGiveUpBounded) {
+  // A source that keeps drawing the same numbers: live ones are skipped, and after
+  // kQpnDraws draws of live numbers the allocation fails instead of scanning.
+  std::vector<uint32_t> draws;
+  size_t pos = 0;
+  Registry r([&] { return pos < draws.size() ? draws[pos++] : 7u; });
+  constexpr uint32_t kSpace = Registry::kLastQpn - Registry::kFirstQpn + 1;
   uint32_t q = 0;
-  ASSERT_EQ(r.alloc_qpn(2, 2, 64, 1 << 30, &q), 0);
-  ASSERT_EQ(r.alloc_qpn(2, 2, 64, 1 << 30, &q), 0);
-  EXPECT_EQ(q, Registry::kLastQpn);
-  ASSERT_EQ(r.alloc_qpn(2, 2, 64, 1 << 30, &q), 0);
-  EXPECT_EQ(q, Registry::kFirstQpn + 1) << "wrapped and skipped the live 0x100";
+  draws = {5};
+  ASSERT_EQ(r.alloc_qpn(1, 2, 64, 100, &q), 0);
+  EXPECT_EQ(q, Registry::kFirstQpn + 5);
+  draws = {5, 5 + kSpace, 9};  // both map to the live QPN
+  pos = 0;
+  ASSERT_EQ(r.alloc_qpn(1, 2, 64, 100, &q), 0);
+  EXPECT_EQ(q, Registry::kFirstQpn + 9);
+  EXPECT_EQ(pos, 3u);
+  draws.assign(Registry::kQpnDraws, 5);
+  pos = 0;
+  EXPECT_EQ(r.alloc_qpn(1, 2, 64, 100, &q), ENOSPC);
+  EXPECT_EQ(pos, static_cast<size_t>(Registry::kQpnDraws));
 }
 
 TEST(DaemonRegistry, LinksAndDeathNotices) {
-  Registry r;
+  vrdma::daemon::Registry r;
   uint32_t a1, a2, b1, b2, c1;
   r.alloc_qpn(1, 2, 64, 100, &a1);
   r.alloc_qpn(1, 4, 128, 100, &a2);
@@ -157,7 +198,8 @@ TEST(DaemonRegistry, LinksAndDeathNotices) {
   auto notices = r.notices_for_death(1);
   std::set<std::pair<uint32_t, uint32_t>> got;
   for (auto n : notices) got.emplace(n.client, n.qpn);
-  EXPECT_EQ(got, (std::set<std::pair<uint32_t, uint32_t>>{{2, b1}, {2, b2}, {3, c1}}));
+  // Only the connected QP fails: UD QPs (b2, c1) lose nothing when a destination goes.
+  EXPECT_EQ(got, (std::set<std::pair<uint32_t, uint32_t>>{{2, b1}}));
   r.remove_client(1);
   EXPECT_EQ(r.find_qp(a1), nullptr);
   EXPECT_FALSE(r.has_link_to(2, 1));
@@ -170,16 +212,18 @@ TEST(DaemonRegistry, LinksAndDeathNotices) {
 
 TEST(DaemonRegistry, KeysUseTheGivenRandomBits) {
   uint32_t next = 0;
-  Registry r([&] { return next++; });  // 0, 1, 2...: 0 with index 0 is key 0, skipped
+  Registry r([&] { return next++; });  // 0, 1, 2...: 0 is never a key
   uint32_t k = 0;
-  ASSERT_EQ(r.alloc_key(1, 0, 0, 0, 10, &k), 0);
-  EXPECT_EQ(k, 1u << shm::kMrSlotBits);
+  ASSERT_EQ(r.alloc_key(1, 7, 0, 0, 10, &k), 0);
+  EXPECT_EQ(k, 1u) << "the key is the random word itself, the slot is not in it";
+  EXPECT_EQ(r.find_key(k)->index, 7u);
   next = 1;  // the same bits again: must not produce a duplicate
-  ASSERT_EQ(r.alloc_key(1, 0, 0, 0, 10, &k), 0);
-  EXPECT_EQ(k, 2u << shm::kMrSlotBits);
+  ASSERT_EQ(r.alloc_key(1, 7, 0, 0, 10, &k), 0);
+  EXPECT_EQ(k, 2u);
   EXPECT_EQ(r.free_key(2, k), ENOENT);
   EXPECT_EQ(r.free_key(1, k), 0);
   EXPECT_EQ(r.alloc_key(1, shm::kMrSlots, 0, 0, 10, &k), EINVAL);
+  EXPECT_EQ(r.alloc_key(1, 0, 0, 0, 10, &k), EINVAL) << "slot 0 is never used";
   for (int i = 0; i < 9; ++i) ASSERT_EQ(r.alloc_key(1, 1, 0, 0, 10, &k), 0);
   EXPECT_EQ(r.alloc_key(1, 1, 0, 0, 10, &k), EDQUOT);
 }
@@ -203,7 +247,9 @@ TEST(DaemonConfig, TenantRules) {
   std::vector<TenantRule> rules{*t, *all};
   EXPECT_EQ(tenant_for(rules, inet_addr("10.1.0.1")), "blue");
   EXPECT_EQ(tenant_for(rules, inet_addr("10.9.0.1")), "all");
-  EXPECT_EQ(tenant_for({}, inet_addr("10.9.0.1")), "default");
+  EXPECT_EQ(tenant_for({}, inet_addr("10.9.0.1")), "@10.9.0.1") << "a tenant of its own";
+  EXPECT_EQ(own_tenant(inet_addr("10.9.0.2")), "@10.9.0.2");
+  EXPECT_FALSE(parse_tenant_rule("@10.9.0.1=10.9.0.1/32", &err)) << "'@' marks own tenants";
 }
 
 TEST(DaemonIdentity, NodeGuidFromAddress) {
@@ -226,7 +272,7 @@ TEST(DaemonStatus, NamesAndTruncation) {
     StatusClient sc;
     sc.id = c;
     sc.container = "container-with-a-long-name-" + std::to_string(c);
-    sc.tenant = "default";
+    sc.tenant = "t";
     sc.kind = "verbs";
     for (uint32_t q = 0; q < 3; ++q) sc.qps.push_back({c * 8 + q, 2, true, 3});
     in.clients.push_back(sc);
@@ -246,7 +292,7 @@ TEST(DaemonStatus, NamesAndTruncation) {
 }
 
 TEST(DaemonRegistry, RecordsWhatAQpsRtrNames) {
-  Registry r;
+  vrdma::daemon::Registry r;
   uint32_t a = 0, b = 0;
   ASSERT_EQ(r.alloc_qpn(1, 2, 64, 100, &a), 0);
   ASSERT_EQ(r.alloc_qpn(2, 2, 64, 100, &b), 0);

@@ -7,6 +7,9 @@
 #include <netinet/in.h>
 #include <stdlib.h>
 #include <sys/socket.h>
+#include <fcntl.h>
+
+#include "shm/rings.h"
 
 #include <chrono>
 #include <filesystem>
@@ -24,6 +27,7 @@ DaemonFixture::DaemonFixture(std::function<void(DaemonConfig&)> tweak) {
   DaemonConfig cfg;
   cfg.socket_path = socket_;
   cfg.host_id = 7;
+  cfg.allow_host_clients = true;  // every client of these tests is a process of the host
   if (tweak) tweak(cfg);
   if (const char* lvl = ::getenv("VRDMAD_TEST_LOG")) {
     if (auto l = parse_log_level(lvl)) set_log_level(*l);
@@ -160,9 +164,10 @@ proto::HelloRep Conn::hello(proto::ClientKind kind) {
   EXPECT_TRUE(ok) << "no Hello reply";
   if (!ok) return rep;
   EXPECT_EQ(p->header.status, 0);
-  if (const auto* r = p->as<proto::HelloRep>())
+  if (const auto* r = p->as<proto::HelloRep>()) {
     rep = *r;
-  else
+    client_id_ = r->client_id;
+  } else
     ADD_FAILURE() << "Hello reply has " << p->header.len << " bytes";
   return rep;
 }
@@ -173,9 +178,11 @@ std::string Conn::status() {
   return std::string(reinterpret_cast<const char*>(p->payload), p->header.len);
 }
 
-TestArena::TestArena(uint64_t size, uint32_t magic) : size_(size) {
-  fd_ = ::memfd_create("vrdma-test-arena", MFD_CLOEXEC);
+TestArena::TestArena(uint64_t size, uint32_t magic, bool sealed) : size_(size) {
+  fd_ = ::memfd_create("vrdma-test-arena", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (fd_ < 0 || ::ftruncate(fd_, static_cast<off_t>(size)) < 0) throw std::runtime_error("memfd");
+  if (sealed && ::fcntl(fd_, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) < 0)
+    throw std::runtime_error("seal");
   base_ = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0);
   if (base_ == MAP_FAILED) throw std::runtime_error("mmap");
   auto* h = header();
@@ -183,6 +190,7 @@ TestArena::TestArena(uint64_t size, uint32_t magic) : size_(size) {
   h->version = shm::kArenaVersion;
   h->size = size;
   h->mr_slots = shm::kMrSlots;
+  h->mr_table_offset = 1 << 20;
 }
 
 TestArena::~TestArena() {
@@ -190,16 +198,53 @@ TestArena::~TestArena() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-int put_arena(Conn& c, TestArena& a) {
-  proto::PutFdReq req{0, static_cast<uint32_t>(proto::FdKind::kArena), a.size()};
+TestObject::TestObject(uint32_t owner, bool sealed) {
+  size_ = 8192;
+  fd_ = ::memfd_create("vrdma-test-qp", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (fd_ < 0 || ::ftruncate(fd_, static_cast<off_t>(size_)) < 0) throw std::runtime_error("memfd");
+  if (sealed && ::fcntl(fd_, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) < 0)
+    throw std::runtime_error("seal");
+  base_ = ::mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0);
+  if (base_ == MAP_FAILED) throw std::runtime_error("mmap");
+  auto* o = object();
+  o->hdr.magic = shm::kObjectMagic;
+  o->hdr.version = shm::kArenaVersion;
+  o->hdr.kind = static_cast<uint32_t>(shm::ObjectKind::kQp);
+  o->hdr.owner_client = owner;
+  o->hdr.size = size_;
+  o->hdr.ring_offset = sizeof(shm::QpObject);
+  o->hdr.rq_offset = 1024;
+  auto* ring = reinterpret_cast<shm::RecvRing*>(static_cast<char*>(base_) + o->hdr.ring_offset);
+  shm::ring_init(ring, 4);
+  auto* rq = reinterpret_cast<shm::RecvQueue*>(static_cast<char*>(base_) + o->hdr.rq_offset);
+  shm::rq_init(rq, 4, 1);
+}
+
+TestObject::~TestObject() {
+  if (base_ && base_ != MAP_FAILED) ::munmap(base_, size_);
+  if (fd_ >= 0) ::close(fd_);
+}
+
+int put_fd(Conn& c, uint32_t fd_id, proto::FdKind kind, int fd, uint64_t size, uint32_t flags) {
+  proto::PutFdReq req{fd_id, static_cast<uint32_t>(kind), size, flags, 0};
   auto p = std::make_unique<Packet>();
-  int fd = a.fd();
   if (!c.call(proto::Op::kPutFd, req, *p, std::span<const int>(&fd, 1))) return -1;
   return p->header.status;
 }
 
-int alloc_qpn(Conn& c, uint32_t type, uint32_t offset, uint32_t* qpn) {
-  proto::AllocQpnReq req{type, offset};
+int put_arena(Conn& c, TestArena& a) {
+  return put_fd(c, shm::kArenaFdId, proto::FdKind::kArena, a.fd(), a.size());
+}
+
+int alloc_qpn(Conn& c, uint32_t type, uint32_t offset, uint32_t* qpn,
+              std::vector<std::unique_ptr<TestObject>>* objects, uint32_t* object_fd_id,
+              uint32_t pd) {
+  auto obj = std::make_unique<TestObject>(c.client_id());
+  uint32_t id = c.next_fd_id();
+  if (int e = put_fd(c, id, proto::FdKind::kQpObject, obj->fd(), 8192)) return e;
+  if (object_fd_id) *object_fd_id = id;
+  if (objects) objects->push_back(std::move(obj));
+  proto::AllocQpnReq req{type, offset, id, 0, 0, pd};
   auto p = std::make_unique<Packet>();
   if (!c.call(proto::Op::kAllocQpn, req, *p)) return -1;
   if (p->header.status == 0) {
@@ -226,8 +271,8 @@ int connect_qp(Conn& c, uint32_t local, uint32_t dest, const uint8_t* gid16,
   return p->header.status;
 }
 
-int get_fd(Conn& c, uint32_t owner, uint32_t fd_id, int* fd_out) {
-  proto::GetFdReq req{owner, fd_id};
+int get_fd(Conn& c, uint32_t owner, uint32_t fd_id, int* fd_out, uint32_t via_qpn) {
+  proto::GetFdReq req{owner, fd_id, via_qpn, 0};
   auto p = std::make_unique<Packet>();
   *fd_out = -1;
   if (!c.call(proto::Op::kGetFd, req, *p)) return -1;
@@ -244,8 +289,8 @@ int get_fd(Conn& c, uint32_t owner, uint32_t fd_id, int* fd_out) {
   return p->header.status;
 }
 
-int alloc_key(Conn& c, uint32_t index, uint32_t* key) {
-  proto::AllocKeyReq req{index, 0x7, 4096};
+int alloc_key(Conn& c, uint32_t index, uint32_t* key, uint32_t access, uint32_t pd) {
+  proto::AllocKeyReq req{index, access, 4096, pd, 0};
   auto p = std::make_unique<Packet>();
   if (!c.call(proto::Op::kAllocKey, req, *p)) return -1;
   if (p->header.status == 0) {

@@ -24,7 +24,8 @@ namespace vrdma::daemon::testing {
 
 inline constexpr int kTimeoutMs = 5000;
 
-// A daemon serving a socket in a fresh temporary directory, run() in its own thread.
+// A daemon serving a socket in a fresh temporary directory, run() in its own thread. Its
+// configuration gives the host's processes (the tests) a device; `tweak` may change that.
 class DaemonFixture {
  public:
   explicit DaemonFixture(std::function<void(DaemonConfig&)> tweak = {});
@@ -73,17 +74,24 @@ class Conn {
 
   proto::HelloRep hello(proto::ClientKind kind = proto::ClientKind::kVerbs);
   std::string status();  // "" on failure
+  uint32_t client_id() const { return client_id_; }
+  // fd ids for the descriptors a test hands over (2 and up: 0 is the arena, 1 the key table).
+  uint32_t next_fd_id() { return next_fd_id_++; }
 
  private:
   int fd_ = -1;
   uint32_t seq_ = 1;
+  uint32_t client_id_ = 0;
+  uint32_t next_fd_id_ = 2;
   std::deque<std::unique_ptr<Packet>> async_;
 };
 
-// A client arena in a memfd, mapped by the test too.
+// A client arena in a memfd (sealed against shrinking and growing unless `sealed` is false),
+// mapped by the test too.
 class TestArena {
  public:
-  explicit TestArena(uint64_t size = shm::kArenaSize, uint32_t magic = shm::kArenaMagic);
+  explicit TestArena(uint64_t size = shm::kArenaSize, uint32_t magic = shm::kArenaMagic,
+                     bool sealed = true);
   ~TestArena();
   int fd() const { return fd_; }
   uint64_t size() const { return size_; }
@@ -102,13 +110,34 @@ class TestArena {
   void* base_ = nullptr;
 };
 
+// A QP object (shm::QpObject, a receive ring and queue of 4) in a sealed memfd, mapped by the
+// test too.
+class TestObject {
+ public:
+  TestObject(uint32_t owner, bool sealed = true);
+  ~TestObject();
+  int fd() const { return fd_; }
+  shm::QpObject* object() { return static_cast<shm::QpObject*>(base_); }
+
+ private:
+  int fd_ = -1;
+  uint64_t size_ = 0;
+  void* base_ = nullptr;
+};
+
 // Convenience wrappers; each asserts nothing, returns the reply status (or -1 on no reply).
 int put_arena(Conn& c, TestArena& a);
-int alloc_qpn(Conn& c, uint32_t type, uint32_t offset, uint32_t* qpn);
+int put_fd(Conn& c, uint32_t fd_id, proto::FdKind kind, int fd, uint64_t size = 0,
+           uint32_t flags = 0);
+// Hands over a new QP object (kept in `objects` if given, so the test can look at it) and asks
+// for a QPN with it.
+int alloc_qpn(Conn& c, uint32_t type, uint32_t offset, uint32_t* qpn,
+              std::vector<std::unique_ptr<TestObject>>* objects = nullptr,
+              uint32_t* object_fd_id = nullptr, uint32_t pd = 1);
 int connect_qp(Conn& c, uint32_t local, uint32_t dest, const uint8_t* gid16,
                proto::ConnectQpRep* rep = nullptr);
-int get_fd(Conn& c, uint32_t owner, uint32_t fd_id, int* fd_out);
-int alloc_key(Conn& c, uint32_t index, uint32_t* key);
+int get_fd(Conn& c, uint32_t owner, uint32_t fd_id, int* fd_out, uint32_t via_qpn = 0);
+int alloc_key(Conn& c, uint32_t index, uint32_t* key, uint32_t access = 0x7, uint32_t pd = 1);
 
 // First non-loopback IPv4 of an interface that is up in this namespace, else 127.0.0.1.
 uint32_t expected_ipv4();

@@ -1,5 +1,5 @@
-// Unit tests of the cluster directory's parts that need no etcd: configuration parsing,
-// the embedded directory, base64 and the HTTP body decoder.
+// Unit tests of the cluster directory's parts that need no etcd: configuration parsing (TLS
+// material included) and the embedded directory.
 #include "daemon/directory/directory.h"
 
 #include <arpa/inet.h>
@@ -8,8 +8,7 @@
 #include <string>
 
 #include "daemon/core/config.h"
-#include "daemon/directory/base64.h"
-#include "daemon/directory/http_client.h"
+#include "test_pki.h"
 
 namespace vrdma::daemon {
 namespace {
@@ -86,6 +85,11 @@ TEST(DirectoryConfig, MakeDirectoryChecksTheSpecification) {
   EXPECT_FALSE(make_directory(cfg.directory_config(), &error));
 
   cfg.static_peers.clear();
+  vrdma::testing::TestPki pki(1);
+  ASSERT_TRUE(pki.ok()) << pki.error();
+  cfg.tls_ca = pki.ca();
+  cfg.tls_cert = pki.cert("host-0");
+  cfg.tls_key = pki.key("host-0");
   cfg.directory = "etcd://10.76.0.254:2379,127.0.0.1:2380";
   EXPECT_TRUE(make_directory(cfg.directory_config(), &error)) << error;
   cfg.directory = "etcd://localhost:2379/";
@@ -103,6 +107,44 @@ TEST(DirectoryConfig, MakeDirectoryChecksTheSpecification) {
   cfg.static_peers.clear();
   cfg.directory_lease_s = 0;
   EXPECT_FALSE(make_directory(cfg.directory_config(), &error));
+}
+
+TEST(DirectoryConfig, EtcdNeedsTheHostsOwnCertificate) {
+  vrdma::testing::TestPki pki(2);
+  ASSERT_TRUE(pki.ok()) << pki.error();
+  DaemonConfig cfg = embedded_config({});
+  cfg.host_id = 1;
+  cfg.directory = "etcd://127.0.0.1:2379";
+  std::string error;
+  EXPECT_FALSE(make_directory(cfg.directory_config(), &error)) << "etcd without TLS";
+  EXPECT_NE(error.find("--tls-ca"), std::string::npos) << error;
+
+  cfg.tls_ca = pki.ca();
+  cfg.tls_cert = pki.cert("host-1");
+  cfg.tls_key = pki.key("host-1");
+  EXPECT_TRUE(make_directory(cfg.directory_config(), &error)) << error;
+
+  cfg.tls_cert = pki.cert("host-0");  // another host's
+  cfg.tls_key = pki.key("host-0");
+  EXPECT_FALSE(make_directory(cfg.directory_config(), &error));
+  EXPECT_NE(error.find("vrdma-host-0"), std::string::npos) << error;
+  EXPECT_NE(error.find("vrdma-host-1"), std::string::npos) << error;
+
+  cfg.tls_cert = pki.cert("root");  // not a host's at all
+  cfg.tls_key = pki.key("root");
+  EXPECT_FALSE(make_directory(cfg.directory_config(), &error));
+
+  cfg.tls_cert = pki.dir() + "/missing.pem";
+  EXPECT_FALSE(make_directory(cfg.directory_config(), &error));
+  EXPECT_NE(error.find("missing.pem"), std::string::npos) << error;
+
+  cfg.tls_cert = pki.key("host-1");  // a key where the certificate belongs
+  EXPECT_FALSE(make_directory(cfg.directory_config(), &error));
+
+  // The embedded directory does not use them.
+  cfg.directory = "embedded";
+  cfg.tls_ca = cfg.tls_cert = cfg.tls_key = "";
+  EXPECT_TRUE(make_directory(cfg.directory_config(), &error)) << error;
 }
 
 TEST(DirectoryConfig, ParsesAddressAndPort) {
@@ -186,57 +228,6 @@ TEST(DirectoryEmbedded, SingleHostWithoutRouter) {
   ASSERT_EQ(dir->host_of(ip("10.77.0.10"), &h), Lookup::kFound);
   EXPECT_EQ(h.host_id, 0u);
   EXPECT_EQ(h.router, "");
-}
-
-TEST(DirectoryBase64, RoundTrips) {
-  EXPECT_EQ(base64_encode(""), "");
-  EXPECT_EQ(base64_encode("f"), "Zg==");
-  EXPECT_EQ(base64_encode("fo"), "Zm8=");
-  EXPECT_EQ(base64_encode("foo"), "Zm9v");
-  EXPECT_EQ(base64_encode("/vrdma/"), "L3ZyZG1hLw==");
-  std::string all;
-  for (int i = 0; i < 256; ++i) all += static_cast<char>(i);
-  for (size_t n = 0; n <= all.size(); n += 7)
-    EXPECT_EQ(base64_decode(base64_encode(all.substr(0, n))), all.substr(0, n)) << n;
-  EXPECT_EQ(base64_decode("Zm8="), "fo");
-  for (const char* bad : {"Zm8", "Zm=v", "Z===", "Zm9v!A==", "=Zm9"})
-    EXPECT_FALSE(base64_decode(bad)) << bad;
-}
-
-TEST(DirectoryHttp, DecodesChunkedBodiesInPieces) {
-  const std::string wire =
-      "7\r\n{\"a\":1}\r\n"
-      "3;ext=1\r\n\n{\"\r\n"
-      "6\r\nb\":2}\n\r\n"
-      "0\r\nGrpc-Trailer: x\r\n\r\n";
-  for (size_t step : {1u, 2u, 5u, 1000u}) {
-    HttpBodyDecoder d;
-    d.reset(HttpBodyDecoder::Framing::kChunked);
-    std::string in, out;
-    for (size_t i = 0; i < wire.size(); i += step) {
-      in += wire.substr(i, step);
-      ASSERT_TRUE(d.feed(in, &out)) << step;
-    }
-    EXPECT_TRUE(d.done()) << step;
-    EXPECT_EQ(out, "{\"a\":1}\n{\"b\":2}\n") << step;
-  }
-  HttpBodyDecoder d;
-  d.reset(HttpBodyDecoder::Framing::kChunked);
-  std::string in = "zz\r\n", out;
-  EXPECT_FALSE(d.feed(in, &out));
-  d.reset(HttpBodyDecoder::Framing::kLength, 3);
-  in = "abcdef";
-  out.clear();
-  ASSERT_TRUE(d.feed(in, &out));
-  EXPECT_TRUE(d.done());
-  EXPECT_EQ(out, "abc");
-}
-
-TEST(DirectoryHttp, ConnectionRefusedIsQuick) {
-  HttpResponse resp;
-  // Port 1 on loopback: nothing listens there in a test environment.
-  int rc = http_post(HttpEndpoint{"127.0.0.1", 1}, "/v3/kv/range", "{}", 1000, &resp);
-  EXPECT_EQ(rc, -ECONNREFUSED);
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "common/address.h"
+#include "common/clock.h"
 #include "common/log.h"
 #include "daemon/directory/directory.h"
 
@@ -79,8 +80,9 @@ void CmService::on_request(const CmCaller& c, const proto::CmConnectReq& r) {
     return void(port_.cm_reply(c, ECONNREFUSED, nullptr, 0));
   }
   const uint32_t listener = l->client;
-  CmConnection* conn = table_.add(c.client, r.cookie, r.local_qpn, listener, r.qp_type);
-  if (!conn) return void(port_.cm_reply(c, EMFILE, nullptr, 0));
+  int err = EMFILE;
+  CmConnection* conn = table_.add(c.client, r.cookie, r.local_qpn, listener, r.qp_type, &err);
+  if (!conn) return void(port_.cm_reply(c, err, nullptr, 0));
   proto::CmConnectRep rep{conn->id};
   proto::CmRequestEvent ev = request_event(conn->id, l->cookie, c.ipv4, r);
   LOG_DEBUG("client %u: connection %u to %s (client %u)", c.client, conn->id, where.c_str(),
@@ -98,6 +100,7 @@ void CmService::on_request(const CmCaller& c, const proto::CmAcceptReq& r) {
   if (type != conn->qp_type) return void(port_.cm_reply(c, EINVAL, nullptr, 0));
   conn->passive_qpn = r.local_qpn;
   conn->state = CmState::kAccepted;
+  conn->since_ns = now_ns();
   proto::CmEvent ev = event_with_private_data(conn->id, conn->active_cookie, r);
   ev.remote_qpn = r.local_qpn;
   ev.qkey = r.qkey;

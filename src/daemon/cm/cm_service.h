@@ -45,15 +45,25 @@ class CmPort {
   virtual int cm_remote_host(uint32_t ipv4, uint32_t* host) = 0;
   // Sends an rdma_cm message to another host's daemon: 0 or an errno.
   virtual int cm_send_to_host(uint32_t host, const wire::Cm& m) = 0;
+  // Counts a listener or connection of `client` against its quotas (0 or the errno to refuse
+  // with), and gives it back. Clients of other hosts (id 0) are not counted here.
+  virtual int cm_charge(uint32_t /*client*/, CmCharge /*what*/) { return 0; }
+  virtual void cm_release(uint32_t /*client*/, CmCharge /*what*/) {}
 };
 
 class CmService {
  public:
-  CmService(CmPort& port, Directory& directory) : port_(port), directory_(directory) {}
+  CmService(CmPort& port, Directory& directory) : port_(port), directory_(directory) {
+    table_.set_quota_hooks(
+        {[this](uint32_t client, CmCharge what) { return port_.cm_charge(client, what); },
+         [this](uint32_t client, CmCharge what) { port_.cm_release(client, what); }});
+  }
 
   // A client of this host said Hello with this address: rdma_cm answers for it (a connect
   // there without a listener is refused rather than unreachable). True the first time.
   bool add_address(uint32_t ipv4) { return addresses_.insert(ipv4).second; }
+  // Its last client went away: the address is no longer served here.
+  void remove_address(uint32_t ipv4) { addresses_.erase(ipv4); }
 
   // Requests of the control protocol.
   void on_request(const CmCaller& c, const proto::CmListenReq& r);
@@ -65,8 +75,19 @@ class CmService {
   void on_request(const CmCaller& c, const proto::CmRtuReq& r);
   void on_request(const CmCaller& c, const proto::CmDisconnectReq& r);
 
-  // An rdma_cm message another host's daemon forwarded (cm_remote.cc).
+  // An rdma_cm message another host's daemon forwarded (cm_remote.cc); `host` is the host the
+  // message came from, as the router authenticated it.
   void on_remote(uint32_t host, const wire::Cm& m);
+  // Every connection with a side on `host` ends: its link closed, or the directory dropped it.
+  // Local sides hear what the other side's death would tell them.
+  void host_gone(uint32_t host);
+  // Timers of connections with another host: a side that waits for that host (a reply, an
+  // answer of our listener, an RTU) gives up after remote_timeout_ns; hosts that left the
+  // directory are gone. Call when next_deadline() has passed.
+  void tick(int64_t now);
+  // When tick() must run next (ns), or -1.
+  int64_t next_deadline(int64_t now) const;
+  void set_remote_timeout(int64_t ns) { remote_timeout_ns_ = ns; }
 
   // Forgets the client's listeners and connections and tells the other sides (if `notify`).
   void client_gone(uint32_t client, bool notify);
@@ -90,10 +111,15 @@ class CmService {
   void remote_disconnect(uint32_t host, uint32_t sender_conn, uint32_t receiver_conn,
                          const uint8_t* body, size_t len);
 
+  bool host_owns(uint32_t host, uint32_t ipv4);  // the address is in the host's networks
+  void time_out(const CmConnection& conn);
+
   CmPort& port_;
   Directory& directory_;
   CmTable table_;
   std::set<uint32_t> addresses_;
+  int64_t remote_timeout_ns_ = 30'000'000'000;
+  int64_t next_host_check_ns_ = 0;
 };
 
 }  // namespace vrdma::daemon

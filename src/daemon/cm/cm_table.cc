@@ -5,14 +5,21 @@
 #include <algorithm>
 #include <cstring>
 
+#include "common/random.h"
+
 namespace vrdma::daemon {
+
+CmTable::CmTable(std::function<uint32_t()> random32)
+    : random32_(random32 ? std::move(random32) : random_u32) {}
 
 int CmTable::listen(uint32_t client, uint32_t ipv4, uint16_t port, uint64_t cookie) {
   auto key = std::make_pair(ipv4, port);
   if (listeners_.count(key)) return EADDRINUSE;
-  size_t mine = std::count_if(listeners_.begin(), listeners_.end(),
-                              [&](const auto& kv) { return kv.second.client == client; });
+  size_t& mine = listeners_per_client_[client];
   if (mine >= kMaxListenersPerClient) return EMFILE;
+  if (hooks_.charge)
+    if (int err = hooks_.charge(client, CmCharge::kListener)) return err;
+  ++mine;
   listeners_[key] = CmListener{client, cookie};
   return 0;
 }
@@ -21,6 +28,9 @@ int CmTable::unlisten(uint32_t client, uint32_t ipv4, uint16_t port) {
   auto it = listeners_.find(std::make_pair(ipv4, port));
   if (it == listeners_.end() || it->second.client != client) return ENOENT;
   listeners_.erase(it);
+  auto n = listeners_per_client_.find(client);
+  if (n != listeners_per_client_.end() && --n->second == 0) listeners_per_client_.erase(n);
+  if (hooks_.release) hooks_.release(client, CmCharge::kListener);
   return 0;
 }
 
@@ -30,11 +40,30 @@ const CmListener* CmTable::listener(uint32_t ipv4, uint16_t port) const {
 }
 
 CmConnection* CmTable::add(uint32_t active_client, uint64_t active_cookie, uint32_t active_qpn,
-                           uint32_t passive_client, uint32_t qp_type) {
+                           uint32_t passive_client, uint32_t qp_type, int* err) {
+  int refused = 0;
   size_t& n = conns_per_client_[active_client];
-  if (n >= kMaxConnectionsPerClient) return nullptr;
-  uint32_t id = next_id_++;
-  while (id == 0 || conns_.count(id)) id = next_id_++;
+  if (n >= kMaxConnectionsPerClient)
+    refused = EMFILE;
+  else if (hooks_.charge)
+    refused = hooks_.charge(active_client, CmCharge::kConnection);
+  if (refused) {
+    if (n == 0) conns_per_client_.erase(active_client);
+    if (err) *err = refused;
+    return nullptr;
+  }
+  // Not sequential: an id says nothing of the others. The table holds far fewer than 2^32
+  // connections, so a free id is found within a few draws.
+  uint32_t id = random32_();
+  for (int tries = 0; id == 0 || conns_.count(id); ++tries) {
+    if (tries > 64) {
+      if (n == 0) conns_per_client_.erase(active_client);
+      if (hooks_.release) hooks_.release(active_client, CmCharge::kConnection);
+      if (err) *err = EAGAIN;
+      return nullptr;
+    }
+    id = random32_();
+  }
   ++n;
   CmConnection& c = conns_[id];
   c.id = id;
@@ -46,7 +75,27 @@ CmConnection* CmTable::add(uint32_t active_client, uint64_t active_cookie, uint3
   return &c;
 }
 
+CmConnection* CmTable::add_from_host(uint32_t host, uint32_t remote_conn, uint32_t active_qpn,
+                                     uint32_t passive_client, uint32_t qp_type) {
+  size_t& n = conns_per_host_[host];
+  if (n >= kMaxConnectionsFromHost) return nullptr;
+  CmConnection* c = add(0, 0, active_qpn, passive_client, qp_type);
+  if (!c) return nullptr;
+  // Counted for the host, not for "client 0" that every other host would share.
+  if (auto k = conns_per_client_.find(0); k != conns_per_client_.end() && --k->second == 0)
+    conns_per_client_.erase(k);
+  ++n;
+  set_remote(*c, host);
+  c->remote_conn = remote_conn;
+  return c;
+}
+
 CmConnection* CmTable::find(uint32_t conn_id) {
+  auto it = conns_.find(conn_id);
+  return it == conns_.end() ? nullptr : &it->second;
+}
+
+const CmConnection* CmTable::find(uint32_t conn_id) const {
   auto it = conns_.find(conn_id);
   return it == conns_.end() ? nullptr : &it->second;
 }
@@ -54,9 +103,18 @@ CmConnection* CmTable::find(uint32_t conn_id) {
 void CmTable::erase(uint32_t conn_id) {
   auto it = conns_.find(conn_id);
   if (it == conns_.end()) return;
-  auto n = conns_per_client_.find(it->second.active_client);
-  if (n != conns_per_client_.end() && --n->second == 0) conns_per_client_.erase(n);
+  const CmConnection& c = it->second;
+  const uint32_t active = c.active_client;
+  if (c.remote()) --remote_count_;
+  if (c.active_client == 0 && c.remote()) {
+    auto h = conns_per_host_.find(c.remote_host);
+    if (h != conns_per_host_.end() && --h->second == 0) conns_per_host_.erase(h);
+  } else {
+    auto n = conns_per_client_.find(c.active_client);
+    if (n != conns_per_client_.end() && --n->second == 0) conns_per_client_.erase(n);
+  }
   conns_.erase(it);
+  if (hooks_.release) hooks_.release(active, CmCharge::kConnection);
 }
 
 std::vector<std::pair<uint32_t, uint16_t>> CmTable::listeners_of(uint32_t client) const {
@@ -97,14 +155,29 @@ std::vector<uint32_t> CmTable::connections_with(uint32_t host) const {
   return out;
 }
 
+std::vector<uint32_t> CmTable::remote_connections() const {
+  std::vector<uint32_t> out;
+  for (const auto& [id, c] : conns_)
+    if (c.remote()) out.push_back(id);
+  return out;
+}
+
+void CmTable::set_remote(CmConnection& c, uint32_t host) {
+  if (!c.remote()) ++remote_count_;
+  c.remote_host = host;
+}
+
 std::vector<CmNotice> CmTable::remove_client(uint32_t client) {
   std::vector<CmNotice> out;
   for (auto it = listeners_.begin(); it != listeners_.end();) {
-    if (it->second.client == client)
+    if (it->second.client == client) {
       it = listeners_.erase(it);
-    else
+      if (hooks_.release) hooks_.release(client, CmCharge::kListener);
+    } else {
       ++it;
+    }
   }
+  listeners_per_client_.erase(client);
   std::vector<uint32_t> gone;
   for (const auto& [id, c] : conns_) {
     bool active = c.active_client == client, passive = c.passive_client == client;

@@ -5,11 +5,13 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <utility>
 
 #include "common/protocol.h"
 #include "common/unique_fd.h"
 #include "daemon/identity/client_identity.h"
 #include "daemon/registry/arena_view.h"
+#include "daemon/registry/object_view.h"
 
 namespace vrdma::daemon {
 
@@ -17,7 +19,20 @@ namespace vrdma::daemon {
 struct ClientFd {
   UniqueFd fd;
   proto::FdKind kind{};
-  uint64_t size = 0;
+  uint64_t size = 0;  // files: the size the file has (sealed: it cannot change)
+  // Memory sealed against new writable mappings: the daemon's own writable mapping, made before
+  // the seal, for its router.
+  void* kept = nullptr;
+  ObjectView object;  // QP objects: the daemon's mapping
+  ClientFd() = default;
+  ClientFd(ClientFd&& o) noexcept
+      : fd(std::move(o.fd)),
+        kind(o.kind),
+        size(o.size),
+        kept(std::exchange(o.kept, nullptr)),
+        object(std::move(o.object)) {}
+  ClientFd& operator=(ClientFd&&) = delete;
+  ~ClientFd();
 };
 
 struct Client {
@@ -26,8 +41,16 @@ struct Client {
   bool identified = false;
   std::string identify_error;
   Identity ident;
-  std::string tenant;
-  uint32_t kind = 0;  // proto::ClientKind once hello is true
+  std::string tenant;  // "" without a device
+  // 0 when the client may have a device; else the errno its verbs Hello gets, and why.
+  int device_refusal = 0;
+  std::string refusal_why;
+  // Refused whatever it asks (EMFILE: its container is over its connection quota): its Hello
+  // gets this errno. Such clients (and unidentified ones) are counted in refused_pending_.
+  int refused = 0;
+  NetnsId quota_key;                // the container its use is counted under
+  bool connection_counted = false;  // its connection counts towards the container's quota
+  uint32_t kind = 0;                // proto::ClientKind once hello is true
   bool hello = false;
   bool doomed = false;  // scheduled for drop; nothing more is read from or sent to it
   std::string drop_reason;

@@ -7,7 +7,10 @@
 #include <vector>
 
 #include "common/address.h"
+#include "daemon/core/quotas.h"
 #include "daemon/directory/directory.h"
+#include "daemon/identity/admission.h"
+#include "daemon/identity/client_identity.h"
 #include "daemon/identity/tenants.h"
 #include "daemon/router/router_config.h"
 
@@ -16,36 +19,71 @@ namespace vrdma::daemon {
 struct DaemonConfig {
   // What the directory and the router take from the daemon's options.
   DirectoryConfig directory_config() const {
-    return DirectoryConfig{directory, host_id, static_peers, directory_lease_s};
+    return DirectoryConfig{directory, host_id, static_peers, directory_lease_s,
+                           tls_ca,    tls_cert, tls_key};
   }
-  RouterConfig router_config() const { return RouterConfig{host_id, router_listen}; }
+  RouterConfig router_config() const {
+    RouterConfig r;
+    r.host_id = host_id;
+    r.listen = router_listen;
+    r.tls = TlsFiles{tls_ca, tls_cert, tls_key};
+    r.plaintext = router_plaintext;
+    return r;
+  }
   // This host's directory entry.
   HostEntry self_entry() const { return HostEntry{host_id, router_listen, pod_cidrs}; }
 
+  IdentityOptions identity_options() const {
+    return IdentityOptions{netns_dir, netns_prefix, trust_unnamed_netns, peer_pidfd};
+  }
+  DevicePolicy device_policy() const {
+    return DevicePolicy{&tenants, allow_host_clients, netns_dir};
+  }
+
   std::string socket_path;
+  // The socket is mode 0660, owned by the daemon's user and this group (a name or a number;
+  // empty: the daemon's own group). Only members (and root) can connect.
+  std::string socket_group;
   uint32_t host_id = 0;
+  // Tenants: clients whose address a rule covers share the rule's tenant; a container no rule
+  // covers is a tenant of its own.
   std::vector<TenantRule> tenants;
+  // The host's own processes (the daemon's network namespace) get a device without a tenant
+  // rule covering the host's address (tenant "@host").
+  bool allow_host_clients = false;
   // Where named network namespaces are pinned (`ip netns add`); a client's container name is
   // the entry there whose inode matches its namespace, without a leading "vrdma-".
   std::string netns_dir = "/run/netns";
   std::string netns_prefix = "vrdma-";  // left out of container names
   // A namespace that is neither the daemon's own nor pinned in netns_dir can be made by any
-  // unprivileged process (unshare -Urn) with any address in it, so by default its address
-  // does not select a tenant: such clients are put in the "default" tenant.
+  // unprivileged process (unshare -Urn) with any address in it, so by default it is anonymous:
+  // no device. With this set, such namespaces of the host's user namespace are trusted with
+  // their address (namespaces of other user namespaces never are).
   bool trust_unnamed_netns = false;
+  // Ask the kernel for the client's pidfd (SO_PEERPIDFD, Linux 6.5); false identifies clients
+  // as on older kernels (to test that path).
+  bool peer_pidfd = true;
 
-  // Per-client quotas.
-  size_t max_fds_per_client = 4096;   // PutFd beyond this: EMFILE
-  size_t max_keys_per_client = 4096;  // AllocKey beyond this: EDQUOT
-  size_t max_qps_per_client = 16384;  // AllocQpn beyond this: EDQUOT
-  int max_protocol_errors = 16;       // malformed requests before the client is dropped
+  // Per-container quotas.
+  QuotaLimits quotas;
+  int max_protocol_errors = 16;  // malformed requests before the client is dropped
+  // Connections waiting to be told they were refused (their Hello gets the error); beyond this
+  // many, a refused connection is closed at once.
+  size_t max_refused_pending = 256;
 
   // Across hosts. A daemon without router_listen serves its own host only.
   std::string router_listen;            // "a.b.c.d:port" this host's router accepts links on
+  // The cluster's PKI (PEM files): the CA, this host's certificate (CN vrdma-host-<id>,
+  // subjectAltName IP of its router address) and key. Required with a router unless
+  // router_plaintext, and by the etcd directory (etcd takes the certificate's CN as this host's
+  // user, whose role may write only this host's keys).
+  std::string tls_ca, tls_cert, tls_key;
+  bool router_plaintext = false;  // links between routers without TLS (insecure)
   std::vector<Ipv4Cidr> pod_cidrs;      // container networks this host owns
   std::string directory = "embedded";   // "embedded" or "etcd://host:port[,host:port...]"
   std::vector<std::string> static_peers;  // embedded directory: "ID=a.b.c.d:port=CIDR[,CIDR]"
   int directory_lease_s = 5;            // entries of a dead host expire after this
+  int cm_remote_timeout_s = 30;  // an rdma_cm side waiting for another host gives up after this
   // Scheduling priority (nice) of a daemon with a router: it must get a core promptly when
   // routed traffic wakes it, also when the applications it serves spin on every core.
   int router_nice = -10;

@@ -17,6 +17,7 @@
 #include "common/address.h"
 #include "common/clock.h"
 #include "common/log.h"
+#include "daemon/core/socket_group.h"
 #include "shm/sigbus_guard.h"
 
 namespace vrdma::daemon {
@@ -29,6 +30,8 @@ constexpr uint64_t kWakeTag = 2ull << 32;
 constexpr uint64_t kReloadTag = 4ull << 32;
 constexpr int kPacketsPerWakeup = 64;  // then let other clients have a turn
 constexpr int kAcceptsPerWakeup = 64;
+// How often the namespaces of containers without clients are looked for (check_idle_addresses).
+constexpr int64_t kIdleCheckNs = 1'000'000'000;
 // How long the loop keeps polling after routed work before it sleeps. Hosts whose cores are
 // all busy (the sandbox runs every host on one machine) do better sleeping at once: a woken
 // router preempts spinning applications, a spinning one competes with them.
@@ -53,7 +56,8 @@ uint64_t random64() {
 
 Daemon::Daemon(DaemonConfig config)
     : cfg_(std::move(config)),
-      identity_(cfg_.netns_dir, cfg_.netns_prefix),
+      identity_(cfg_.identity_options()),
+      quotas_(cfg_.quotas),
       wake_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)),
       reload_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)),
       boot_(random64()),
@@ -109,9 +113,20 @@ int Daemon::listen_on_socket() {
     return -fd;
   }
   listen_.reset(fd);
-  if (::chmod(cfg_.socket_path.c_str(), 0666) < 0) {
+  // Connecting needs write permission on the socket: the daemon's user and the socket's group.
+  // The group is set before the mode, so that the socket is never open to the wrong group.
+  gid_t group = ::getegid();
+  if (!cfg_.socket_group.empty()) {
+    std::string why;
+    if (!resolve_group(cfg_.socket_group, &group, &why)) {
+      LOG_ERROR("%s: --socket-group: %s", cfg_.socket_path.c_str(), why.c_str());
+      return EINVAL;
+    }
+  }
+  if (::chown(cfg_.socket_path.c_str(), static_cast<uid_t>(-1), group) < 0 ||
+      ::chmod(cfg_.socket_path.c_str(), 0660) < 0) {
     int err = errno;
-    LOG_ERROR("%s: chmod: %s", cfg_.socket_path.c_str(), strerror(err));
+    LOG_ERROR("%s: cannot set its group and mode: %s", cfg_.socket_path.c_str(), strerror(err));
     return err;
   }
   struct stat st {};
@@ -134,6 +149,7 @@ int Daemon::start_services() {
     return err;
   }
   cm_ = std::make_unique<CmService>(static_cast<CmPort&>(*this), *directory_);
+  cm_->set_remote_timeout(int64_t(cfg_.cm_remote_timeout_s) * 1'000'000'000);
   if (cfg_.router_listen.empty()) return 0;
   router_ = std::make_unique<Router>(cfg_.router_config(), *directory_, router_hooks(), boot_);
   if (cfg_.router_nice && ::setpriority(PRIO_PROCESS, 0, cfg_.router_nice) < 0)
@@ -155,6 +171,7 @@ int Daemon::run() {
   // While routed traffic flows the loop polls without sleeping; after kLingerNs without work
   // it sleeps in epoll (QPs then ring the router's doorbell).
   int64_t last_work = 0;
+  int64_t next_cm_tick = 0;
   while (!stopping) {
     int timeout = -1;
     if (router_) {
@@ -164,9 +181,17 @@ int Daemon::run() {
       } else if (!router_->prepare_sleep()) {
         timeout = 0;
         last_work = now;
-      } else if (int64_t dl = router_->next_deadline(now); dl >= 0) {
-        timeout = static_cast<int>(std::max<int64_t>(1, (dl - now + 999999) / 1000000));
+      } else {
+        int64_t dl = router_->next_deadline(now);
+        int64_t cm = cm_->next_deadline(now);
+        if (cm >= 0 && (dl < 0 || cm < dl)) dl = cm;
+        if (dl >= 0)
+          timeout = static_cast<int>(std::max<int64_t>(1, (dl - now + 999999) / 1000000));
       }
+    }
+    if (!idle_addresses_.empty()) {
+      const int idle_ms = static_cast<int>(kIdleCheckNs / 1000000);
+      timeout = timeout < 0 ? idle_ms : std::min(timeout, idle_ms);
     }
     int n = ::epoll_wait(epoll_.get(), events, 64, timeout);
     if (n < 0) {
@@ -196,9 +221,14 @@ int Daemon::run() {
       }
       reap();
     }
+    check_idle_addresses(now_ns());
     if (router_) {
       int64_t now = now_ns();
       if (router_->poll(now)) last_work = now;
+      if (int64_t dl = cm_->next_deadline(now); dl >= 0 && now >= next_cm_tick) {
+        cm_->tick(now);
+        next_cm_tick = dl;
+      }
       reap();
     }
   }
@@ -207,6 +237,44 @@ int Daemon::run() {
   router_.reset();
   if (directory_) directory_->stop();
   return result;
+}
+
+bool Daemon::address_in_use(uint32_t ipv4, uint32_t except) const {
+  for (const auto& [id, other] : clients_)
+    if (id != except && !other->doomed && other->hello &&
+        other->kind == static_cast<uint32_t>(proto::ClientKind::kVerbs) &&
+        other->ident.ipv4 == ipv4)
+      return true;
+  return false;
+}
+
+void Daemon::withdraw_address(uint32_t ipv4) {
+  if (cm_) cm_->remove_address(ipv4);
+  if (ipv4 && directory_) directory_->withdraw_container(ipv4);
+}
+
+void Daemon::address_idle(const Client& c) {
+  if (c.ident.host || !c.ident.ipv4) {
+    if (cm_) cm_->remove_address(c.ident.ipv4);
+    return;
+  }
+  if (!c.ident.named || c.ident.anonymous) return withdraw_address(c.ident.ipv4);
+  idle_addresses_[c.ident.ipv4] = c.ident.netns;
+}
+
+void Daemon::check_idle_addresses(int64_t now) {
+  if (idle_addresses_.empty() || now < next_idle_check_ns_) return;
+  next_idle_check_ns_ = now + kIdleCheckNs;
+  for (auto it = idle_addresses_.begin(); it != idle_addresses_.end();) {
+    if (identity_.pinned(it->second)) {
+      ++it;
+      continue;
+    }
+    LOG_INFO("container %s is gone (its network namespace is no longer pinned): withdrawn",
+             ipv4_text(it->first).c_str());
+    withdraw_address(it->first);
+    it = idle_addresses_.erase(it);
+  }
 }
 
 void Daemon::shutdown_all() {
@@ -233,11 +301,6 @@ Client* Daemon::find_live(uint32_t id) {
   return it == clients_.end() || it->second->doomed ? nullptr : it->second.get();
 }
 
-std::string Daemon::tenant_of(const Identity& ident) const {
-  if (!ident.named && !cfg_.trust_unnamed_netns) return kDefaultTenant;
-  return tenant_for(cfg_.tenants, ident.ipv4);
-}
-
 void Daemon::accept_clients() {
   for (int i = 0; i < kAcceptsPerWakeup; ++i) {
     int fd = ::accept4(listen_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
@@ -261,27 +324,25 @@ void Daemon::accept_clients() {
     auto c = std::make_unique<Client>();
     c->id = next_client_id_++;
     c->sock.reset(fd);
-    std::string why;
-    if (int rc = identity_.identify(fd, &c->ident, &why); rc == 0) {
-      c->identified = true;
-      c->tenant = tenant_of(c->ident);
-    } else {
-      c->identify_error = why;
-    }
+    if (!admit_client(*c)) continue;  // closes it
     epoll_event ev{};
     ev.events = EPOLLIN | EPOLLRDHUP;
     ev.data.u64 = c->id;
     if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, fd, &ev) < 0) {
       LOG_ERROR("epoll_ctl: %s", strerror(errno));
+      release_client(*c);
       if (c->identified) identity_.release(c->ident.netns);
       continue;
     }
     if (c->identified) {
-      LOG_INFO("client %u connected: pid=%d uid=%u container=%s ip=%s tenant=%s", c->id,
+      LOG_INFO("client %u connected: pid=%d uid=%u container=%s ip=%s tenant=%s%s%s", c->id,
                c->ident.pid, c->ident.uid, c->ident.container.c_str(),
-               ipv4_text(c->ident.ipv4).c_str(), c->tenant.c_str());
+               ipv4_text(c->ident.ipv4).c_str(), c->tenant.empty() ? "(none)" : c->tenant.c_str(),
+               c->ident.anonymous ? " anonymous" : "",
+               c->refused ? " (refused: over its container's connection quota)" : "");
     } else {
-      LOG_WARN("client %u connected but cannot be identified: %s", c->id, why.c_str());
+      LOG_WARN("client %u connected but cannot be identified: %s", c->id,
+               c->identify_error.c_str());
     }
     clients_.emplace(c->id, std::move(c));
   }
@@ -351,6 +412,9 @@ void Daemon::drop(Client& c, const std::string& why, bool notify_peers) {
       for (uint32_t q : qpns) ok = c.arena.mark_qp_gone(registry_.find_qp(q)->arena_offset) && ok;
       if (!ok) LOG_WARN("client %u: its arena could not be fully updated (shrunk?)", id);
     }
+    // What senders map: every QP object says its QP is gone.
+    for (auto& [fd_id, f] : c.fds)
+      if (f.kind == proto::FdKind::kQpObject) f.object.mark_gone();
     // 2. Tell every other client whose QP was connected to one of them.
     for (const FatalNotice& n : registry_.notices_for_death(id)) {
       Client* peer = find_live(n.client);
@@ -365,6 +429,12 @@ void Daemon::drop(Client& c, const std::string& why, bool notify_peers) {
   // 3. Forget everything it had (its rdma_cm peers are told, unless the daemon is stopping).
   if (router_) router_->client_gone(id);
   if (cm_) cm_->client_gone(id, notify_peers);
+  // 4. The last verbs client of a container's address gone: the address is withdrawn when the
+  // container goes (published again when a client comes back).
+  if (notify_peers && c.hello && c.kind == static_cast<uint32_t>(proto::ClientKind::kVerbs) &&
+      !address_in_use(c.ident.ipv4, id))
+    address_idle(c);
+  release_client(c);
   registry_.remove_client(id);
   const size_t nfds = c.fds.size();
   c.fds.clear();

@@ -6,6 +6,7 @@
 //   verbs_ops.cc    the verbs requests: descriptors, QPNs, connections, keys
 //   status_view.cc  the Status reply
 //   ports.cc        what the rdma_cm service and the router ask of the daemon
+//   client_admission.cc  who a new connection is, whether it gets a device, its quotas
 //   reload_op.cc    reloading the configuration (SIGHUP, the Reload request)
 //
 // Usage (also from tests):
@@ -31,6 +32,7 @@
 #include "daemon/core/client.h"
 #include "daemon/core/config.h"
 #include "daemon/core/decode.h"
+#include "daemon/core/quotas.h"
 #include "daemon/directory/directory.h"
 #include "daemon/identity/client_identity.h"
 #include "daemon/registry/registry.h"
@@ -51,8 +53,9 @@ class Daemon : private CmPort {
   Daemon(const Daemon&) = delete;
   Daemon& operator=(const Daemon&) = delete;
 
-  // Creates the listening socket (mode 0666) and the event loop. Refuses (EADDRINUSE) to
-  // take over the socket of a daemon that still answers on it. 0 or a positive errno.
+  // Creates the listening socket (mode 0660, group cfg.socket_group) and the event loop. Refuses
+  // (EADDRINUSE) to take over the socket of a daemon that still answers on it. 0 or a positive
+  // errno.
   int start();
   // Serves clients until stop(). Returns 0, or a positive errno when the event loop itself
   // failed. Before returning it closes every client and removes the socket it created.
@@ -78,9 +81,24 @@ class Daemon : private CmPort {
   void schedule_drop(Client& c, const std::string& why);
   void reap();  // drops every client scheduled for it
   void drop(Client& c, const std::string& why, bool notify_peers);
+  // Whether a verbs client other than `except` still uses the address.
+  bool address_in_use(uint32_t ipv4, uint32_t except) const;
+  // The address of a container without clients stays served (rdma_cm resolves it, its
+  // directory entry stays) while its network namespace is pinned in the netns directory: the
+  // container is still there. Once the pin is gone, so is the container: withdrawn.
+  void address_idle(const Client& c);
+  void check_idle_addresses(int64_t now);
+  void withdraw_address(uint32_t ipv4);
   void shutdown_all();
   Client* find_live(uint32_t id);
-  std::string tenant_of(const Identity& ident) const;
+
+  // Who a new connection is and what it may do (client_admission.cc).
+  bool admit_client(Client& c);    // false: close it at once
+  void release_client(Client& c);  // gives back everything the client counted, at its drop
+  int charge(Client& c, Resource r, uint64_t n = 1);
+  void release(Client& c, Resource r, uint64_t n = 1);
+  // A verbs Hello: 0 when the client gets a device, else the errno it is refused with.
+  int admit_device(Client& c);
   // Replies. A send that fails for any reason (EAGAIN included) drops the client.
   bool send(Client& c, proto::Op op, uint32_t seq, int32_t status, const void* payload, size_t len,
             std::span<const int> fds = {});
@@ -103,6 +121,18 @@ class Daemon : private CmPort {
   void handle(Client& c, const Decoded& d, const proto::StatusReq& r);
   void handle(Client& c, const Decoded& d, const proto::ReloadReq& r);  // reload_op.cc
   ReloadOutcome reload();
+  void handle(Client& c, const Decoded& d, const proto::SetQpObjectReq& r);
+  void handle(Client& c, const Decoded& d, const proto::GetMrReq& r);
+
+  // Grants (grants.cc): what a client may get of another client's shared memory.
+  int accept_fd(Client& c, const proto::PutFdReq& r, UniqueFd& fd, ClientFd& out);
+  std::vector<const QpRecord*> reachable(const Client& req, uint32_t via,
+                                         const Client& owner) const;
+  int describe_mr(const Client& owner, const KeyRecord& k, uint32_t key, proto::GetMrRep& rep,
+                  const ClientFd** files) const;
+  bool objects_ok(const Client& c, uint32_t object, uint32_t srq, uint32_t notify) const;
+  int router_grant(uint32_t owner, uint32_t key, shm::MrGrant& out);
+  uint8_t* router_kept_mapping(uint32_t owner, uint32_t fd_id, uint64_t& size);
   // A ConnectQp whose destination is on another host: through the router (async reply).
   void connect_routed(Client& c, const Decoded& d, const proto::ConnectQpReq& r,
                       uint32_t dest_ipv4);
@@ -120,15 +150,21 @@ class Daemon : private CmPort {
   bool cm_client_tenant(uint32_t client, std::string* tenant) override;
   std::string cm_tenant_of(uint32_t ipv4) override;
   bool cm_qp_of(uint32_t client, uint32_t qpn, uint32_t* type) override;
+  int cm_charge(uint32_t client, CmCharge what) override;
+  void cm_release(uint32_t client, CmCharge what) override;
   int cm_remote_host(uint32_t ipv4, uint32_t* host) override;
   int cm_send_to_host(uint32_t host, const wire::Cm& m) override;
 
   DaemonConfig cfg_;
   IdentityResolver identity_;
   Registry registry_;
+  ContainerQuotas quotas_;
+  size_t refused_pending_ = 0;  // refused connections waiting for their Hello
   std::unique_ptr<Directory> directory_;
   std::unique_ptr<CmService> cm_;
-  std::unique_ptr<Router> router_;  // only with cfg_.router_listen
+  std::unique_ptr<Router> router_;              // only with cfg_.router_listen
+  std::map<uint32_t, NetnsId> idle_addresses_;  // address -> its container's namespace
+  int64_t next_idle_check_ns_ = 0;
   UniqueFd listen_;
   UniqueFd epoll_;
   UniqueFd wake_;    // eventfd written by stop()

@@ -27,9 +27,8 @@ bool valid_qp_type(uint32_t t) {
 }
 
 bool valid_fd_kind(uint32_t k) {
-  return k == static_cast<uint32_t>(proto::FdKind::kArena) ||
-         k == static_cast<uint32_t>(proto::FdKind::kMemory) ||
-         k == static_cast<uint32_t>(proto::FdKind::kEvent);
+  return k >= static_cast<uint32_t>(proto::FdKind::kArena) &&
+         k <= static_cast<uint32_t>(proto::FdKind::kKeyTable);
 }
 
 // Field checks that need no daemon state: the reason a request is invalid, or nullptr. One
@@ -50,19 +49,40 @@ struct FieldCheck {
   }
   const char* operator()(const proto::PutFdReq& p) {
     bool arena = p.kind == static_cast<uint32_t>(proto::FdKind::kArena);
+    bool keys = p.kind == static_cast<uint32_t>(proto::FdKind::kKeyTable);
     if (!valid_fd_kind(p.kind)) return "fd kind";
-    if ((p.fd_id == 0) != arena) return "fd_id 0 is the arena and only the arena";
-    if (arena && (p.size < sizeof(shm::ArenaHeader) || p.size > shm::kArenaSize))
+    if ((p.fd_id == shm::kArenaFdId) != arena) return "fd_id 0 is the arena and only the arena";
+    if ((p.fd_id == shm::kKeyTableFdId) != keys)
+      return "fd_id 1 is the key table and only the key table";
+    if (arena && (p.size < sizeof(shm::ArenaHeader) || p.size > shm::kMaxArenaSize))
       return "arena size";
+    if (p.flags & ~proto::kSealWrites) return "flags";
+    if (p.flags && p.kind != static_cast<uint32_t>(proto::FdKind::kMemory))
+      return "only memory is sealed against writes";
     return nullptr;
   }
   const char* operator()(const proto::AllocQpnReq& a) {
     if (!valid_qp_type(a.qp_type)) return "qp type";
     if (a.arena_offset % alignof(shm::QpShared) != 0) return "qp offset alignment";
+    if (a.object_fd_id <= shm::kKeyTableFdId) return "qp object fd id";
+    if (a.srq_fd_id == shm::kKeyTableFdId || a.notify_fd_id == shm::kKeyTableFdId)
+      return "fd id";
     return nullptr;
   }
+  const char* operator()(const proto::SetQpObjectReq& s) {
+    if (s.object_fd_id <= shm::kKeyTableFdId) return "qp object fd id";
+    return s.notify_fd_id == shm::kKeyTableFdId ? "fd id" : nullptr;
+  }
   const char* operator()(const proto::AllocKeyReq& k) {
-    return k.index >= shm::kMrSlots ? "mr index" : nullptr;
+    return k.index == 0 || k.index >= shm::kMrSlots ? "mr index" : nullptr;
+  }
+  const char* operator()(const proto::GetMrReq& g) {
+    constexpr uint32_t kKnown = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ |
+                                IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC;
+    if (g.access == 0 || (g.access & ~kKnown)) return "access";
+    if ((g.access & IBV_ACCESS_LOCAL_WRITE) && g.access != IBV_ACCESS_LOCAL_WRITE)
+      return "access: a receive buffer or remote rights, not both";
+    return g.key == 0 ? "key 0" : nullptr;
   }
   const char* operator()(const proto::CmConnectReq& c) {
     if (!valid_qp_type(c.qp_type)) return "qp type";

@@ -3,6 +3,7 @@
 #include "common/address.h"
 #include "common/protocol.h"
 #include "daemon/core/reload.h"
+#include "daemon/core/socket_group.h"
 #include "daemon/directory/directory.h"
 #include "daemon/identity/tenants.h"
 
@@ -51,7 +52,37 @@ CLI::Validator peer() {
       "ID=ADDR:PORT=CIDR[,CIDR]");
 }
 
+std::string quota_help(Resource r) {
+  switch (r) {
+    case Resource::kConnections:
+      return "connections to vrdmad (EMFILE beyond)";
+    case Resource::kQps:
+      return "QPs (EDQUOT beyond)";
+    case Resource::kMrs:
+      return "registered memory regions (EDQUOT beyond)";
+    case Resource::kRegisteredBytes:
+      return "bytes of registered memory (EDQUOT beyond)";
+    case Resource::kFds:
+      return "descriptors handed to vrdmad (EMFILE beyond)";
+    case Resource::kCmListeners:
+      return "rdma_cm listeners (EMFILE beyond)";
+    case Resource::kCmConnections:
+      return "rdma_cm connections it initiates (EMFILE beyond)";
+    case Resource::kDirectoryEntries:
+      return "entries in the cluster directory: its address and its rdma_cm listeners (EDQUOT "
+             "beyond)";
+  }
+  return "";
+}
+
 }  // namespace
+
+std::string quota_option(Resource r) {
+  std::string name = resource_name(r);
+  for (char& ch : name)
+    if (ch == '_') ch = '-';
+  return "max-" + name + "-per-container";
+}
 
 void add_options(CLI::App& app, DaemonOptions& opts) {
   DaemonConfig& cfg = opts.cfg;
@@ -61,12 +92,18 @@ void add_options(CLI::App& app, DaemonOptions& opts) {
       ->envname(proto::kSocketEnv)
       ->default_val(proto::kDefaultSocket);
   app.add_option("--host-id", cfg.host_id, "This host's number in the cluster")->default_val(0);
+  app.add_option("--socket-group", cfg.socket_group,
+                 "Group (name or number) that may connect to the socket, which is mode 0660 "
+                 "(default: vrdmad's own group, root's when it runs as root)");
   app.add_option("--tenant", opts.tenants,
-                 "NAME=CIDR: clients whose IPv4 address is in CIDR belong to tenant NAME; the "
-                 "first matching rule wins, unmatched clients are in tenant \"default\" "
-                 "(repeatable)")
+                 "NAME=CIDR: clients whose IPv4 address is in CIDR belong to tenant NAME and "
+                 "may connect to each other; the first matching rule wins. A container no rule "
+                 "covers is a tenant of its own, \"@<its address>\" (repeatable)")
       ->allow_extra_args(false)
       ->check(tenant_rule());
+  app.add_flag("--allow-host-clients", cfg.allow_host_clients,
+               "Give a device to the host's own processes (vrdmad's network namespace) without "
+               "a --tenant rule covering the host's address; their tenant is \"@host\"");
   app.add_option("--log-level", opts.log_level, "error, warn, info or debug")
       ->check(CLI::IsMember({"error", "warn", "info", "debug"}))
       ->default_val("info");
@@ -78,14 +115,38 @@ void add_options(CLI::App& app, DaemonOptions& opts) {
                  "Left out of container names taken from --netns-dir")
       ->default_val("vrdma-");
   app.add_flag("--trust-unnamed-netns", cfg.trust_unnamed_netns,
-               "Let the address of a client in a network namespace that is neither the "
-               "host's nor pinned in --netns-dir select its tenant (such namespaces can be "
-               "made by unprivileged users, with any address; by default they get tenant "
-               "\"default\")");
+               "Give a device to clients in network namespaces that are neither the host's "
+               "nor pinned in --netns-dir, trusting their address (by default they get none: "
+               "such namespaces can be made by unprivileged users, with any address). "
+               "Namespaces made in another user namespace (unshare -U) never get one");
+  app.add_flag("--no-peer-pidfd", opts.no_peer_pidfd,
+               "Identify clients as on kernels before 6.5, without SO_PEERPIDFD (the pid is "
+               "checked by the socket its process holds); for testing that path");
+  for (size_t i = 0; i < kResourceCount; ++i) {
+    auto r = static_cast<Resource>(i);
+    app.add_option("--" + quota_option(r), cfg.quotas[r],
+                   "Quota of each container (network namespace; all anonymous ones together): " +
+                       quota_help(r))
+        ->default_val(cfg.quotas[r]);
+  }
   app.add_option("--router-listen", cfg.router_listen,
                  "ADDR:PORT (IPv4) where this host's router accepts links from other hosts; "
                  "without it the daemon serves its own host only")
       ->check(ipv4_port_or_empty());
+  app.add_option("--tls-ca", cfg.tls_ca,
+                 "PEM file of the cluster CA, which signed etcd's and every host's certificate: "
+                 "a router accepts links only from hosts whose certificate it signed")
+      ->check(CLI::ExistingFile);
+  app.add_option("--tls-cert", cfg.tls_cert,
+                 "PEM file of this host's certificate (subject CN vrdma-host-<host id>, which etcd "
+                 "takes as this host's user; subjectAltName IP of its --router-listen address)")
+      ->check(CLI::ExistingFile);
+  app.add_option("--tls-key", cfg.tls_key, "PEM file of this host's private key")
+      ->check(CLI::ExistingFile);
+  app.add_flag("--router-plaintext", cfg.router_plaintext,
+               "INSECURE: links between routers without TLS, neither authenticated nor "
+               "encrypted (for benchmarks and closed test networks); without it a router needs "
+               "--tls-ca, --tls-cert and --tls-key");
   app.add_option("--pod-cidr", opts.pod_cidrs,
                  "CIDR: a container network this host owns, published in the directory "
                  "(repeatable)")
@@ -93,13 +154,19 @@ void add_options(CLI::App& app, DaemonOptions& opts) {
       ->check(cidr());
   app.add_option("--directory", cfg.directory,
                  "Cluster directory: \"embedded\" (this host and its --peer hosts) or "
-                 "\"etcd://HOST:PORT[,HOST:PORT...]\" (etcd v3, IPv4 endpoints)")
+                 "\"etcd://HOST:PORT[,HOST:PORT...]\" (etcd v3 over TLS with --tls-ca, --tls-cert "
+                 "and --tls-key; IPv4 endpoints)")
       ->default_val("embedded");
   app.add_option("--peer", cfg.static_peers,
                  "ID=ADDR:PORT=CIDR[,CIDR...]: another host of an embedded directory, its "
                  "router address and container networks (repeatable)")
       ->allow_extra_args(false)
       ->check(peer());
+  app.add_option("--cm-remote-timeout", cfg.cm_remote_timeout_s,
+                 "Seconds an rdma_cm connection waits for another host (its reply, its RTU) or "
+                 "for a listener here to answer that host, before it fails")
+      ->default_val(cfg.cm_remote_timeout_s)
+      ->check(CLI::Range(1, 3600));
   app.add_option("--directory-lease", cfg.directory_lease_s,
                  "Seconds after which a dead host's etcd entries expire")
       ->default_val(cfg.directory_lease_s);
@@ -107,6 +174,12 @@ void add_options(CLI::App& app, DaemonOptions& opts) {
 
 std::string check_options(DaemonOptions* opts) {
   DaemonConfig& cfg = opts->cfg;
+  cfg.peer_pidfd = !opts->no_peer_pidfd;
+  if (!cfg.socket_group.empty()) {
+    gid_t gid;
+    std::string why;
+    if (!resolve_group(cfg.socket_group, &gid, &why)) return "--socket-group: " + why;
+  }
   cfg.tenants.clear();
   for (const auto& t : opts->tenants) {
     std::string error;
@@ -121,6 +194,14 @@ std::string check_options(DaemonOptions* opts) {
       return "--pod-cidr: expected A.B.C.D/LEN, not '" + c + "'";
     cfg.pod_cidrs.push_back(net);
   }
+  const bool tls_given = !cfg.tls_ca.empty() || !cfg.tls_cert.empty() || !cfg.tls_key.empty();
+  const bool tls_all = !cfg.tls_ca.empty() && !cfg.tls_cert.empty() && !cfg.tls_key.empty();
+  if (!cfg.router_listen.empty() && !cfg.router_plaintext && !tls_all)
+    return std::string(
+               "a router (--router-listen) authenticates and encrypts its links with TLS: give "
+               "--tls-ca, --tls-cert and --tls-key") +
+           (tls_given ? " (all three)" : "") + " (or --router-plaintext, insecure)";
+  if (tls_given && !tls_all) return "--tls-ca, --tls-cert and --tls-key go together";
   std::string error;
   if (!make_directory(cfg.directory_config(), &error))
     return "bad directory configuration: " + error;

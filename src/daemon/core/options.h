@@ -21,8 +21,12 @@ struct DaemonOptions {
   std::vector<std::string> tenants;    // NAME=CIDR
   std::vector<std::string> pod_cidrs;  // CIDR
   std::string log_level = "info";
+  bool no_peer_pidfd = false;
   bool operator==(const DaemonOptions&) const = default;
 };
+
+// The key of the quota option of `r` ("max-qps-per-container").
+std::string quota_option(Resource r);
 
 // Adds every option of vrdmad to `app`, bound to `opts`.
 void add_options(CLI::App& app, DaemonOptions& opts);

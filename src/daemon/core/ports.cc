@@ -26,6 +26,12 @@ Router::Hooks Daemon::router_hooks() {
     fd = ::fcntl(it->second.fd.get(), F_DUPFD_CLOEXEC, 0);
     return fd < 0 ? errno : 0;
   };
+  h.grant_mr = [this](uint32_t client, uint32_t key, shm::MrGrant& out) {
+    return router_grant(client, key, out);
+  };
+  h.kept_mapping = [this](uint32_t client, uint32_t fd_id, uint64_t& size) {
+    return router_kept_mapping(client, fd_id, size);
+  };
   h.qp_fatal = [this](uint32_t client, uint32_t qpn, proto::FatalReason why) {
     notify_qp_fatal(client, qpn, why);
   };
@@ -35,13 +41,21 @@ Router::Hooks Daemon::router_hooks() {
     if (!owner) return false;
     out->owner = owner->id;
     out->arena_offset = rec->arena_offset;
+    out->object_fd_id = rec->object_fd_id;
     out->type = rec->type;
     out->ipv4 = owner->ident.ipv4;
     out->tenant = owner->tenant;
     return true;
   };
+  h.names_peer = [this](uint32_t qpn, uint32_t ipv4, uint32_t peer_qpn) {
+    return registry_.names_peer(qpn, ipv4, peer_qpn);
+  };
   h.tenant_of = [this](uint32_t ipv4) { return tenant_for(cfg_.tenants, ipv4); };
   h.on_cm = [this](uint32_t host, const wire::Cm& m) { cm_->on_remote(host, m); };
+  h.cm_connections_with = [this](uint32_t host) {
+    return cm_->table().connections_with(host).size();
+  };
+  h.host_gone = [this](uint32_t host) { cm_->host_gone(host); };
   return h;
 }
 

@@ -62,7 +62,9 @@ json build(const StatusInput& in, size_t list_cap, size_t client_cap, bool trunc
     json mrs = json::array();
     for (size_t j = 0; j < c.mrs.size() && j < list_cap; ++j) {
       const StatusMr& m = c.mrs[j];
-      mrs.push_back({{"key", hex32(m.key)}, {"length", m.length}, {"access", m.access}});
+      json mr = {{"length", m.length}, {"access", m.access}};
+      if (m.key_shown) mr["key"] = hex32(m.key);
+      mrs.push_back(std::move(mr));
     }
     clients.push_back({{"id", c.id},
                        {"pid", c.pid},
@@ -75,6 +77,14 @@ json build(const StatusInput& in, size_t list_cap, size_t client_cap, bool trunc
                        {"mrs", std::move(mrs)},
                        {"fds", c.fds}});
   }
+  json containers = json::array();
+  for (size_t i = 0; i < in.containers.size() && i < client_cap; ++i) {
+    const StatusContainer& c = in.containers[i];
+    json quota = json::object();
+    for (size_t r = 0; r < kResourceCount; ++r)
+      quota[resource_name(static_cast<Resource>(r))] = json::array({c.used[r], c.limit[r]});
+    containers.push_back({{"container", c.name}, {"quota", std::move(quota)}});
+  }
   json links = json::array();
   for (const auto& l : in.links)
     links.push_back({{"host_id", l.host_id},
@@ -82,7 +92,8 @@ json build(const StatusInput& in, size_t list_cap, size_t client_cap, bool trunc
                      {"connected", l.connected},
                      {"addr", l.addr},
                      {"bytes_in", l.bytes_in},
-                     {"bytes_out", l.bytes_out}});
+                     {"bytes_out", l.bytes_out},
+                     {"security", l.security}});
   return json{
       {"daemon",
        {{"pid", in.pid},
@@ -97,6 +108,7 @@ json build(const StatusInput& in, size_t list_cap, size_t client_cap, bool trunc
         {"router", {{"enabled", in.router}, {"routed_qps", in.routed_qps}, {"links", links}}}}},
       {"scope", in.scope},
       {"clients", std::move(clients)},
+      {"containers", std::move(containers)},
       {"totals", {{"qps", total_qps}, {"mrs", total_mrs}, {"clients", in.clients.size()}}},
       {"truncated", truncated}};
 }
@@ -111,7 +123,8 @@ std::string dump(const json& j) {
 std::string render_status(const StatusInput& in, size_t limit) {
   size_t longest = 0;
   for (const auto& c : in.clients) longest = std::max({longest, c.qps.size(), c.mrs.size()});
-  std::string text = dump(build(in, longest, in.clients.size(), false));
+  const size_t everyone = std::max(in.clients.size(), in.containers.size());
+  std::string text = dump(build(in, longest, everyone, false));
   if (text.size() <= limit) return text;
 
   // Largest per-client list length that fits, by bisection.
@@ -121,19 +134,19 @@ std::string render_status(const StatusInput& in, size_t limit) {
     text = std::move(t);
     return true;
   };
-  if (fits(0, in.clients.size())) {
+  if (fits(0, everyone)) {
     size_t lo = 0, hi = longest;  // fits(lo), !fits(hi)
     while (hi - lo > 1) {
       size_t mid = lo + (hi - lo) / 2;
-      if (fits(mid, in.clients.size()))
+      if (fits(mid, everyone))
         lo = mid;
       else
         hi = mid;
     }
-    fits(lo, in.clients.size());
+    fits(lo, everyone);
     return text;
   }
-  size_t lo = 0, hi = in.clients.size();
+  size_t lo = 0, hi = std::max(in.clients.size(), in.containers.size());
   while (hi - lo > 1) {
     size_t mid = lo + (hi - lo) / 2;
     if (fits(0, mid))

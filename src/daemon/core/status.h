@@ -1,10 +1,13 @@
 // The Status reply: a JSON document describing the daemon and its clients.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include "daemon/core/quotas.h"
 
 namespace vrdma::daemon {
 
@@ -20,6 +23,14 @@ struct StatusMr {
   uint32_t key = 0;
   uint64_t length = 0;
   uint32_t access = 0;
+  bool key_shown = true;  // false: another container's MR, listed without its key
+};
+
+// A container's use of vrdmad against its quotas.
+struct StatusContainer {
+  std::string name;
+  std::array<uint64_t, kResourceCount> used{};
+  std::array<uint64_t, kResourceCount> limit{};
 };
 
 struct StatusClient {
@@ -43,6 +54,7 @@ struct StatusInput {
   size_t clients_connected = 0;  // all clients, whether listed or not
   std::string scope;             // "all" or "tenant:<name>"
   std::vector<StatusClient> clients;
+  std::vector<StatusContainer> containers;
   // Across hosts.
   std::string directory;  // its description
   bool directory_available = true;
@@ -54,6 +66,7 @@ struct StatusInput {
     bool outbound, connected;
     std::string addr;
     uint64_t bytes_in, bytes_out;
+    std::string security;  // "plaintext", "tls" (user space) or "ktls" (the kernel encrypts)
   };
   std::vector<Link> links;
 };
@@ -62,8 +75,8 @@ const char* qp_type_name(uint32_t type);
 const char* qp_state_name(uint32_t state);  // RESET, INIT, RTR, RTS, SQD, SQE, ERR, UNKNOWN
 
 // Renders the JSON text, at most `limit` bytes. When the full document does not fit, the
-// per-client QP and MR lists are shortened (then, if need be, the client list) and
-// "truncated" is true. Totals always count everything in `in`.
+// per-client QP and MR lists are shortened (then, if need be, the client and container lists)
+// and "truncated" is true. Totals always count everything in `in`.
 std::string render_status(const StatusInput& in, size_t limit);
 
 }  // namespace vrdma::daemon

@@ -15,7 +15,8 @@ void Daemon::handle(Client& c, const Decoded& d, const proto::StatusReq&) {
 
 bool Daemon::sees_everything(const Client& viewer) const {
   // The host's administrator: a client in the daemon's own network namespace running as
-  // root or as the daemon's user. Everyone else sees only its own tenant.
+  // root or as the daemon's user. Everyone else sees its own container and the other clients
+  // of its tenant, and the keys of its own container's MRs only.
   return viewer.ident.host && (viewer.ident.uid == 0 || viewer.ident.uid == ::geteuid());
 }
 
@@ -36,14 +37,18 @@ std::string Daemon::status_text(const Client& viewer) {
     in.routed_qps = router_->routed_qps();
     if (all)
       for (const auto& l : router_->links())
-        in.links.push_back({l.host_id, l.outbound, l.connected, l.addr, l.bytes_in, l.bytes_out});
+        in.links.push_back({l.host_id, l.outbound, l.connected, l.addr, l.bytes_in, l.bytes_out,
+                            !l.tls ? "plaintext" : l.ktls ? "ktls" : "tls"});
   }
-  in.scope = all ? "all" : "tenant:" + viewer.tenant;
+  in.scope = all                     ? "all"
+             : viewer.tenant.empty() ? "container:" + viewer.ident.container
+                                     : "tenant:" + viewer.tenant;
   for (const auto& [id, cp] : clients_) {
     const Client& c = *cp;
     if (c.doomed || !c.identified) continue;
     ++in.clients_connected;
-    if (!all && c.tenant != viewer.tenant) continue;
+    const bool same_container = c.ident.netns == viewer.ident.netns;
+    if (!all && !same_container && (c.tenant.empty() || c.tenant != viewer.tenant)) continue;
     StatusClient sc;
     sc.id = c.id;
     sc.pid = c.ident.pid;
@@ -66,17 +71,26 @@ std::string Daemon::status_text(const Client& viewer) {
         q.state = snap.state;
         q.tx_ops = snap.tx_ops;
         q.tx_bytes = snap.tx_bytes;
-        q.rx_ops = snap.rx_ops;
-        q.rx_bytes = snap.rx_bytes;
         q.errors = snap.errors;
       }
+      // Receive counters are kept by the senders, in the QP object.
+      if (auto f = c.fds.find(rec->object_fd_id); f != c.fds.end())
+        f->second.object.read_rx(&q.rx_ops, &q.rx_bytes);
       sc.qps.push_back(q);
     }
     for (uint32_t key : registry_.keys_of(c.id)) {
       const KeyRecord* k = registry_.find_key(key);
-      sc.mrs.push_back({key, k->length, k->access});
+      sc.mrs.push_back({key, k->length, k->access, all || same_container});
     }
     in.clients.push_back(std::move(sc));
+  }
+  for (const auto& [key, u] : quotas_.containers()) {
+    if (!all && !(key == viewer.quota_key)) continue;
+    StatusContainer sc;
+    sc.name = u.name;
+    sc.used = u.used;
+    sc.limit = quotas_.limits().max;
+    in.containers.push_back(std::move(sc));
   }
   return render_status(in, proto::kMaxStatusText);
 }

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstring>
 
 #include "common/address.h"
@@ -28,13 +29,6 @@ void copy_name(char (&dst)[N], const std::string& src) {
   std::memcpy(dst, src.data(), std::min(src.size(), N - 1));
 }
 
-bool is_eventfd(int fd) {
-  char path[64], target[64] = {};
-  std::snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
-  ssize_t n = ::readlink(path, target, sizeof(target) - 1);
-  return n > 0 && std::strcmp(target, "anon_inode:[eventfd]") == 0;
-}
-
 }  // namespace
 
 void Daemon::handle(Client& c, const Decoded& d, const proto::HelloReq& r) {
@@ -48,10 +42,17 @@ void Daemon::handle(Client& c, const Decoded& d, const proto::HelloReq& r) {
     reply_error(c, d, EALREADY);
     return;
   }
+  const bool verbs = r.kind == static_cast<uint32_t>(proto::ClientKind::kVerbs);
+  // A status-only client needs no device; a verbs client does.
+  if (int err = c.refused ? c.refused : verbs ? admit_device(c) : 0) {
+    reply_error(c, d, err);
+    schedule_drop(c, std::string("dropped: refused (") + strerror(err) + ")");
+    return;
+  }
   c.hello = true;
   c.kind = r.kind;
-  if (r.kind == static_cast<uint32_t>(proto::ClientKind::kVerbs) &&
-      cm_->add_address(c.ident.ipv4) && c.ident.ipv4 && !c.ident.host)
+  if (verbs) idle_addresses_.erase(c.ident.ipv4);
+  if (verbs && cm_->add_address(c.ident.ipv4) && c.ident.ipv4 && !c.ident.host)
     directory_->publish_container(c.ident.ipv4, c.ident.container);
   proto::HelloRep rep{};
   rep.version = proto::kVersion;
@@ -70,31 +71,14 @@ void Daemon::handle(Client& c, const Decoded& d, const proto::HelloReq& r) {
 void Daemon::handle(Client& c, const Decoded& d, const proto::PutFdReq& r) {
   UniqueFd fd = std::move(received_fds_[0]);
   if (c.fds.count(r.fd_id)) return void(reply_error(c, d, EEXIST));
-  if (c.fds.size() >= cfg_.max_fds_per_client) return void(reply_error(c, d, EMFILE));
-  auto kind = static_cast<proto::FdKind>(r.kind);
-  switch (kind) {
-    case proto::FdKind::kArena:
-      if (int err = c.arena.map(fd.get(), r.size); err != 0) {
-        LOG_WARN("client %u: arena refused: %s", c.id, strerror(err));
-        return void(reply_error(c, d, err));
-      }
-      break;
-    case proto::FdKind::kMemory: {
-      // Peers map it: it has to be a file (a memfd) at least as large as announced.
-      struct stat st {};
-      if (::fstat(fd.get(), &st) < 0 || !S_ISREG(st.st_mode) ||
-          static_cast<uint64_t>(st.st_size) < r.size)
-        return void(reply_error(c, d, EINVAL));
-      break;
-    }
-    case proto::FdKind::kEvent:
-      if (!is_eventfd(fd.get())) return void(reply_error(c, d, EINVAL));
-      break;
-  }
+  // Files anyone will map must be sealed memfds, mapped at their own size (grants.cc).
   ClientFd e;
+  if (int err = accept_fd(c, r, fd, e); err != 0) {
+    LOG_WARN("client %u: fd %u (kind %u) refused: %s", c.id, r.fd_id, r.kind, strerror(err));
+    return void(reply_error(c, d, err));
+  }
+  if (int err = charge(c, Resource::kFds)) return void(reply_error(c, d, err));
   e.fd = std::move(fd);
-  e.kind = kind;
-  e.size = r.size;
   c.fds.emplace(r.fd_id, std::move(e));
   LOG_DEBUG("client %u: fd %u stored (kind %u, %llu bytes)", c.id, r.fd_id, r.kind,
             static_cast<unsigned long long>(r.size));
@@ -106,31 +90,21 @@ void Daemon::handle(Client& c, const Decoded& d, const proto::DropFdReq& r) {
   // shared state depend on it.
   if (r.fd_id == 0) return void(reply_error(c, d, EBUSY));
   int err = c.fds.erase(r.fd_id) ? 0 : ENOENT;
+  if (err == 0) release(c, Resource::kFds);
   send(c, Op::kDropFd, d.seq, err, nullptr, 0);
 }
 
-void Daemon::handle(Client& c, const Decoded& d, const proto::GetFdReq& r) {
-  Client* owner = find_live(r.owner_client);
-  if (!owner) return void(reply_error(c, d, ENOENT));
-  bool allowed =
-      owner == &c || (owner->tenant == c.tenant && registry_.has_link_to(c.id, owner->id));
-  if (!allowed) {
-    LOG_DEBUG("client %u: GetFd of client %u fd %u denied", c.id, owner->id, r.fd_id);
-    return void(reply_error(c, d, EACCES));
-  }
-  auto it = owner->fds.find(r.fd_id);
-  if (it == owner->fds.end()) return void(reply_error(c, d, ENOENT));
-  int fd = it->second.fd.get();
-  send(c, Op::kGetFd, d.seq, 0, nullptr, 0, std::span<const int>(&fd, 1));
-}
-
 void Daemon::handle(Client& c, const Decoded& d, const proto::AllocQpnReq& r) {
-  if (!c.arena.qp_offset_ok(r.arena_offset)) return void(reply_error(c, d, EINVAL));
+  if (!c.arena.qp_offset_ok(r.arena_offset) ||
+      !objects_ok(c, r.object_fd_id, r.srq_fd_id, r.notify_fd_id))
+    return void(reply_error(c, d, EINVAL));
   proto::AllocQpnRep rep{};
-  if (int err =
-          registry_.alloc_qpn(c.id, r.qp_type, r.arena_offset, cfg_.max_qps_per_client, &rep.qpn);
-      err != 0)
+  if (int err = charge(c, Resource::kQps)) return void(reply_error(c, d, err));
+  if (int err = registry_.alloc_qpn(c.id, r.qp_type, r.arena_offset, SIZE_MAX, &rep.qpn)) {
+    release(c, Resource::kQps);
     return void(reply_error(c, d, err));
+  }
+  registry_.set_objects(rep.qpn, r.object_fd_id, r.srq_fd_id, r.notify_fd_id, r.pd);
   LOG_DEBUG("client %u: QP 0x%x (%s) at arena offset %u", c.id, rep.qpn, qp_type_name(r.qp_type),
             r.arena_offset);
   send(c, Op::kAllocQpn, d.seq, 0, &rep, sizeof(rep));
@@ -138,6 +112,7 @@ void Daemon::handle(Client& c, const Decoded& d, const proto::AllocQpnReq& r) {
 
 void Daemon::handle(Client& c, const Decoded& d, const proto::FreeQpnReq& r) {
   int err = registry_.free_qpn(c.id, r.qpn);
+  if (err == 0) release(c, Resource::kQps);
   if (err == 0 && router_) router_->qp_freed(r.qpn);
   send(c, Op::kFreeQpn, d.seq, err, nullptr, 0);
 }
@@ -164,10 +139,16 @@ void Daemon::connect_routed(Client& c, const Decoded& d, const proto::ConnectQpR
           send(*cl, op, seq, status, nullptr, 0);
           return;
         }
+        // Each client its own doorbell: what one client does with its eventfd (read it, never
+        // ring it) concerns its own QPs alone.
+        int fd = router_->doorbell_for(id);
+        if (fd < 0) {
+          send(*cl, op, seq, EMFILE, nullptr, 0);
+          return;
+        }
         proto::ConnectQpRep rep{};
         rep.peer_qp_type = type;
         rep.routed = 1;
-        int fd = router_->doorbell_fd();
         send(*cl, op, seq, 0, &rep, sizeof(rep), std::span<const int>(&fd, 1));
       });
 }
@@ -192,17 +173,27 @@ void Daemon::handle(Client& c, const Decoded& d, const proto::ConnectQpReq& r) {
   if (!dest || !owner) return void(reply_error(c, d, ENOENT));
   if (by_gid && owner->ident.ipv4 != gid_ip) return void(reply_error(c, d, ENOENT));
   if (owner->tenant != c.tenant) {
+    // As unknown as a QPN that does not exist: ConnectQp tells no one which QPNs are live in
+    // other tenants.
     LOG_INFO("client %u: connect QP 0x%x -> 0x%x refused: tenant %s -> %s", c.id, r.local_qpn,
              r.dest_qpn, c.tenant.c_str(), owner->tenant.c_str());
-    return void(reply_error(c, d, EACCES));
+    return void(reply_error(c, d, ENOENT));
   }
   if (dest->type != local->type) return void(reply_error(c, d, EINVAL));
   registry_.link(r.local_qpn, r.dest_qpn);
-  if (local->type != static_cast<uint32_t>(proto::QpType::kUd))
+  if (local->type != static_cast<uint32_t>(proto::QpType::kUd)) {
     registry_.set_peer(r.local_qpn, owner->ident.ipv4, r.dest_qpn);
+    // Consent: the destination's RTR must name this QP. Until it does, the destination is not
+    // ready, as on a fabric (the QP retries until its timeout).
+    if (!registry_.names_peer(r.dest_qpn, c.ident.ipv4, r.local_qpn)) {
+      LOG_DEBUG("client %u: QP 0x%x -> 0x%x: not ready (its RTR does not name this QP)", c.id,
+                r.local_qpn, r.dest_qpn);
+      return void(reply_error(c, d, EAGAIN));
+    }
+  }
   proto::ConnectQpRep rep{};
   rep.peer_client = owner->id;
-  rep.peer_arena_offset = dest->arena_offset;
+  rep.peer_object_fd_id = dest->object_fd_id;
   rep.peer_qp_type = dest->type;
   LOG_DEBUG("client %u: QP 0x%x linked to client %u QP 0x%x", c.id, r.local_qpn, owner->id,
             r.dest_qpn);
@@ -211,15 +202,27 @@ void Daemon::handle(Client& c, const Decoded& d, const proto::ConnectQpReq& r) {
 
 void Daemon::handle(Client& c, const Decoded& d, const proto::AllocKeyReq& r) {
   proto::AllocKeyRep rep{};
-  if (int err = registry_.alloc_key(c.id, r.index, r.access, r.length, cfg_.max_keys_per_client,
-                                    &rep.key);
-      err != 0)
+  if (int err = charge(c, Resource::kMrs)) return void(reply_error(c, d, err));
+  if (int err = charge(c, Resource::kRegisteredBytes, r.length)) {
+    release(c, Resource::kMrs);
     return void(reply_error(c, d, err));
+  }
+  if (int err = registry_.alloc_key(c.id, r.index, r.access, r.length, SIZE_MAX, &rep.key, r.pd)) {
+    release(c, Resource::kMrs);
+    release(c, Resource::kRegisteredBytes, r.length);
+    return void(reply_error(c, d, err));
+  }
   send(c, Op::kAllocKey, d.seq, 0, &rep, sizeof(rep));
 }
 
 void Daemon::handle(Client& c, const Decoded& d, const proto::FreeKeyReq& r) {
+  const KeyRecord* k = registry_.find_key(r.key);
+  const uint64_t length = k && k->owner == c.id ? k->length : 0;
   int err = registry_.free_key(c.id, r.key);
+  if (err == 0) {
+    release(c, Resource::kMrs);
+    release(c, Resource::kRegisteredBytes, length);
+  }
   send(c, Op::kFreeKey, d.seq, err, nullptr, 0);
 }
 

@@ -9,6 +9,7 @@
 
 #include "common/address.h"
 #include "daemon/directory/directory_backends.h"
+#include "pki/pki.h"
 
 namespace vrdma::daemon {
 
@@ -35,7 +36,7 @@ bool parse_u32(std::string_view text, uint32_t* out) {
 }
 
 // "etcd://host:port[,host:port...]"; host is an IPv4 literal or "localhost".
-bool parse_etcd_endpoints(std::string_view spec, std::vector<HttpEndpoint>* out,
+bool parse_etcd_endpoints(std::string_view spec, std::vector<etcd::Endpoint>* out,
                           std::string* error) {
   std::string_view list = spec.substr(kEtcdScheme.size());
   while (!list.empty() && list.back() == '/') list.remove_suffix(1);
@@ -53,7 +54,32 @@ bool parse_etcd_endpoints(std::string_view spec, std::vector<HttpEndpoint>* out,
                "': expected IPV4:PORT (an IPv4 address or localhost, and a port)";
       return false;
     }
-    out->push_back(HttpEndpoint{item.substr(0, item.rfind(':')), port});
+    out->push_back(etcd::Endpoint{item.substr(0, item.rfind(':')), port});
+  }
+  return true;
+}
+
+// The TLS material of an etcd directory: all three files, readable, and a certificate made out
+// to this host (etcd would refuse its writes otherwise, and that is better said at start).
+bool load_etcd_credentials(const DirectoryConfig& cfg, etcd::Credentials* out, std::string* error) {
+  if (cfg.tls_ca.empty() || cfg.tls_cert.empty() || cfg.tls_key.empty()) {
+    *error =
+        "an etcd directory needs TLS: --tls-ca, --tls-cert and --tls-key (the cluster CA, and "
+        "this host's certificate and key)";
+    return false;
+  }
+  if (!etcd::load_credentials(cfg.tls_ca, cfg.tls_cert, cfg.tls_key, out, error)) return false;
+  std::string why;
+  auto cn = pki::common_name(out->cert_pem, &why);
+  if (!cn) {
+    *error = cfg.tls_cert + ": " + why;
+    return false;
+  }
+  std::string want = pki::host_common_name(cfg.host_id);
+  if (*cn != want) {
+    *error = "the certificate " + cfg.tls_cert + " is made out to '" + *cn + "', not to '" + want +
+             "' (host " + std::to_string(cfg.host_id) + ")";
+    return false;
   }
   return true;
 }
@@ -104,6 +130,19 @@ const HostEntry* host_by_cidr(const HostEntry& self, const std::map<uint32_t, Ho
   return best;
 }
 
+const HostEntry* host_by_router_ip(const HostEntry& self,
+                                   const std::map<uint32_t, HostEntry>& others, uint32_t ipv4_net) {
+  auto matches = [&](const HostEntry& h) {
+    uint32_t ip;
+    uint16_t port;
+    return parse_ipv4_port(h.router, &ip, &port) && ip == ipv4_net;
+  };
+  if (matches(self)) return &self;
+  for (const auto& [id, h] : others)
+    if (id != self.host_id && matches(h)) return &h;
+  return nullptr;
+}
+
 std::unique_ptr<Directory> make_directory(const DirectoryConfig& cfg, std::string* error) {
   if (cfg.spec == "embedded") {
     std::vector<HostEntry> peers;
@@ -130,9 +169,11 @@ std::unique_ptr<Directory> make_directory(const DirectoryConfig& cfg, std::strin
                std::to_string(kMaxLeaseS) + " seconds, not " + std::to_string(cfg.lease_s);
       return nullptr;
     }
-    std::vector<HttpEndpoint> endpoints;
+    std::vector<etcd::Endpoint> endpoints;
     if (!parse_etcd_endpoints(cfg.spec, &endpoints, error)) return nullptr;
-    return make_etcd_directory(std::move(endpoints), cfg.lease_s);
+    etcd::Credentials credentials;
+    if (!load_etcd_credentials(cfg, &credentials, error)) return nullptr;
+    return make_etcd_directory(std::move(endpoints), std::move(credentials), cfg.lease_s);
   }
   *error = "directory must be \"embedded\" or \"etcd://HOST:PORT[,HOST:PORT...]\", not '" +
            cfg.spec + "'";

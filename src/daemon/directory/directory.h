@@ -58,6 +58,9 @@ class Directory {
   // containers, its networks) is answered even while the backend is unavailable.
   virtual Lookup host_of(uint32_t ipv4_net, HostEntry* out) = 0;
   virtual Lookup host_by_id(uint32_t host_id, HostEntry* out) = 0;
+  // The host whose router listens at this address (network byte order; any port): who a link
+  // from that address can be. This host is found too.
+  virtual Lookup host_by_router(uint32_t ipv4_net, HostEntry* out) = 0;
 
   // For status: backend, health, number of hosts known.
   virtual std::string describe() const = 0;
@@ -72,6 +75,11 @@ struct DirectoryConfig {
   uint32_t host_id = 0;                   // this host's
   std::vector<std::string> static_peers;  // embedded: "ID=a.b.c.d:port=CIDR[,CIDR]"
   int lease_s = 5;                        // etcd: entries of a dead host expire after this
+  // etcd: TLS (PEM files): the cluster CA, and this host's certificate (subject CN
+  // vrdma-host-<host_id>, the etcd user whose role may write /vrdma/hosts/<host_id>/) and key.
+  std::string tls_ca;
+  std::string tls_cert;
+  std::string tls_key;
 };
 
 // nullptr and *error set for a bad specification. Nothing starts before start(), so this also

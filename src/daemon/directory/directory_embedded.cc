@@ -61,6 +61,14 @@ class EmbeddedDirectory final : public Directory {
     return Lookup::kFound;
   }
 
+  Lookup host_by_router(uint32_t ipv4_net, HostEntry* out) override {
+    std::lock_guard lock(mu_);
+    const HostEntry* h = host_by_router_ip(self_, peers_, ipv4_net);
+    if (!h) return Lookup::kNotFound;
+    *out = *h;
+    return Lookup::kFound;
+  }
+
   std::string describe() const override {
     std::lock_guard lock(mu_);
     size_t hosts = peers_.size() + 1;

@@ -1,28 +1,30 @@
-// The etcd directory. Keys (values are JSON):
-//   /vrdma/hosts/<id>                   {"router": "a.b.c.d:port", "cidrs": ["10.77.1.0/24"]}
-//   /vrdma/containers/<a.b.c.d>         {"host": id, "name": "h1c0"}
-//   /vrdma/listeners/<a.b.c.d>:<port>   {"host": id}
+// The etcd directory: keys and values as entries.h lays them out, every host's under its own
+// prefix, which etcd's auth lets only that host write (TLS with the host's certificate; etcd
+// takes the certificate's Common Name as the user).
+//
 // This host's keys live under one lease, kept alive every third of its TTL. One thread does
 // all etcd I/O: it applies queued writes in order, keeps the lease alive, and follows a watch
-// on /vrdma/ into a local cache of hosts and containers, which is all that lookups read. When
-// etcd goes away lookups say kUnavailable and the thread retries with backoff; when it comes
-// back the thread takes a new lease if the old one expired, publishes this host's entries
-// again (removing any it no longer has), re-reads everything and resumes the watch.
+// on /vrdma/ into a DirectoryView (every entry checked, conflicts settled), which is all that
+// lookups read. An entry that fails a check is logged (rate-limited) and ignored; nothing etcd
+// returns can end the thread. When etcd goes away lookups say kUnavailable and the thread
+// retries with backoff; when it comes back the thread takes a new lease if the old one
+// expired, publishes this host's entries again (removing anything else under its prefix),
+// re-reads everything and resumes the watch. A watch whose start was compacted is replaced the
+// same way, without the directory becoming unavailable.
 #include <arpa/inet.h>
 #include <poll.h>
 #include <sys/eventfd.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
-#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <deque>
 #include <map>
 #include <mutex>
-#include <nlohmann/json.hpp>
 #include <set>
 #include <thread>
 
@@ -30,77 +32,24 @@
 #include "common/log.h"
 #include "common/unique_fd.h"
 #include "daemon/directory/directory_backends.h"
-#include "daemon/directory/etcd_client.h"
+#include "daemon/directory/directory_view.h"
+#include "daemon/directory/entries.h"
+#include "etcd/etcd_client.h"
 
 namespace vrdma::daemon {
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
-using nlohmann::json;
 
-constexpr const char* kPrefix = "/vrdma/";
-constexpr std::string_view kHostsPrefix = "/vrdma/hosts/";
-constexpr std::string_view kContainersPrefix = "/vrdma/containers/";
-constexpr std::string_view kListenersPrefix = "/vrdma/listeners/";
-constexpr int kIoTimeoutMs = 1000;     // each request, connect to last byte
+constexpr int kIoTimeoutMs = 1000;     // each call, connect to last byte
 constexpr int kRevokeTimeoutMs = 500;  // at stop(), best effort
 constexpr int kMinBackoffMs = 200;
 constexpr int kMaxBackoffMs = 1000;
 constexpr size_t kOpsPerTxn = 100;  // etcd takes at most 128 by default
-
-std::string host_key(uint32_t id) {
-  return std::string(kHostsPrefix) + std::to_string(id);
-}
-std::string container_key(uint32_t ip) {
-  return std::string(kContainersPrefix) + ipv4_text(ip);
-}
-std::string listener_key(uint32_t ip, uint16_t port) {
-  return std::string(kListenersPrefix) + ip_port_text(ip, port);
-}
-
-std::string host_value(const HostEntry& h) {
-  json cidrs = json::array();
-  for (const auto& c : h.cidrs) cidrs.push_back(cidr_text(c));
-  return json{{"router", h.router}, {"cidrs", cidrs}}.dump();
-}
-std::string container_value(uint32_t host, const std::string& name) {
-  return json{{"host", host}, {"name", name}}.dump();
-}
-std::string listener_value(uint32_t host) {
-  return json{{"host", host}}.dump();
-}
-
-std::optional<uint32_t> parse_id(std::string_view text) {
-  uint32_t id = 0;
-  auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), id);
-  if (text.empty() || ec != std::errc() || p != text.data() + text.size()) return std::nullopt;
-  return id;
-}
-
-std::optional<HostEntry> parse_host_value(uint32_t id, const std::string& value) {
-  json j = json::parse(value, nullptr, false);
-  if (!j.is_object()) return std::nullopt;
-  HostEntry h;
-  h.host_id = id;
-  if (auto it = j.find("router"); it != j.end() && it->is_string()) h.router = *it;
-  if (auto it = j.find("cidrs"); it != j.end() && it->is_array()) {
-    for (const auto& c : *it) {
-      if (!c.is_string()) return std::nullopt;
-      Ipv4Cidr net;
-      if (!parse_cidr(c.get<std::string>(), &net, nullptr)) return std::nullopt;
-      h.cidrs.push_back(net);
-    }
-  }
-  return h;
-}
-
-// The "host" field of a container's or listener's value.
-std::optional<uint32_t> owner_of(const std::string& value) {
-  json j = json::parse(value, nullptr, false);
-  if (!j.is_object() || !j.contains("host") || !j["host"].is_number_unsigned()) return std::nullopt;
-  return j["host"].get<uint32_t>();
-}
+// Notes about ignored entries: at most this many per window, then one line with the count.
+constexpr int kNotesPerWindow = 20;
+constexpr auto kNoteWindow = std::chrono::seconds(10);
 
 std::string hex(int64_t v) {
   char buf[24];
@@ -108,10 +57,35 @@ std::string hex(int64_t v) {
   return buf;
 }
 
+// Rate limit for log lines about entries that were ignored (a host can write many).
+class NoteLimiter {
+ public:
+  void note(const std::string& where, const std::string& text) {
+    auto now = Clock::now();
+    if (now - window_start_ >= kNoteWindow) {
+      if (suppressed_)
+        LOG_WARN("directory: etcd %s: %d more notes about ignored entries were not logged",
+                 where.c_str(), suppressed_);
+      window_start_ = now;
+      in_window_ = 0;
+      suppressed_ = 0;
+    }
+    if (in_window_++ < kNotesPerWindow)
+      LOG_WARN("directory: etcd %s: %s", where.c_str(), text.c_str());
+    else
+      ++suppressed_;
+  }
+
+ private:
+  Clock::time_point window_start_{};
+  int in_window_ = 0;
+  int suppressed_ = 0;
+};
+
 class EtcdDirectory final : public Directory {
  public:
-  EtcdDirectory(std::vector<HttpEndpoint> endpoints, int lease_s)
-      : client_(std::move(endpoints), kIoTimeoutMs),
+  EtcdDirectory(std::vector<etcd::Endpoint> endpoints, etcd::Credentials credentials, int lease_s)
+      : client_(std::move(endpoints), std::move(credentials), kIoTimeoutMs),
         where_(client_.endpoints_text()),
         lease_s_(lease_s) {}
   ~EtcdDirectory() override { shutdown(true); }
@@ -122,6 +96,7 @@ class EtcdDirectory final : public Directory {
     wake_.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
     if (!wake_) return errno;
     self_ = self;
+    view_.set_self(self);
     started_ = true;
     thread_ = std::thread([this] { run(); });
     return 0;
@@ -132,53 +107,42 @@ class EtcdDirectory final : public Directory {
   void publish_container(uint32_t ipv4_net, const std::string& name) override {
     std::lock_guard lock(mu_);
     own_containers_[ipv4_net] = name;
-    enqueue(false, container_key(ipv4_net), container_value(self_.host_id, name));
+    if (!in_own_networks(ipv4_net)) {
+      LOG_WARN(
+          "directory: container %s (%s) is outside this host's networks (--pod-cidr); other "
+          "hosts would refuse its entry, so it is not published",
+          ipv4_text(ipv4_net).c_str(), name.c_str());
+      return;
+    }
+    enqueue(false, container_key(self_.host_id, ipv4_net), container_value(name));
   }
   void withdraw_container(uint32_t ipv4_net) override {
     std::lock_guard lock(mu_);
-    own_containers_.erase(ipv4_net);
-    enqueue(true, container_key(ipv4_net), {});
+    if (!own_containers_.erase(ipv4_net) || !in_own_networks(ipv4_net)) return;
+    enqueue(true, container_key(self_.host_id, ipv4_net), {});
   }
   void publish_listener(uint32_t ipv4_net, uint16_t port) override {
     std::lock_guard lock(mu_);
     own_listeners_.insert({ipv4_net, port});
-    enqueue(false, listener_key(ipv4_net, port), listener_value(self_.host_id));
+    enqueue(false, listener_key(self_.host_id, ipv4_net, port), listener_value());
   }
   void withdraw_listener(uint32_t ipv4_net, uint16_t port) override {
     std::lock_guard lock(mu_);
     own_listeners_.erase({ipv4_net, port});
-    enqueue(true, listener_key(ipv4_net, port), {});
+    enqueue(true, listener_key(self_.host_id, ipv4_net, port), {});
   }
 
   Lookup host_of(uint32_t ipv4_net, HostEntry* out) override {
     std::lock_guard lock(mu_);
-    uint32_t ip = ntohl(ipv4_net);
-    if (own_containers_.count(ipv4_net)) {
+    if (own_containers_.count(ipv4_net) || (!available_ && in_own_networks(ipv4_net))) {
       *out = self_;
       return Lookup::kFound;
     }
-    if (!available_) {
-      for (const auto& c : self_.cidrs) {
-        if (c.contains(ip)) {
-          *out = self_;
-          return Lookup::kFound;
-        }
-      }
-      return Lookup::kUnavailable;
-    }
-    // A container of this host that it has not published is a leftover about to be removed.
-    if (auto c = containers_.find(ipv4_net);
-        c != containers_.end() && c->second.host != self_.host_id) {
-      if (auto h = hosts_.find(c->second.host); h != hosts_.end()) {
-        *out = h->second;
-        return Lookup::kFound;
-      }
-    }
-    if (const HostEntry* h = host_by_cidr(self_, hosts_, ip)) {
-      *out = *h;
-      return Lookup::kFound;
-    }
-    return Lookup::kNotFound;
+    if (!available_) return Lookup::kUnavailable;
+    auto h = view_.host_of(ntohl(ipv4_net));
+    if (!h) return Lookup::kNotFound;
+    *out = std::move(*h);
+    return Lookup::kFound;
   }
 
   Lookup host_by_id(uint32_t host_id, HostEntry* out) override {
@@ -188,9 +152,18 @@ class EtcdDirectory final : public Directory {
       return Lookup::kFound;
     }
     if (!available_) return Lookup::kUnavailable;
-    auto it = hosts_.find(host_id);
-    if (it == hosts_.end()) return Lookup::kNotFound;
-    *out = it->second;
+    auto h = view_.host_by_id(host_id);
+    if (!h) return Lookup::kNotFound;
+    *out = std::move(*h);
+    return Lookup::kFound;
+  }
+
+  Lookup host_by_router(uint32_t ipv4_net, HostEntry* out) override {
+    std::lock_guard lock(mu_);
+    if (!available_) return Lookup::kUnavailable;
+    const HostEntry* h = view_.host_by_router(ipv4_net);
+    if (!h) return Lookup::kNotFound;
+    *out = *h;
     return Lookup::kFound;
   }
 
@@ -203,21 +176,17 @@ class EtcdDirectory final : public Directory {
       if (!last_error_.empty()) text += " (" + last_error_ + ")";
       return text;
     }
-    size_t hosts = hosts_.size() + (hosts_.count(self_.host_id) ? 0 : 1);
+    size_t hosts = view_.hosts_known();
     return text + "available, lease " + hex(lease_shown_) + ", " + std::to_string(hosts) +
            (hosts == 1 ? " host" : " hosts");
   }
   bool available() const override { return available_; }
   size_t hosts_known() const override {
     std::lock_guard lock(mu_);
-    return hosts_.size() + (hosts_.count(self_.host_id) ? 0 : 1);
+    return view_.hosts_known();
   }
 
  private:
-  struct Container {
-    uint32_t host = 0;
-    std::string name;
-  };
   struct Write {
     bool deleted = false;
     std::string key;
@@ -225,6 +194,11 @@ class EtcdDirectory final : public Directory {
   };
 
   // ---- the daemon's side (mu_ held) ----
+  bool in_own_networks(uint32_t ipv4_net) const {
+    uint32_t ip = ntohl(ipv4_net);
+    return std::any_of(self_.cidrs.begin(), self_.cidrs.end(),
+                       [&](const Ipv4Cidr& c) { return c.contains(ip); });
+  }
   void enqueue(bool deleted, std::string key, std::string value) {
     queue_.push_back({deleted, std::move(key), std::move(value)});
     wake();
@@ -237,6 +211,9 @@ class EtcdDirectory final : public Directory {
   void shutdown(bool revoke) {
     if (!thread_.joinable()) return;
     revoke_ = revoke;
+    // A call in progress ends now, not at its deadline, and so do any before the thread sees
+    // stopping_; it resumes the client for the revoke only after that (so never before this).
+    client_.interrupt();
     stopping_ = true;
     {
       std::lock_guard lock(mu_);
@@ -247,6 +224,7 @@ class EtcdDirectory final : public Directory {
 
   // ---- the etcd thread ----
   void run();
+  void run_once(int* backoff_ms, bool* up);
   bool resync(std::string* why);
   bool serve(std::string* why);
   bool apply_writes(std::string* why);
@@ -254,13 +232,16 @@ class EtcdDirectory final : public Directory {
   void set_available(bool up, const std::string& why);
   void wait_ms(int ms);
   void drain_wake();
-  // Applies a put or delete of a key under /vrdma/ to the cache (mu_ held).
-  void apply_locked(const EtcdEvent& e);
+  // Feeds etcd's entries to the view and logs what it refused. Nothing escapes.
+  void apply_updates(const std::vector<etcd::Kv>& kvs, bool replace_all);
+  void apply_events(const std::vector<etcd::Event>& events);
+  std::vector<std::string> apply_locked(const DirectoryUpdate& u);
+  void log_notes(const std::vector<std::string>& notes);
   std::chrono::milliseconds keepalive_interval() const {
     return std::chrono::milliseconds(std::max(100, lease_ttl_s_ * 1000 / 3));
   }
 
-  EtcdClient client_;  // the etcd thread's
+  etcd::Client client_;  // the etcd thread's (interrupt() from any thread)
   const std::string where_;
   const int lease_s_;
 
@@ -269,9 +250,8 @@ class EtcdDirectory final : public Directory {
   HostEntry self_;
   std::map<uint32_t, std::string> own_containers_;  // what this host publishes
   std::set<std::pair<uint32_t, uint16_t>> own_listeners_;
-  std::deque<Write> queue_;                   // not yet sent to etcd
-  std::map<uint32_t, HostEntry> hosts_;       // cache, from etcd
-  std::map<uint32_t, Container> containers_;  // cache, by address (network order)
+  std::deque<Write> queue_;  // not yet sent to etcd
+  DirectoryView view_;       // the other hosts, from etcd
   int64_t lease_shown_ = 0;
   std::string last_error_;
   std::atomic<bool> available_{false};
@@ -285,45 +265,65 @@ class EtcdDirectory final : public Directory {
   int lease_ttl_s_ = 0;
   bool lease_lost_ = false;
   Clock::time_point next_keepalive_;
+  NoteLimiter notes_;
 };
 
 void EtcdDirectory::run() {
   int backoff_ms = kMinBackoffMs;
   bool up = false;
-  std::string why;
   while (!stopping_) {
-    if (up) {
-      if (serve(&why)) continue;
-      if (stopping_) break;
-      if (lease_lost_) {  // etcd answers; only this host's entries are gone
-        LOG_WARN("directory: etcd %s: lease %s expired; publishing this host again", where_.c_str(),
-                 hex(lease_shown_).c_str());
-        if (resync(&why)) continue;
-      }
+    try {
+      run_once(&backoff_ms, &up);
+    } catch (const std::exception& e) {
+      // Nothing should get here; if anything does, the directory starts over, it does not die.
+      LOG_ERROR("directory: etcd %s: unexpected error: %s; starting over", where_.c_str(),
+                e.what());
+      client_.watch_close();
       up = false;
-      set_available(false, why);
-      backoff_ms = kMinBackoffMs;
-      continue;
+      set_available(false, std::string("unexpected error: ") + e.what());
+      wait_ms(kMaxBackoffMs);
     }
-    if (resync(&why)) {
-      up = true;
-      set_available(true, why);
-      continue;
-    }
-    if (stopping_) break;
-    set_available(false, why);
-    client_.next_endpoint();
-    wait_ms(backoff_ms);
-    backoff_ms = std::min(backoff_ms * 2, kMaxBackoffMs);
   }
   client_.watch_close();
   available_ = false;
+  client_.resume();
   if (revoke_ && lease_) {
+    std::string why;
     client_.set_timeout_ms(kRevokeTimeoutMs);
     if (!client_.revoke(lease_, &why))
       LOG_DEBUG("directory: etcd %s: cannot revoke lease %s: %s", where_.c_str(),
                 hex(lease_).c_str(), why.c_str());
   }
+}
+
+void EtcdDirectory::run_once(int* backoff_ms, bool* up) {
+  std::string why;
+  if (*up) {
+    if (serve(&why)) return;
+    if (stopping_) return;
+    if (lease_lost_ || client_.watch_compacted()) {  // etcd answers; start over at once
+      if (lease_lost_)
+        LOG_WARN("directory: etcd %s: lease %s expired; publishing this host again", where_.c_str(),
+                 hex(lease_shown_).c_str());
+      else
+        LOG_INFO("directory: etcd %s: %s; reading everything again", where_.c_str(), why.c_str());
+      if (resync(&why)) return;
+    }
+    *up = false;
+    set_available(false, why);
+    *backoff_ms = kMinBackoffMs;
+    return;
+  }
+  if (resync(&why)) {
+    *up = true;
+    set_available(true, why);
+    return;
+  }
+  if (stopping_) return;
+  set_available(false, why);
+  client_.next_endpoint();
+  wait_ms(*backoff_ms);
+  *backoff_ms = std::min(*backoff_ms * 2, kMaxBackoffMs);
 }
 
 // Logs transitions only: the first failure after being available (or at start), and the
@@ -337,7 +337,7 @@ void EtcdDirectory::set_available(bool up, const std::string& why) {
     last_error_.clear();
     if (!was)
       LOG_INFO("directory: etcd %s available (lease %s, %zu hosts known)", where_.c_str(),
-               hex(lease_shown_).c_str(), hosts_.size());
+               hex(lease_shown_).c_str(), view_.hosts_known());
     return;
   }
   last_error_ = why.empty() ? "unknown error" : why;
@@ -360,54 +360,45 @@ bool EtcdDirectory::resync(std::string* why) {
   }
   if (stopping_) return false;
 
-  std::vector<EtcdKv> kvs;
+  std::vector<etcd::Kv> kvs;
   int64_t revision = 0;
-  if (!client_.range_prefix(kPrefix, &kvs, &revision, why)) return false;
+  if (!client_.range_prefix(std::string(kDirectoryRoot), &kvs, &revision, why)) return false;
 
-  // This host's entries as they should be, and whatever it left behind earlier (before an
-  // outage, or in a previous run) removed. Queued writes are covered by this.
-  std::vector<EtcdOp> ops;
+  // This host's entries as they should be, and anything else under its prefix (left before
+  // an outage, in a previous run, or written by someone else with its certificate) removed.
+  // Queued writes are covered by this.
+  std::vector<etcd::Op> ops;
   {
     std::lock_guard lock(mu_);
     queue_.clear();
-    ops.push_back({false, host_key(self_.host_id), host_value(self_), lease_});
+    const uint32_t id = self_.host_id;
+    ops.push_back({false, host_info_key(id), host_info_value(self_), lease_});
+    for (const auto& c : self_.cidrs)
+      ops.push_back({false, network_key(id, c), network_value(), lease_});
     for (const auto& [ip, name] : own_containers_)
-      ops.push_back({false, container_key(ip), container_value(self_.host_id, name), lease_});
+      if (in_own_networks(ip))
+        ops.push_back({false, container_key(id, ip), container_value(name), lease_});
     for (const auto& [ip, port] : own_listeners_)
-      ops.push_back({false, listener_key(ip, port), listener_value(self_.host_id), lease_});
+      ops.push_back({false, listener_key(id, ip, port), listener_value(), lease_});
     std::set<std::string> wanted;
     for (const auto& op : ops) wanted.insert(op.key);
-    for (const auto& kv : kvs) {
-      bool owned_entry =
-          kv.key.starts_with(kContainersPrefix) || kv.key.starts_with(kListenersPrefix);
-      if (owned_entry && owner_of(kv.value) == self_.host_id && !wanted.count(kv.key))
-        ops.push_back({true, kv.key, {}, 0});
-    }
+    const std::string mine = host_prefix(id);
+    for (const auto& kv : kvs)
+      if (kv.key.starts_with(mine) && !wanted.count(kv.key)) ops.push_back({true, kv.key, {}, 0});
   }
   for (size_t i = 0; i < ops.size(); i += kOpsPerTxn) {
     if (stopping_) return false;
     size_t end = std::min(ops.size(), i + kOpsPerTxn);
-    std::vector<EtcdOp> batch(ops.begin() + static_cast<long>(i),
-                              ops.begin() + static_cast<long>(end));
-    if (!client_.txn(batch, why)) return false;
+    std::vector<etcd::Op> batch(ops.begin() + static_cast<long>(i),
+                                ops.begin() + static_cast<long>(end));
+    if (!client_.txn(batch, why)) {
+      if (why->find("lease not found") != std::string::npos) lease_ = 0;
+      return false;
+    }
   }
   // The watch replays everything after the range, this host's writes included.
-  if (!client_.watch_open(kPrefix, revision + 1, why)) return false;
-  {
-    std::lock_guard lock(mu_);
-    hosts_.clear();
-    containers_.clear();
-    for (const auto& kv : kvs) apply_locked({false, kv.key, kv.value});
-  }
-  // Events that came with the watch's first response are already buffered: the socket will
-  // not signal them again.
-  std::vector<EtcdEvent> events;
-  bool ok = client_.watch_read(&events, why);
-  {
-    std::lock_guard lock(mu_);
-    for (const auto& e : events) apply_locked(e);
-  }
-  if (!ok) return false;
+  if (!client_.watch_open(std::string(kDirectoryRoot), revision + 1, why)) return false;
+  apply_updates(kvs, true);
   next_keepalive_ = Clock::now() + keepalive_interval();
   return true;
 }
@@ -429,10 +420,9 @@ bool EtcdDirectory::serve(std::string* why) {
   if (n <= 0) return true;
   if (fds[0].revents) drain_wake();
   if (fds[1].revents) {
-    std::vector<EtcdEvent> events;
+    std::vector<etcd::Event> events;
     bool ok = client_.watch_read(&events, why);
-    std::lock_guard lock(mu_);
-    for (const auto& e : events) apply_locked(e);
+    apply_events(events);
     if (!ok) return false;
   }
   return true;
@@ -481,42 +471,59 @@ void EtcdDirectory::drain_wake() {
   [[maybe_unused]] ssize_t n = ::read(wake_.get(), &count, sizeof(count));
 }
 
-void EtcdDirectory::apply_locked(const EtcdEvent& e) {
-  std::string_view key = e.key;
-  if (key.starts_with(kHostsPrefix)) {
-    auto id = parse_id(key.substr(kHostsPrefix.size()));
-    if (!id) return;
-    if (e.deleted) {
-      hosts_.erase(*id);
-    } else if (auto h = parse_host_value(*id, e.value)) {
-      hosts_[*id] = std::move(*h);
-    } else {
-      LOG_DEBUG("directory: ignoring malformed %s", e.key.c_str());
-    }
-  } else if (key.starts_with(kContainersPrefix)) {
-    uint32_t ip;
-    if (!parse_ipv4(std::string(key.substr(kContainersPrefix.size())), &ip)) return;
-    if (e.deleted) {
-      containers_.erase(ip);
-      return;
-    }
-    json j = json::parse(e.value, nullptr, false);
-    auto host = owner_of(e.value);
-    if (!host) {
-      LOG_DEBUG("directory: ignoring malformed %s", e.key.c_str());
-      return;
-    }
-    std::string name = j.is_object() ? j.value("name", std::string()) : std::string();
-    containers_[ip] = Container{*host, std::move(name)};
+std::vector<std::string> EtcdDirectory::apply_locked(const DirectoryUpdate& u) {
+  try {
+    std::string note = view_.apply(u);
+    if (!note.empty()) return {note};
+  } catch (const std::exception& e) {
+    return {"ignoring " + printable(u.key) + ": " + e.what()};
   }
-  // Listeners are not cached: a connection request goes to the host that owns the address,
-  // which knows its own listeners.
+  return {};
+}
+
+void EtcdDirectory::apply_updates(const std::vector<etcd::Kv>& kvs, bool replace_all) {
+  std::vector<std::string> notes;
+  {
+    std::lock_guard lock(mu_);
+    if (replace_all) view_.clear();
+    for (const auto& kv : kvs)
+      for (auto& n : apply_locked({false, kv.key, kv.value, kv.create_revision}))
+        notes.push_back(std::move(n));
+    try {
+      for (auto& n : view_.settle()) notes.push_back(std::move(n));
+    } catch (const std::exception& e) {
+      notes.push_back(std::string("cannot weigh the entries: ") + e.what());
+    }
+  }
+  log_notes(notes);
+}
+
+void EtcdDirectory::apply_events(const std::vector<etcd::Event>& events) {
+  if (events.empty()) return;
+  std::vector<std::string> notes;
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& e : events)
+      for (auto& n : apply_locked({e.deleted, e.kv.key, e.kv.value, e.kv.create_revision}))
+        notes.push_back(std::move(n));
+    try {
+      for (auto& n : view_.settle()) notes.push_back(std::move(n));
+    } catch (const std::exception& e) {
+      notes.push_back(std::string("cannot weigh the entries: ") + e.what());
+    }
+  }
+  log_notes(notes);
+}
+
+void EtcdDirectory::log_notes(const std::vector<std::string>& notes) {
+  for (const auto& n : notes) notes_.note(where_, n);
 }
 
 }  // namespace
 
-std::unique_ptr<Directory> make_etcd_directory(std::vector<HttpEndpoint> endpoints, int lease_s) {
-  return std::make_unique<EtcdDirectory>(std::move(endpoints), lease_s);
+std::unique_ptr<Directory> make_etcd_directory(std::vector<etcd::Endpoint> endpoints,
+                                               etcd::Credentials credentials, int lease_s) {
+  return std::make_unique<EtcdDirectory>(std::move(endpoints), std::move(credentials), lease_s);
 }
 
 }  // namespace vrdma::daemon

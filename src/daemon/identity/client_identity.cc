@@ -5,12 +5,14 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ifaddrs.h>
+#include <linux/nsfs.h>
 #include <net/if.h>
 #include <netinet/in.h>
 #include <sched.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -19,15 +21,11 @@
 #include <vector>
 
 #include "common/log.h"
-
-#ifndef SO_PEERPIDFD
-#define SO_PEERPIDFD 77  // Linux 6.5
-#endif
+#include "daemon/identity/peer_process.h"
 
 namespace vrdma::daemon {
 
 namespace {
-
 
 int stat_netns(const char* path, NetnsId* out) {
   struct stat st {};
@@ -36,17 +34,11 @@ int stat_netns(const char* path, NetnsId* out) {
   return 0;
 }
 
-// With a pidfd for the peer (SO_PEERPIDFD), a process that is still alive after we looked at
-// /proc/PID cannot have had its pid reused in between. Without one (older kernels) there is a
-// small window in which a client that exits right after connecting could have its pid reused.
-bool peer_still_alive(int pidfd) {
-  if (pidfd < 0) return true;
-#ifdef SYS_pidfd_send_signal
-  if (::syscall(SYS_pidfd_send_signal, pidfd, 0, nullptr, 0) == 0) return true;
-  return errno != ESRCH;
-#else
-  return true;
-#endif
+int fstat_netns(int fd, NetnsId* out) {
+  struct stat st {};
+  if (::fstat(fd, &st) < 0) return errno;
+  *out = NetnsId{static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino)};
+  return 0;
 }
 
 }  // namespace
@@ -75,21 +67,26 @@ uint64_t node_guid_for(uint32_t ipv4_net_order) {
   return guid;
 }
 
-IdentityResolver::IdentityResolver(std::string netns_dir, std::string name_prefix)
-    : netns_dir_(std::move(netns_dir)), name_prefix_(std::move(name_prefix)) {}
+IdentityResolver::IdentityResolver(IdentityOptions options) : opt_(std::move(options)) {}
 
 int IdentityResolver::init() {
   int fd = ::open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
   if (fd < 0) return errno;
   own_fd_.reset(fd);
-  struct stat st {};
-  if (::fstat(fd, &st) < 0) return errno;
-  own_ = NetnsId{static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino)};
+  if (int err = fstat_netns(fd, &own_)) return err;
+  if (int err = stat_netns("/proc/self/ns/user", &own_userns_)) return err;
   return 0;
 }
 
-std::string IdentityResolver::lookup_name(const NetnsId& ns) const {
-  DIR* dir = ::opendir(netns_dir_.c_str());
+bool IdentityResolver::owned_by_our_userns(int ns_fd) const {
+  // EPERM: the owner is outside the daemon's user namespace, certainly not its own.
+  UniqueFd owner(::ioctl(ns_fd, NS_GET_USERNS));
+  NetnsId id;
+  return owner && fstat_netns(owner.get(), &id) == 0 && id == own_userns_;
+}
+
+std::string IdentityResolver::lookup_name(const NetnsId& ns, bool strip_prefix) const {
+  DIR* dir = ::opendir(opt_.netns_dir.c_str());
   if (!dir) return {};
   std::vector<std::string> matches;
   while (dirent* e = ::readdir(dir)) {
@@ -104,26 +101,15 @@ std::string IdentityResolver::lookup_name(const NetnsId& ns) const {
   std::string name = matches.front();
   for (const auto& m : matches)
     if (m < name) name = m;  // deterministic when a namespace is pinned twice
-  if (name.size() > name_prefix_.size() && name.compare(0, name_prefix_.size(), name_prefix_) == 0)
-    name.erase(0, name_prefix_.size());
+  const std::string& prefix = opt_.name_prefix;
+  if (strip_prefix && name.size() > prefix.size() && name.compare(0, prefix.size(), prefix) == 0)
+    name.erase(0, prefix.size());
   return name;
 }
 
-int IdentityResolver::resolve_foreign(pid_t pid, const NetnsId& ns, Entry* out, std::string* why) {
-  std::string path = "/proc/" + std::to_string(pid) + "/ns/net";
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd) {
-    int err = errno;
-    *why = "open " + path + ": " + strerror(err);
-    return err;
-  }
-  struct stat st {};
-  if (::fstat(fd.get(), &st) < 0 || static_cast<uint64_t>(st.st_dev) != ns.dev ||
-      static_cast<uint64_t>(st.st_ino) != ns.ino) {
-    *why = "network namespace of pid " + std::to_string(pid) + " changed while identifying it";
-    return ESRCH;
-  }
-  if (::setns(fd.get(), CLONE_NEWNET) < 0) {
+int IdentityResolver::resolve_foreign(pid_t pid, int ns_fd, const NetnsId& ns, Entry* out,
+                                      std::string* why) {
+  if (::setns(ns_fd, CLONE_NEWNET) < 0) {
     int err = errno;
     *why = "setns into the client's network namespace: " + std::string(strerror(err));
     return err;
@@ -133,74 +119,79 @@ int IdentityResolver::resolve_foreign(pid_t pid, const NetnsId& ns, Entry* out, 
     LOG_ERROR("cannot return to the daemon's own network namespace: %s; aborting", strerror(errno));
     std::abort();
   }
-  out->container = lookup_name(ns);
+  out->foreign_userns = !owned_by_our_userns(ns_fd);
+  out->container = out->foreign_userns ? std::string() : lookup_name(ns);
   out->named = !out->container.empty();
+  out->anonymous = out->foreign_userns || (!out->named && !opt_.trust_unnamed);
   if (!out->named) out->container = "pid:" + std::to_string(pid);
   out->host = false;
   return 0;
 }
 
 int IdentityResolver::identify(int sock, Identity* out, std::string* why) {
-  ucred cred{};
-  socklen_t len = sizeof(cred);
-  if (::getsockopt(sock, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0) {
+  PeerProcess peer;
+  if (int err = peer.open(sock, opt_.peer_pidfd, why)) return err;
+  const pid_t pid = peer.pid();
+  std::string path = "/proc/" + std::to_string(pid) + "/ns/net";
+  UniqueFd ns_fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!ns_fd) {
     int err = errno;
-    *why = "SO_PEERCRED: " + std::string(strerror(err));
+    *why = "open " + path + ": " + strerror(err);
+    return err == ENOENT ? ESRCH : err;
+  }
+  NetnsId ns;
+  if (int err = fstat_netns(ns_fd.get(), &ns)) {
+    *why = "fstat " + path + ": " + strerror(err);
     return err;
   }
-  if (cred.pid <= 0) {
-    *why = "peer pid is not visible from the daemon's pid namespace";
-    return ESRCH;
-  }
-  int pidfd = -1;
-  len = sizeof(pidfd);
-  if (::getsockopt(sock, SOL_SOCKET, SO_PEERPIDFD, &pidfd, &len) < 0) pidfd = -1;
-  UniqueFd pidfd_owner(pidfd);
-
-  NetnsId ns;
-  std::string path = "/proc/" + std::to_string(cred.pid) + "/ns/net";
-  if (int rc = stat_netns(path.c_str(), &ns); rc < 0) {
-    *why = "stat " + path + ": " + strerror(-rc);
-    return rc;
-  }
+  if (int err = peer.verify_holds(sock, ns_fd.get(), own_fd_.get(), why)) return err;
 
   auto it = cache_.find(ns);
+  Entry fresh;
   if (it == cache_.end()) {
-    Entry e;
     if (ns == own_) {
-      e.host = true;
-      e.named = true;
-      e.container = "host";
-      e.ipv4 = first_ipv4_of_current_netns();
-    } else if (int rc = resolve_foreign(cred.pid, ns, &e, why); rc < 0) {
-      return rc;
+      fresh.host = true;
+      fresh.named = true;
+      fresh.container = "host";
+      fresh.ipv4 = first_ipv4_of_current_netns();
+    } else if (int err = resolve_foreign(pid, ns_fd.get(), ns, &fresh, why)) {
+      return err;
     }
-    if (!peer_still_alive(pidfd)) {
-      *why = "client exited while it was being identified";
-      return ESRCH;
-    }
-    it = cache_.emplace(ns, std::move(e)).first;
-  } else if (!peer_still_alive(pidfd)) {
-    *why = "client exited while it was being identified";
-    return ESRCH;
+    fresh.fd = std::move(ns_fd);
   }
-  ++it->second.refs;
+  // Everything above was read from /proc/PID: it is the client's only if the client is still
+  // the process there.
+  if (int err = peer.confirm(why)) return err;
+  if (it == cache_.end()) it = cache_.emplace(ns, std::move(fresh)).first;
+  Entry& e = it->second;
+  ++e.refs;
 
-  out->pid = cred.pid;
-  out->uid = cred.uid;
-  out->gid = cred.gid;
+  bool duplicate = false;
+  if (!e.anonymous) {
+    auto [claim, inserted] = claims_.try_emplace(e.ipv4, ns);
+    duplicate = !inserted && claim->second != ns;
+  }
+  out->pid = pid;
+  out->uid = peer.uid();
+  out->gid = peer.gid();
   out->netns = ns;
-  out->host = it->second.host;
-  out->named = it->second.named;
-  out->container = it->second.container;
-  out->ipv4 = it->second.ipv4;
+  out->host = e.host;
+  out->named = e.named;
+  out->anonymous = e.anonymous;
+  out->foreign_userns = e.foreign_userns;
+  out->duplicate = duplicate;
+  out->container = e.container;
+  out->ipv4 = e.ipv4;
   return 0;
 }
 
 void IdentityResolver::release(const NetnsId& ns) {
   auto it = cache_.find(ns);
   if (it == cache_.end()) return;
-  if (--it->second.refs == 0) cache_.erase(it);
+  if (--it->second.refs != 0) return;
+  auto claim = claims_.find(it->second.ipv4);
+  if (claim != claims_.end() && claim->second == ns) claims_.erase(claim);
+  cache_.erase(it);
 }
 
 }  // namespace vrdma::daemon

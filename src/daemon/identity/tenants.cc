@@ -25,11 +25,20 @@ std::optional<TenantRule> parse_tenant_rule(std::string_view text, std::string* 
   return rule;
 }
 
-std::string tenant_for(const std::vector<TenantRule>& rules, uint32_t ipv4_net_order) {
+std::string own_tenant(uint32_t ipv4_net_order) {
+  return "@" + ipv4_text(ipv4_net_order);
+}
+
+const TenantRule* rule_for(const std::vector<TenantRule>& rules, uint32_t ipv4_net_order) {
   uint32_t ip = ntohl(ipv4_net_order);
   for (const auto& r : rules)
-    if (r.contains(ip)) return r.name;
-  return kDefaultTenant;
+    if (r.contains(ip)) return &r;
+  return nullptr;
+}
+
+std::string tenant_for(const std::vector<TenantRule>& rules, uint32_t ipv4_net_order) {
+  const TenantRule* r = rule_for(rules, ipv4_net_order);
+  return r ? r->name : own_tenant(ipv4_net_order);
 }
 
 }  // namespace vrdma::daemon

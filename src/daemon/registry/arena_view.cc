@@ -8,6 +8,8 @@
 #include <atomic>
 
 #include "shm/layout.h"
+#include "shm/rings.h"
+#include "shm/shared_file.h"
 #include "shm/sigbus_guard.h"
 
 namespace vrdma::daemon {
@@ -26,12 +28,16 @@ using shm::guarded;
 int ArenaView::map(int fd, uint64_t size) {
   unmap();
   shm::install_sigbus_guard();
-  if (size < sizeof(shm::ArenaHeader) || size > shm::kArenaSize) return EINVAL;
-  struct stat st {};
-  if (::fstat(fd, &st) < 0) return errno;
-  if (!S_ISREG(st.st_mode) || static_cast<uint64_t>(st.st_size) < size) return EINVAL;
-  void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (p == MAP_FAILED) return errno == ENOMEM ? ENOMEM : EINVAL;
+  if (size < sizeof(shm::ArenaHeader) || size > shm::kMaxArenaSize) return EINVAL;
+  void* p = nullptr;
+  uint64_t file_size = 0;
+  if (int e = shm::map_sealed(fd, PROT_READ | PROT_WRITE, shm::kMaxArenaSize, p, file_size))
+    return e == EPERM || e == ENOMEM ? e : EINVAL;
+  if (file_size < size) {
+    ::munmap(p, file_size);
+    return EINVAL;
+  }
+  size = file_size;
   struct Ctx {
     const shm::ArenaHeader* h;
     uint32_t magic, version;
@@ -105,6 +111,86 @@ bool ArenaView::read_qp(uint64_t offset, QpSnapshot* out) const {
       &ctx);
   if (ok) *out = ctx.snap;
   return ok;
+}
+
+bool ArenaView::read_mr(uint32_t index, uint32_t key, shm::MrEntry* out) const {
+  if (!base_ || index == 0 || index >= shm::kMrSlots) return false;
+  struct Ctx {
+    const unsigned char* base;
+    uint64_t size;
+    uint32_t index, key;
+    shm::MrEntry* out;
+    bool ok;
+  } ctx{base_, size_, index, key, out, false};
+  bool ran = guarded(
+      [](void* c) {
+        auto* x = static_cast<Ctx*>(c);
+        const auto* h = reinterpret_cast<const shm::ArenaHeader*>(x->base);
+        uint32_t table = __atomic_load_n(&h->mr_table_offset, __ATOMIC_RELAXED);
+        uint32_t slots = __atomic_load_n(&h->mr_slots, __ATOMIC_RELAXED);
+        if (slots != shm::kMrSlots ||
+            !shm::offset_ok(x->size, table, uint64_t(slots) * sizeof(shm::MrEntry)) ||
+            table % alignof(shm::MrEntry))
+          return;
+        const auto* e = reinterpret_cast<const shm::MrEntry*>(x->base + table) + x->index;
+        // Copy, then check the key and generation did not change meanwhile.
+        uint64_t kg = e->key_gen.load(std::memory_order_acquire);
+        if (static_cast<uint32_t>(kg) != x->key) return;
+        shm::MrEntry& o = *x->out;
+        o.access = e->access;
+        o.nseg = e->nseg;
+        o.iova = e->iova;
+        o.length = e->length;
+        o.va = e->va;
+        o.map_start = e->map_start;
+        o.map_length = e->map_length;
+        for (uint32_t i = 0; i < shm::kMaxMrSegments; ++i) o.seg[i] = e->seg[i];
+        std::atomic_thread_fence(std::memory_order_acquire);
+        if (e->key_gen.load(std::memory_order_relaxed) != kg) return;
+        o.key_gen.store(kg, std::memory_order_relaxed);
+        x->ok = true;
+      },
+      &ctx);
+  return ran && ctx.ok;
+}
+
+bool ArenaView::receive_points_into(uint64_t qp_offset, uint32_t key) const {
+  if (!qp_offset_ok(qp_offset)) return false;
+  struct Ctx {
+    const unsigned char* base;
+    uint64_t size, qp_offset;
+    uint32_t key;
+    bool found;
+  } ctx{base_, size_, qp_offset, key, false};
+  bool ran = guarded(
+      [](void* c) {
+        auto* x = static_cast<Ctx*>(c);
+        const auto* qp = reinterpret_cast<const shm::QpShared*>(x->base + x->qp_offset);
+        uint32_t off = __atomic_load_n(&qp->recv_table_offset, __ATOMIC_RELAXED);
+        if (!shm::offset_ok(x->size, off, sizeof(shm::RecvTable)) || off % shm::kCacheLine) return;
+        const auto* t = reinterpret_cast<const shm::RecvTable*>(x->base + off);
+        uint32_t cap = __atomic_load_n(&t->capacity, __ATOMIC_RELAXED);
+        uint32_t max_sge = __atomic_load_n(&t->max_sge, __ATOMIC_RELAXED);
+        uint32_t slot_size = __atomic_load_n(&t->slot_size, __ATOMIC_RELAXED);
+        if (!shm::is_pow2(cap) || cap > 16384 || max_sge > shm::kMaxRecvSge ||
+            slot_size != shm::recv_slot_size(max_sge) ||
+            !shm::offset_ok(x->size, off, shm::recv_table_bytes(cap, max_sge)))
+          return;
+        for (uint32_t i = 0; i < cap; ++i) {
+          const auto* s = reinterpret_cast<const shm::RecvSlot*>(t->slots + uint64_t(i) * slot_size);
+          if (s->tag.load(std::memory_order_acquire) == 0) continue;
+          uint32_t n = __atomic_load_n(&s->num_sge, __ATOMIC_RELAXED);
+          if (n > max_sge) n = max_sge;
+          for (uint32_t j = 0; j < n; ++j) {
+            if (__atomic_load_n(&s->sge[j].lkey, __ATOMIC_RELAXED) == x->key) {
+              x->found = true;
+              return;
+            }
+          }
+        }
+      },
+      &ctx);
+  return ran && ctx.found;
 }
 
 }  // namespace vrdma::daemon

@@ -1,11 +1,14 @@
-// The daemon's mapping of a client's arena (shm_layout.h). The client can write the arena at
-// any time and can even shrink the memfd under the mapping, so every access goes through a
-// guard that turns SIGBUS into a failed access instead of a dead daemon, and every offset is
-// validated against the mapped size.
+// The daemon's mapping of a client's arena (shm/layout.h), and of its QP objects. The client
+// can write them at any time. Only files sealed against shrinking and growing are mapped, at
+// the size they have, so an access cannot fault; every access still goes through a guard that
+// would turn SIGBUS into a failed access instead of a dead daemon, and every offset and count
+// read from the file is validated against the mapped size.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+
+#include "shm/layout.h"
 
 namespace vrdma::daemon {
 
@@ -21,8 +24,9 @@ class ArenaView {
   ArenaView(const ArenaView&) = delete;
   ArenaView& operator=(const ArenaView&) = delete;
 
-  // Maps `size` bytes of fd read/write shared and checks the header's magic and version.
-  // Returns 0 or a positive errno (EINVAL for a bad or too small file).
+  // Maps fd whole (it must be sealed against shrinking and growing, and hold at least `size`
+  // bytes) read/write shared and checks the header's magic and version. Returns 0 or a positive
+  // errno (EPERM: not sealed; EINVAL: a bad or too small file).
   int map(int fd, uint64_t size);
   void unmap();
   bool mapped() const { return base_ != nullptr; }
@@ -36,6 +40,12 @@ class ArenaView {
   bool mark_dead();
   bool mark_qp_gone(uint64_t offset);
   bool read_qp(uint64_t offset, QpSnapshot* out) const;
+
+  // The descriptor of the MR in slot `index` if it holds `key` (copied out consistently).
+  bool read_mr(uint32_t index, uint32_t key, shm::MrEntry* out) const;
+  // Whether a receive outstanding on the QP whose QpShared is at `qp_offset` (in its own queue or
+  // its SRQ's) points into the MR `key`. Reads at most a bounded number of entries.
+  bool receive_points_into(uint64_t qp_offset, uint32_t key) const;
 
  private:
   unsigned char* base_ = nullptr;

@@ -37,14 +37,17 @@ uint32_t RandomSource::next() {
 
 Registry::Registry(std::function<uint32_t()> random32) : random32_(std::move(random32)) {}
 
+uint32_t Registry::random32() {
+  return random32_ ? random32_() : random_.next();
+}
+
 int Registry::alloc_qpn(uint32_t owner, uint32_t type, uint32_t arena_offset, size_t quota,
                         uint32_t* qpn) {
   if (qpns_of(owner).size() >= quota) return EDQUOT;
+  if (qps_.size() >= kMaxLiveQpns) return ENOSPC;
   constexpr uint32_t kSpace = kLastQpn - kFirstQpn + 1;
-  if (qps_.size() >= kSpace) return ENOSPC;
-  for (uint32_t tries = 0; tries < kSpace; ++tries) {
-    uint32_t candidate = next_qpn_;
-    next_qpn_ = candidate == kLastQpn ? kFirstQpn : candidate + 1;
+  for (int draw = 0; draw < kQpnDraws; ++draw) {
+    uint32_t candidate = kFirstQpn + random32() % kSpace;
     if (qps_.count(candidate)) continue;
     QpRecord rec;
     rec.owner = owner;
@@ -64,6 +67,24 @@ void Registry::set_peer(uint32_t qpn, uint32_t peer_ipv4, uint32_t peer_qpn) {
   it->second.has_peer = true;
   it->second.peer_ipv4 = peer_ipv4;
   it->second.peer_qpn = peer_qpn;
+}
+
+void Registry::set_objects(uint32_t qpn, uint32_t object_fd_id, uint32_t srq_fd_id,
+                           uint32_t notify_fd_id, uint32_t pd) {
+  auto it = qps_.find(qpn);
+  if (it == qps_.end()) return;
+  it->second.object_fd_id = object_fd_id;
+  it->second.srq_fd_id = srq_fd_id;
+  it->second.notify_fd_id = notify_fd_id;
+  it->second.pd = pd;
+}
+
+void Registry::clear_peer(uint32_t qpn) {
+  auto it = qps_.find(qpn);
+  if (it == qps_.end()) return;
+  it->second.has_peer = false;
+  it->second.peer_ipv4 = 0;
+  it->second.peer_qpn = 0;
 }
 
 bool Registry::names_peer(uint32_t qpn, uint32_t peer_ipv4, uint32_t peer_qpn) const {
@@ -139,14 +160,13 @@ int Registry::free_qpn(uint32_t requester, uint32_t qpn) {
 }
 
 int Registry::alloc_key(uint32_t owner, uint32_t index, uint32_t access, uint64_t length,
-                        size_t quota, uint32_t* key) {
-  if (index >= shm::kMrSlots) return EINVAL;
+                        size_t quota, uint32_t* key, uint32_t pd) {
+  if (index == 0 || index >= shm::kMrSlots) return EINVAL;
   if (keys_of(owner).size() >= quota) return EDQUOT;
   for (int tries = 0; tries < 1000; ++tries) {
-    uint32_t r = random32_ ? random32_() : random_.next();
-    uint32_t k = ((r & ((1u << (32 - shm::kMrSlotBits)) - 1)) << shm::kMrSlotBits) | index;
+    uint32_t k = random32();
     if (k == 0 || keys_.count(k)) continue;
-    keys_.emplace(k, KeyRecord{owner, index, access, length});
+    keys_.emplace(k, KeyRecord{owner, index, access, length, pd});
     clients_[owner].keys.insert(k);
     *key = k;
     return 0;
@@ -182,9 +202,13 @@ std::vector<FatalNotice> Registry::notices_for_death(uint32_t client) const {
   std::set<std::pair<uint32_t, uint32_t>> seen;  // (client, qpn), ordered and unique
   for (uint32_t qpn : qpns_of(client)) {
     const QpRecord& rec = qps_.at(qpn);
+    // A datagram QP has no connection to lose: sends to a destination that is gone are
+    // dropped, as on a fabric, and the QP goes on serving its other destinations.
+    if (rec.type == static_cast<uint32_t>(proto::QpType::kUd)) continue;
     for (uint32_t l : rec.in) {
-      uint32_t owner = qps_.at(l).owner;
-      if (owner != client) seen.emplace(owner, l);
+      const QpRecord& from = qps_.at(l);
+      if (from.owner != client && from.type != static_cast<uint32_t>(proto::QpType::kUd))
+        seen.emplace(from.owner, l);
     }
   }
   std::vector<FatalNotice> out;

@@ -17,6 +17,12 @@ struct QpRecord {
   uint32_t owner = 0;
   uint32_t type = 0;  // proto::QpType
   uint32_t arena_offset = 0;
+  // What senders reach (the owner's fd ids): the QP object, its SRQ's object (0: none), the
+  // eventfd senders write (0: none), and its protection domain.
+  uint32_t object_fd_id = 0;
+  uint32_t srq_fd_id = 0;
+  uint32_t notify_fd_id = 0;
+  uint32_t pd = 0;
   std::set<uint32_t> out;  // destination QPNs this QP was connected to
   std::set<uint32_t> in;   // QPNs (of any client) connected to this one
   // What the QP's RTR names as its destination (RC, UC; set by ConnectQp): the peer's address
@@ -31,6 +37,7 @@ struct KeyRecord {
   uint32_t index = 0;
   uint32_t access = 0;
   uint64_t length = 0;
+  uint32_t pd = 0;
 };
 
 // "Tell `client` that its QP `qpn` lost its peer."
@@ -53,11 +60,17 @@ class Registry {
  public:
   static constexpr uint32_t kFirstQpn = 0x100;
   static constexpr uint32_t kLastQpn = 0xFFFFFF;
+  // At most half the QPN space is live at once, so that a random draw finds a free number
+  // with probability 1/2 or better: kQpnDraws draws fail with probability 2^-64 at most.
+  static constexpr size_t kMaxLiveQpns = (kLastQpn - kFirstQpn + 1) / 2;
+  static constexpr int kQpnDraws = 64;
 
-  // random32 is for tests; by default keys come from RandomSource.
+  // random32 is for tests; by default QPNs and keys come from RandomSource.
   explicit Registry(std::function<uint32_t()> random32 = {});
 
-  // QPs. Errors are positive errno values; 0 on success.
+  // QPs. Errors are positive errno values; 0 on success. QPNs are drawn at random among the
+  // free ones (24 bits, from kFirstQpn): one QPN says nothing about the others. EDQUOT (the
+  // owner holds `quota`), ENOSPC (kMaxLiveQpns are live).
   int alloc_qpn(uint32_t owner, uint32_t type, uint32_t arena_offset, size_t quota, uint32_t* qpn);
   int free_qpn(uint32_t requester, uint32_t qpn);  // ENOENT, EPERM
   const QpRecord* find_qp(uint32_t qpn) const;
@@ -65,16 +78,22 @@ class Registry {
   // replaces its earlier link; a UD QP collects links to every destination it resolves.
   // Both QPNs must exist.
   void link(uint32_t local_qpn, uint32_t dest_qpn);
+  // The shared objects of QP `qpn` (at AllocQpn, and again when a reset renews them).
+  void set_objects(uint32_t qpn, uint32_t object_fd_id, uint32_t srq_fd_id, uint32_t notify_fd_id,
+                   uint32_t pd);
   // Records what QP `qpn`'s RTR names as its destination (replacing what an earlier RTR named).
   void set_peer(uint32_t qpn, uint32_t peer_ipv4, uint32_t peer_qpn);
+  // A reset: the QP names nobody until its next RTR.
+  void clear_peer(uint32_t qpn);
   // Whether QP `qpn` exists and its RTR named (peer_ipv4, peer_qpn): the destination's consent.
   bool names_peer(uint32_t qpn, uint32_t peer_ipv4, uint32_t peer_qpn) const;
   // Whether `client` holds a link from one of its QPs to a QP of `owner`.
   bool has_link_to(uint32_t client, uint32_t owner) const;
 
-  // Keys: (20 unguessable bits << 12) | index, never 0, unique among live keys.
+  // Keys: 32 unguessable bits, never 0, unique among live keys; nothing in a key says where its
+  // MR is (`index`, the owner's slot, is kept here).
   int alloc_key(uint32_t owner, uint32_t index, uint32_t access, uint64_t length, size_t quota,
-                uint32_t* key);
+                uint32_t* key, uint32_t pd = 0);
   // Only the owner may free; for anyone else a key is as unknown as a key that does not exist
   // (ENOENT), so that FreeKey cannot be used to probe for other clients' keys.
   int free_key(uint32_t requester, uint32_t key);
@@ -83,13 +102,10 @@ class Registry {
   const std::set<uint32_t>& qpns_of(uint32_t client) const;
   const std::set<uint32_t>& keys_of(uint32_t client) const;
   size_t qp_count() const { return qps_.size(); }
-  // Where the next QPN search starts (tests use it to reach the wrap-around quickly).
-  void seek_qpn(uint32_t next) {
-    next_qpn_ = next < kFirstQpn || next > kLastQpn ? kFirstQpn : next;
-  }
   size_t key_count() const { return keys_.size(); }
 
-  // For a client that died: every (other client, its QP) linked to one of its QPs, once per QP.
+  // For a client that died: every (other client, its RC or UC QP) connected to one of its QPs,
+  // once per QP. UD QPs are never told: a datagram destination that goes loses nobody a QP.
   std::vector<FatalNotice> notices_for_death(uint32_t client) const;
   // Drops every QP, link and key of the client.
   void remove_client(uint32_t client);
@@ -103,13 +119,13 @@ class Registry {
   void unlink(uint32_t local_qpn, uint32_t dest_qpn);
   void erase_qp(uint32_t qpn);
   void forget_if_empty(uint32_t client);
+  uint32_t random32();
 
   std::function<uint32_t()> random32_;
   RandomSource random_;
   std::map<uint32_t, QpRecord> qps_;
   std::unordered_map<uint32_t, KeyRecord> keys_;
   std::map<uint32_t, ClientRes> clients_;
-  uint32_t next_qpn_ = kFirstQpn;
 };
 
 }  // namespace vrdma::daemon

@@ -1,30 +1,90 @@
 #include "daemon/router/link.h"
 
 #include <errno.h>
+#include <openssl/err.h>
 #include <string.h>
 #include <sys/socket.h>
 
 #include <algorithm>
 
+#include "daemon/router/tls.h"
+
 namespace vrdma::daemon {
 
 namespace {
 constexpr int kIovBatch = 64;
+constexpr int kTlsWritesPerFlush = 64;  // SSL_write calls per flush(): bounded work per pass
 }  // namespace
 
 Link::Link(uint32_t id, UniqueFd fd, bool outbound)
     : id_(id),
       fd_(std::move(fd)),
       outbound_(outbound),
-      ring_(new Out[kRing]),
-      owned_(new uint8_t[size_t(kRing) * kOwnedBytes]),
+      state_(outbound ? State::kConnecting : State::kOpen),
       rbuf_(new uint8_t[kRecvBuffer]) {}
 
-Link::~Link() = default;
+Link::~Link() {
+  if (ssl_) SSL_free(ssl_);
+}
+
+void Link::use_tls(SSL* ssl) {
+  ssl_ = ssl;
+  if (!outbound_) state_ = State::kHandshake;
+}
+
+void Link::tcp_connected() {
+  state_ = ssl_ ? State::kHandshake : State::kOpen;
+}
+
+int Link::handshake(std::string* why) {
+  if (state_ != State::kHandshake) return state_ == State::kOpen ? 1 : 0;
+  ERR_clear_error();
+  int rc = SSL_do_handshake(ssl_);
+  if (rc == 1) {
+    state_ = State::kOpen;
+    ktls_send_ = BIO_get_ktls_send(SSL_get_wbio(ssl_)) > 0;
+    ktls_recv_ = BIO_get_ktls_recv(SSL_get_rbio(ssl_)) > 0;
+    if (!ktls_send_) {
+      // Records collect in tls_out_ from now on (nothing of the handshake is left to write).
+      BIO* out = BIO_new(out_method());
+      if (!out) {
+        *why = "TLS: " + tls_error_text();
+        return -1;
+      }
+      BIO_set_data(out, this);
+      tls_out_.reset(new uint8_t[kTlsOut]);
+      SSL_set0_wbio(ssl_, out);
+    }
+    return 1;
+  }
+  int e = SSL_get_error(ssl_, rc);
+  if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) return 0;
+  long verify = SSL_get_verify_result(ssl_);
+  if (verify != X509_V_OK) {
+    *why = std::string("peer certificate refused: ") + X509_verify_cert_error_string(verify);
+    ERR_clear_error();
+  } else if (e == SSL_ERROR_SYSCALL && ERR_peek_error() == 0) {
+    *why = errno ? std::string("TLS handshake: ") + strerror(errno)
+                 : std::string("TLS handshake: connection closed by the peer");
+  } else {
+    *why = "TLS handshake: " + tls_error_text();
+  }
+  return -1;
+}
+
+bool Link::rx_pending() const {
+  return ssl_ && state_ == State::kOpen && SSL_has_pending(ssl_);
+}
 
 bool Link::send(wire::Type type, const void* body, uint32_t body_len, const shm::Seg* payload,
                 int nseg, uint64_t payload_len, bool copy) {
-  if (!has_room() || body_len > sizeof(Out::hdr) - sizeof(wire::Header)) return false;
+  if (!ring_) {
+    ring_.reset(new Out[kRing]);
+    owned_.reset(new uint8_t[size_t(kRing) * kOwnedBytes]);
+  }
+  if (!has_room() || body_len > sizeof(Out::hdr) - sizeof(wire::Header) ||
+      (copy && payload_len > kOwnedBytes) || nseg > static_cast<int>(shm::kMaxSendSge))
+    return false;
   uint32_t slot = static_cast<uint32_t>(head_ % kRing);
   Out& o = ring_[slot];
   wire::Header h{};
@@ -58,8 +118,19 @@ bool Link::send(wire::Type type, const void* body, uint32_t body_len, const shm:
   return true;
 }
 
-bool Link::flush() {
-  if (!connected_) return true;
+bool Link::flush(int64_t now) {
+  if (state_ != State::kOpen || !tx_pending()) return true;
+  uint64_t before = bytes_out;
+  bool ok = ssl_ && !ktls_send_ ? flush_tls() : flush_plain();
+  if (bytes_out != before || !tx_pending()) {
+    tx_stalled_ns = 0;
+  } else if (!tx_stalled_ns) {
+    tx_stalled_ns = now;
+  }
+  return ok;
+}
+
+bool Link::flush_plain() {
   while (tail_ != head_) {
     iovec iov[kIovBatch];
     int n = 0;
@@ -110,128 +181,184 @@ bool Link::flush() {
   return true;
 }
 
-void Link::consume_payload(LinkHandler& h) {
-  while (payload_left_ && rpos_ < rlen_) {
-    uint64_t n = std::min<uint64_t>(payload_left_, rlen_ - rpos_);
-    if (!dest_.discard) {
-      uint64_t done = 0;
-      while (done < n && dest_seg_ < dest_.nsegs) {
-        shm::Seg& s = dest_.segs[dest_seg_];
-        uint64_t m = std::min(n - done, s.len - dest_off_);
-        memcpy(s.p + dest_off_, rbuf_.get() + rpos_ + done, m);
-        done += m;
-        dest_off_ += m;
-        if (dest_off_ == s.len) ++dest_seg_, dest_off_ = 0;
-      }
+BIO_METHOD* Link::out_method() {
+  static BIO_METHOD* m = [] {
+    BIO_METHOD* meth = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK, "vrdma link");
+    BIO_meth_set_write(meth, &Link::out_write);
+    BIO_meth_set_ctrl(meth, [](BIO*, int cmd, long, void*) -> long {
+      return cmd == BIO_CTRL_FLUSH ? 1 : 0;
+    });
+    BIO_meth_set_create(meth, [](BIO* b) {
+      BIO_set_init(b, 1);
+      return 1;
+    });
+    return meth;
+  }();
+  return m;
+}
+
+int Link::out_write(BIO* b, const char* data, int len) {
+  auto* l = static_cast<Link*>(BIO_get_data(b));
+  BIO_clear_retry_flags(b);
+  // Written-out space at the front is reused once it is half the buffer: at most one byte
+  // moved per byte sent.
+  if (l->tls_out_pos_ >= kTlsOut / 2) {
+    memmove(l->tls_out_.get(), l->tls_out_.get() + l->tls_out_pos_,
+            l->tls_out_len_ - l->tls_out_pos_);
+    l->tls_out_len_ -= l->tls_out_pos_;
+    l->tls_out_pos_ = 0;
+  }
+  size_t n = std::min(kTlsOut - l->tls_out_len_, static_cast<size_t>(len));
+  if (!n) {
+    BIO_set_retry_write(b);
+    return -1;
+  }
+  memcpy(l->tls_out_.get() + l->tls_out_len_, data, n);
+  l->tls_out_len_ += n;
+  return static_cast<int>(n);
+}
+
+bool Link::next_plain() {
+  if (plain_len_) return true;
+  if (!stage_) stage_.reset(new uint8_t[kStage]);
+  size_t staged = 0;
+  while (tail_ != head_) {
+    const Out& o = ring_[tail_ % kRing];
+    uint64_t skip = tail_off_;
+    int i = 0;
+    while (i < o.niov && skip >= o.iov[i].iov_len) skip -= o.iov[i++].iov_len;
+    if (i == o.niov) {
+      // The frame is encrypted or staged: its slot (and the memory its payload came from)
+      // is free.
+      tail_off_ = 0;
+      ++tail_;
+      continue;
     }
-    rpos_ += n;
-    payload_left_ -= n;
-  }
-  if (payload_left_ == 0) {
-    rx_ = Rx::kHeader;
-    h.on_payload(*this);
-  }
-}
-
-bool Link::dispatch_buffered(LinkHandler& h, const char** why) {
-  for (;;) {
-    size_t avail = rlen_ - rpos_;
-    switch (rx_) {
-      case Rx::kHeader:
-        if (avail < sizeof(wire::Header)) return true;
-        memcpy(&rhdr_, rbuf_.get() + rpos_, sizeof(rhdr_));
-        rpos_ += sizeof(rhdr_);
-        body_len_ = wire::body_size(static_cast<wire::Type>(rhdr_.type));
-        if (!body_len_) {
-          *why = "unknown frame type";
-          return false;
-        }
-        if (rhdr_.payload > wire::kMaxPayload) {
-          *why = "oversized frame";
-          return false;
-        }
-        rx_ = Rx::kBody;
-        break;
-      case Rx::kBody:
-        if (avail < body_len_) return true;
-        dest_ = PayloadDest{};
-        h.on_frame(*this, static_cast<wire::Type>(rhdr_.type), rbuf_.get() + rpos_, rhdr_.payload,
-                   dest_);
-        rpos_ += body_len_;
-        payload_left_ = rhdr_.payload;
-        dest_seg_ = 0;
-        dest_off_ = 0;
-        rx_ = payload_left_ ? Rx::kPayload : Rx::kHeader;
-        break;
-      case Rx::kPayload:
-        if (avail == 0) return true;
-        consume_payload(h);
-        break;
+    const uint64_t left = o.iov[i].iov_len - skip;
+    const uint8_t* p = static_cast<const uint8_t*>(o.iov[i].iov_base) + skip;
+    if (left >= kDirectWrite) {
+      if (staged) break;  // what is staged goes first
+      plain_ = p;
+      plain_len_ = left;
+      plain_direct_ = true;
+      return true;
     }
+    size_t n = std::min<size_t>(left, kStage - staged);
+    if (!n) break;
+    memcpy(stage_.get() + staged, p, n);
+    staged += n;
+    tail_off_ += n;
   }
+  if (!staged) return false;
+  plain_ = stage_.get();
+  plain_len_ = staged;
+  plain_direct_ = false;
+  return true;
 }
 
-void Link::compact_buffer() {
-  if (rpos_ == rlen_) {
-    rpos_ = rlen_ = 0;
-  } else if (rpos_ > kRecvBuffer / 2) {
-    memmove(rbuf_.get(), rbuf_.get() + rpos_, rlen_ - rpos_);
-    rlen_ -= rpos_;
-    rpos_ = 0;
+bool Link::drain_tls_out() {
+  while (tls_out_pos_ < tls_out_len_) {
+    ssize_t w = ::send(fd_.get(), tls_out_.get() + tls_out_pos_, tls_out_len_ - tls_out_pos_,
+                       MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (w < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return true;
+      if (errno == EINTR) continue;
+      return false;
+    }
+    tls_out_pos_ += static_cast<size_t>(w);
   }
+  tls_out_pos_ = tls_out_len_ = 0;
+  return true;
 }
 
-bool Link::wants_direct_read() const {
-  return rx_ == Rx::kPayload && rpos_ == rlen_ && payload_left_ >= kDirectRead && !dest_.discard &&
-         dest_seg_ < dest_.nsegs;
+bool Link::flush_tls() {
+  for (int i = 0; i < kTlsWritesPerFlush; ++i) {
+    if (!drain_tls_out()) return false;
+    if (tls_out_len_ - tls_out_pos_ >= kTlsOutHigh) return true;  // the socket is full
+    if (!next_plain()) return true;
+    ERR_clear_error();
+    int n = SSL_write(ssl_, plain_, static_cast<int>(std::min<size_t>(plain_len_, 1 << 30)));
+    if (n > 0) {
+      plain_ += n;
+      plain_len_ -= static_cast<size_t>(n);
+      if (plain_direct_) tail_off_ += static_cast<uint64_t>(n);
+      bytes_out += static_cast<uint64_t>(n);
+      continue;
+    }
+    int e = SSL_get_error(ssl_, n);
+    if (e == SSL_ERROR_WANT_WRITE || e == SSL_ERROR_WANT_READ) continue;  // drained next round
+    ERR_clear_error();
+    return false;
+  }
+  return drain_tls_out();
 }
 
-ssize_t Link::read_direct(LinkHandler& h) {
-  iovec iov[shm::kMaxRecvSge + 1];
-  int k = 0;
-  uint64_t want = payload_left_;
-  for (int i = dest_seg_; i < dest_.nsegs && want; ++i) {
-    uint64_t off = i == dest_seg_ ? dest_off_ : 0;
-    uint64_t m = std::min(dest_.segs[i].len - off, want);
-    iov[k++] = iovec{dest_.segs[i].p + off, m};
-    want -= m;
+ssize_t Link::read_some(uint8_t* buf, size_t len) {
+  if (!ssl_ || (ktls_recv_ && !SSL_has_pending(ssl_))) {
+    ssize_t n = ::recv(fd_.get(), buf, len, MSG_DONTWAIT);
+    return n;
   }
-  msghdr mh{};
-  mh.msg_iov = iov;
-  mh.msg_iovlen = static_cast<size_t>(k);
-  ssize_t n = ::recvmsg(fd_.get(), &mh, MSG_DONTWAIT);
-  if (n <= 0) return n;
-  uint64_t left = static_cast<uint64_t>(n);
-  while (left) {
-    uint64_t m = std::min(left, dest_.segs[dest_seg_].len - dest_off_);
-    dest_off_ += m;
-    left -= m;
-    if (dest_off_ == dest_.segs[dest_seg_].len) ++dest_seg_, dest_off_ = 0;
+  ERR_clear_error();
+  errno = 0;
+  int n = SSL_read(ssl_, buf, static_cast<int>(std::min<size_t>(len, INT32_MAX)));
+  if (n > 0) return n;
+  int e = SSL_get_error(ssl_, n);
+  if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) {
+    errno = EAGAIN;
+    return -1;
   }
-  payload_left_ -= static_cast<uint64_t>(n);
-  if (payload_left_ == 0) {
-    rx_ = Rx::kHeader;
-    h.on_payload(*this);
+  // The peer's close_notify, or its end of the stream without one (a router just closes).
+  if (e == SSL_ERROR_ZERO_RETURN || (e == SSL_ERROR_SYSCALL && ERR_peek_error() == 0 && !errno) ||
+      (e == SSL_ERROR_SSL && ERR_GET_REASON(ERR_peek_error()) == SSL_R_UNEXPECTED_EOF_WHILE_READING)) {
+    ERR_clear_error();
+    return 0;
   }
-  return n;
+  ERR_clear_error();
+  if (!errno || errno == EAGAIN) errno = EPROTO;
+  return -1;
+}
+
+ssize_t Link::read_vec(const iovec* iov, int n) {
+  if (!ssl_ || (ktls_recv_ && !SSL_has_pending(ssl_))) {
+    msghdr mh{};
+    mh.msg_iov = const_cast<iovec*>(iov);
+    mh.msg_iovlen = static_cast<size_t>(n);
+    return ::recvmsg(fd_.get(), &mh, MSG_DONTWAIT);
+  }
+  // SSL_read fills one buffer at a time.
+  return read_some(static_cast<uint8_t*>(iov[0].iov_base), iov[0].iov_len);
+}
+
+bool Link::on_frame(wire::Type type, const uint8_t* body, uint32_t payload, PayloadDest& dest,
+                    const char** why) {
+  return handler_->on_frame(*this, type, body, payload, dest, why);
+}
+
+void Link::on_payload_data(const uint8_t* data, size_t len) {
+  handler_->on_payload_data(*this, data, len);
+}
+
+void Link::on_payload() {
+  handler_->on_payload(*this);
 }
 
 bool Link::receive(LinkHandler& h, size_t budget, const char** why) {
+  if (state_ != State::kOpen) return true;
+  handler_ = &h;
   size_t got = 0;
-  for (;;) {
-    if (!dispatch_buffered(h, why)) return false;
-    compact_buffer();
-    if (got >= budget) return true;
+  while (got < budget) {
+    iovec iov[shm::kMaxRecvSge + 1];
+    int k = parser_.direct_iov(iov, shm::kMaxRecvSge + 1, kDirectRead);
     ssize_t n;
-    if (wants_direct_read()) {
-      // Large payload: straight from the socket into its destination.
-      n = read_direct(h);
+    if (k) {
+      // Large payload: straight from the socket (or the TLS layer) into its destination.
+      n = read_vec(iov, k);
+      if (n > 0) parser_.direct_done(static_cast<uint64_t>(n), *this);
     } else {
       // At most what is left of the budget: the caller bounds how many frames one call
       // dispatches.
-      size_t want = std::min(kRecvBuffer - rlen_, budget - got);
-      n = ::recv(fd_.get(), rbuf_.get() + rlen_, want, MSG_DONTWAIT);
-      if (n > 0) rlen_ += static_cast<size_t>(n);
+      n = read_some(rbuf_.get(), std::min(kRecvBuffer, budget - got));
+      if (n > 0 && !parser_.feed(rbuf_.get(), static_cast<size_t>(n), *this, why)) return false;
     }
     if (n > 0) {
       got += static_cast<size_t>(n);
@@ -247,6 +374,7 @@ bool Link::receive(LinkHandler& h, size_t budget, const char** why) {
     *why = strerror(errno);
     return false;
   }
+  return true;
 }
 
 }  // namespace vrdma::daemon

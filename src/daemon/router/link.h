@@ -1,10 +1,15 @@
 // One TCP connection between the routers of two hosts: non-blocking, frames in both
-// directions. Outgoing frames wait in a fixed ring whose payloads point at the memory they
-// come from (a client's registered memory) until the kernel took them; incoming frames are
-// parsed from a receive buffer, and each frame's payload goes where the handler says: straight
-// into a client's memory, read directly from the socket when it is large.
+// directions, inside TLS 1.3 (tls.h) unless the cluster runs in plaintext.
+//
+// Outgoing frames wait in a fixed ring whose payloads point at the memory they come from (a
+// client's registered memory). Without TLS, and with kernel TLS, sendmsg gathers them from
+// there; with TLS in user space they are copied into a staging buffer that SSL_write
+// encrypts. Incoming bytes go through a FrameParser (frame_parser.h), whose payloads go where
+// the handler says: into a client's memory (large ones read straight from the socket, or from
+// SSL_read, into it), into a sink, or nowhere.
 #pragma once
 
+#include <openssl/ssl.h>
 #include <sys/uio.h>
 
 #include <cstdint>
@@ -12,7 +17,9 @@
 #include <string>
 #include <vector>
 
+#include "common/address.h"
 #include "common/unique_fd.h"
+#include "daemon/router/frame_parser.h"
 #include "daemon/router/wire.h"
 #include "shm/respond.h"
 
@@ -20,100 +27,155 @@ namespace vrdma::daemon {
 
 class Link;
 
-// Where an incoming frame's payload goes: up to kMaxRecvSge segments, or nowhere (discard).
-struct PayloadDest {
-  shm::Seg segs[shm::kMaxRecvSge + 1];
-  int nsegs = 0;
-  bool discard = true;
-};
-
 class LinkHandler {
  public:
   virtual ~LinkHandler() = default;
-  // A frame's header and body arrived; fill `dest` for its payload (if any).
-  virtual void on_frame(Link& link, wire::Type type, const uint8_t* body, uint32_t payload,
-                        PayloadDest& dest) = 0;
+  // A frame's header and body arrived and are well-formed (frame_check.h); fill `dest` for its
+  // payload (if any). False closes the link (*why says why).
+  virtual bool on_frame(Link& link, wire::Type type, const uint8_t* body, uint32_t payload,
+                        PayloadDest& dest, const char** why) = 0;
+  // PayloadDest::kSink: the next bytes of the payload.
+  virtual void on_payload_data(Link& link, const uint8_t* data, size_t len) = 0;
   // The payload of the last frame is in place (called for frames with a payload only).
   virtual void on_payload(Link& link) = 0;
 };
 
-class Link {
+class Link : private FrameSink {
  public:
   static constexpr uint32_t kRing = 4096;        // outgoing frames in flight
   static constexpr uint32_t kOwnedBytes = 4096;  // per frame, for data that must be copied
 
+  enum class State : uint8_t {
+    kConnecting,  // outbound: TCP connect in progress
+    kHandshake,   // TLS handshake in progress
+    kOpen,        // frames flow
+  };
+
+  // An outbound link starts kConnecting; an inbound one is connected (kOpen, or kHandshake
+  // once use_tls() gave it a session).
   Link(uint32_t id, UniqueFd fd, bool outbound);
-  ~Link();
+  ~Link() override;
+  Link(const Link&) = delete;
+  Link& operator=(const Link&) = delete;
 
   uint32_t id() const { return id_; }
   int fd() const { return fd_.get(); }
   bool outbound() const { return outbound_; }
-  bool connected() const { return connected_; }
-  void set_connected() { connected_ = true; }
+  State state() const { return state_; }
+  bool open() const { return state_ == State::kOpen; }
 
-  // The peer host, once known (from Hello for inbound links).
-  uint32_t host_id = 0;
+  // Encrypts the link with this session (the link owns it). Before connected() for outbound
+  // links, right after accept for inbound ones.
+  void use_tls(SSL* ssl);
+  SSL* ssl() const { return ssl_; }
+  // Outbound: the TCP connection is up (then the handshake, or frames at once in plaintext).
+  void tcp_connected();
+  // Advances the TLS handshake: 1 done (the link is open), 0 not yet, -1 failed (*why).
+  int handshake(std::string* why);
+  // Which direction the kernel encrypts (kernel TLS); false in plaintext or user-space TLS.
+  bool ktls_send() const { return ktls_send_; }
+  bool ktls_recv() const { return ktls_recv_; }
+
+  // What the router knows of the other side.
+  uint32_t host_id = 0;        // the peer host (outbound: from the directory; inbound: once
+                               // authenticated)
+  bool authenticated = false;  // inbound: its Hello (and certificate) passed
+  uint32_t peer_ipv4 = 0;      // the TCP peer's address (network order)
+  std::vector<Ipv4Cidr> peer_cidrs;  // the container networks its host owns (directory)
   uint64_t peer_boot = 0;
   std::string peer_addr;
+  int64_t opened_ns = 0;  // accepted or connect started
   int64_t connect_deadline_ns = 0;
   int64_t last_rx_ns = 0;
   int64_t last_ping_ns = 0;
-  uint32_t routed_qps = 0;  // local RC/UC QPs whose requests go out on this link
+  int64_t last_used_ns = 0;     // the last time a frame other than a ping passed
+  int64_t tx_stalled_ns = 0;    // since when queued frames make no progress (0: they do)
+  bool rx_paused = false;       // not read while its responses have no room
+  uint32_t routed_qps = 0;      // local RC/UC QPs whose requests go out on this link
+  uint64_t held_bytes = 0;      // payload bytes held for requests that came on it
+  uint32_t held_requests = 0;   // and those requests
 
   // Queues a frame: header+body copied, payload referenced (must stay valid until written)
   // or copied into the frame's own buffer (`copy`, at most kOwnedBytes). False when full.
   bool send(wire::Type type, const void* body, uint32_t body_len, const shm::Seg* payload = nullptr,
             int nseg = 0, uint64_t payload_len = 0, bool copy = false);
   bool has_room(uint32_t frames = 1) const { return kRing - (head_ - tail_) >= frames; }
-  bool tx_pending() const { return head_ != tail_; }
+  bool tx_pending() const {
+    return head_ != tail_ || plain_len_ || tls_out_pos_ < tls_out_len_;
+  }
+  // Decrypted bytes the TLS layer holds that the socket no longer signals.
+  bool rx_pending() const;
 
-  // Writes what the socket takes. Returns false when the connection failed.
-  bool flush();
+  // Writes what the socket takes. Returns false when the connection failed. Progress of any
+  // byte clears tx_stalled_ns.
+  bool flush(int64_t now);
   // Reads and dispatches frames until the socket is empty or `budget` bytes were read.
   // Returns false when the connection ended or sent garbage (*why says which).
   bool receive(LinkHandler& h, size_t budget, const char** why);
 
   uint64_t bytes_out = 0, bytes_in = 0;
+  uint64_t frames_in() const { return parser_.frames(); }
 
  private:
   struct Out {
-    uint8_t hdr[sizeof(wire::Header) + sizeof(wire::Cm)];  // the largest body
+    uint8_t hdr[sizeof(wire::Header) + wire::kMaxBody];
     uint32_t hdr_len;
     int niov;
     iovec iov[shm::kMaxSendSge + 1];
   };
   static constexpr size_t kRecvBuffer = 256 * 1024;
   static constexpr uint64_t kDirectRead = 16 * 1024;  // payloads this large skip the buffer
+  // User-space TLS: small pieces of frames are gathered into a staging buffer for SSL_write;
+  // pieces this large are encrypted from where they are. The records OpenSSL makes collect in
+  // tls_out_, which goes to the socket in large writes.
+  static constexpr size_t kStage = 64 * 1024;
+  static constexpr uint64_t kDirectWrite = 16 * 1024;
+  static constexpr size_t kTlsOut = 256 * 1024;
+  static constexpr size_t kTlsOutHigh = kTlsOut / 2;  // stop encrypting while this much waits
 
-  // Dispatches the frames (and the payload bytes) that are in the receive buffer. False when
-  // the stream is broken (*why says how).
-  bool dispatch_buffered(LinkHandler& h, const char** why);
-  void consume_payload(LinkHandler& h);  // what of a payload the buffer holds
-  void compact_buffer();
-  // A large payload with a destination: read straight into it (recvmsg's result).
-  bool wants_direct_read() const;
-  ssize_t read_direct(LinkHandler& h);
+  // FrameSink, forwarded to the handler of the receive() in progress.
+  bool on_frame(wire::Type type, const uint8_t* body, uint32_t payload, PayloadDest& dest,
+                const char** why) override;
+  void on_payload_data(const uint8_t* data, size_t len) override;
+  void on_payload() override;
+
+  bool flush_plain();
+  bool flush_tls();
+  // The plaintext SSL_write takes next (plain_, plain_len_): staged pieces of frames, or one
+  // large piece in place. Retires the frames it is done with. False when nothing is queued.
+  bool next_plain();
+  bool drain_tls_out();  // writes the collected records to the socket
+  static BIO_METHOD* out_method();
+  static int out_write(BIO* b, const char* data, int len);
+  // recv / SSL_read into one buffer or a scatter list: >0 bytes, 0 end of stream, -1 errno set
+  // (EAGAIN: nothing now).
+  ssize_t read_some(uint8_t* buf, size_t len);
+  ssize_t read_vec(const iovec* iov, int n);
 
   uint32_t id_;
   UniqueFd fd_;
   bool outbound_;
-  bool connected_ = false;
+  State state_;
+  SSL* ssl_ = nullptr;
+  bool ktls_send_ = false, ktls_recv_ = false;
 
+  // Allocated when the first frame is queued (an inbound link sends nothing before it is
+  // authenticated).
   std::unique_ptr<Out[]> ring_;
   std::unique_ptr<uint8_t[]> owned_;
   uint64_t head_ = 0, tail_ = 0;  // produce at head, write from tail
-  uint64_t tail_off_ = 0;         // bytes of the tail frame already written
+  uint64_t tail_off_ = 0;         // bytes of the tail frame already written (or staged)
+  std::unique_ptr<uint8_t[]> stage_;
+  const uint8_t* plain_ = nullptr;
+  size_t plain_len_ = 0;
+  bool plain_direct_ = false;  // plain_ points into a frame (its bytes count in tail_off_)
+  std::unique_ptr<uint8_t[]> tls_out_;
+  size_t tls_out_pos_ = 0, tls_out_len_ = 0;
 
   // Receive side.
   std::unique_ptr<uint8_t[]> rbuf_;
-  size_t rlen_ = 0, rpos_ = 0;
-  enum class Rx { kHeader, kBody, kPayload } rx_ = Rx::kHeader;
-  wire::Header rhdr_{};
-  uint32_t body_len_ = 0;
-  uint64_t payload_left_ = 0;
-  PayloadDest dest_;
-  int dest_seg_ = 0;
-  uint64_t dest_off_ = 0;
+  FrameParser parser_;
+  LinkHandler* handler_ = nullptr;  // during receive()
 };
 
 }  // namespace vrdma::daemon

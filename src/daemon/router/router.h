@@ -1,21 +1,33 @@
-// The router: carries QPs' work between hosts over TCP links (link.h, wire.h).
+// The router: carries QPs' work between hosts over TCP links (link.h, wire.h), inside mutual
+// TLS 1.3 (tls.h) unless the cluster runs in plaintext.
+//
+// Links (router_links.cc): a link is accepted only from the router address of a host the
+// directory knows, at most a few per host and a bounded number in all; it must complete its
+// TLS handshake and say Hello in time; its certificate, its Hello and its address must all
+// name the same host. Nothing but a Hello is read from a link before that. A link nobody
+// uses is closed after a while; so is one whose host left the directory.
 //
 // Requester side (router_requester.cc): a local QP whose destination is on another host hands
 // its work requests to the router through its SendQueue in the client's arena. The router
 // gathers the data straight from the client's registered memory, sends it on its link to the
 // destination host, and completes each request into the QP's send CQ when the response comes
 // back (data placed, READ data scattered, atomic value returned) or with RETRY_EXC_ERR when
-// the link falls silent for longer than the QP's timeout and retry count allow.
+// the link falls silent for longer than the QP's timeout and retry count allow. What the
+// client writes (the queue's tail, its entries) is bounded and checked on every pass.
 //
-// Responder side (router_responder.cc): requests from other hosts are executed against the
-// destination QP with the same responder logic the library uses on one host (respond.h); their
-// payload is read from the socket straight into the destination's memory. A request that finds
-// no receive (RNR) or a destination not ready yet is held, with every later request of the
-// same source QP behind it, and retried as the QP's attributes say.
+// Responder side (router_responder.cc): a request from another host belongs to a connection
+// (a Connect from that host, for a source address the host owns); it reaches its destination
+// QP only once that QP's RTR named the source (address and QPN), in sequence, with the type of
+// the destination QP. It is executed with the same responder logic the library uses on one
+// host (respond.h); its payload is read from the socket straight into the destination's
+// memory. A request that finds no receive (RNR) or a destination not ready (or not agreeing)
+// yet is held, with every later request of the same connection behind it, and retried as the
+// QP's attributes say; held payloads are stored as they arrive, within per-connection,
+// per-link and per-host bounds.
 //
 // Everything runs on the daemon's event-loop thread: no locks. The daemon calls poll() while
 // there is traffic and sleeps in epoll when prepare_sleep() says every queue is empty (QPs then
-// ring the doorbell eventfd after posting).
+// ring their client's doorbell eventfd after posting).
 #pragma once
 
 #include <cstdint>
@@ -31,6 +43,7 @@
 #include "daemon/directory/directory.h"
 #include "daemon/router/link.h"
 #include "daemon/router/router_config.h"
+#include "daemon/router/tls.h"
 #include "daemon/router/wire.h"
 #include "shm/peer.h"
 #include "shm/respond.h"
@@ -41,6 +54,7 @@ namespace vrdma::daemon {
 struct LocalQp {
   uint32_t owner = 0;  // client id
   uint32_t arena_offset = 0;
+  uint32_t object_fd_id = 0;  // its QP object (what senders reach)
   uint32_t type = 0;
   uint32_t ipv4 = 0;  // the owner's address (network order)
   std::string tenant;
@@ -51,22 +65,33 @@ class Router : public LinkHandler {
   struct Hooks {
     // A new descriptor for a client's fd (arena, memory, eventfd), or a positive errno.
     std::function<int(uint32_t client, uint32_t fd_id, int& fd)> fetch_fd;
+    // A client's MR `key`, with descriptors of its backings (the router is trusted with all).
+    std::function<int(uint32_t client, uint32_t key, shm::MrGrant& out)> grant_mr;
+    // The daemon's writable mapping of a backing sealed against new writable mappings.
+    std::function<uint8_t*(uint32_t client, uint32_t fd_id, uint64_t& size)> kept_mapping;
     // A local QP lost its remote peer (link gone: kPeerGone) or its routed work failed (the
     // router moved it to the error state: kRouted): tell its owner.
     std::function<void(uint32_t client, uint32_t qpn, proto::FatalReason why)> qp_fatal;
     // A QP of this host by number.
     std::function<bool(uint32_t qpn, LocalQp* out)> find_qp;
+    // Whether local QP `qpn`'s RTR named (ipv4, peer_qpn) as its destination: its consent.
+    std::function<bool(uint32_t qpn, uint32_t ipv4, uint32_t peer_qpn)> names_peer;
     // The tenant of an address by this host's rules.
     std::function<std::string(uint32_t ipv4)> tenant_of;
-    // An rdma_cm message from another host (wire::Cm); `host` is the sender's host id.
+    // An rdma_cm message from another host (wire::Cm); `host` is the sender's authenticated
+    // host id.
     std::function<void(uint32_t host, const wire::Cm& m)> on_cm;
+    // rdma_cm connections with `host` (a link to it stays while it has some).
+    std::function<size_t(uint32_t host)> cm_connections_with;
+    // A link with `host` closed: what rdma_cm had with it is gone.
+    std::function<void(uint32_t host)> host_gone;
   };
 
   Router(const RouterConfig& cfg, Directory& dir, Hooks hooks, uint64_t boot);
   ~Router() override;
 
-  // Listens for links and registers the listening socket and the doorbell with epoll under
-  // tags (kTagBase | n). 0 or a positive errno.
+  // Loads the TLS context (unless plaintext), listens for links and registers the listening
+  // socket with epoll under tags (kTagBase | n). 0 or a positive errno, after a message.
   int start(int epoll_fd);
   static constexpr uint64_t kTagBase = 3ull << 32;
   static bool is_tag(uint64_t tag) { return (tag >> 32) == 3; }
@@ -78,10 +103,11 @@ class Router : public LinkHandler {
   int64_t next_deadline(int64_t now) const;
   // Arms every queue's doorbell; false if work arrived meanwhile (do not sleep).
   bool prepare_sleep();
-  int doorbell_fd() const { return doorbell_.get(); }
+  // The doorbell eventfd of a client's routed QPs (one per client, made on first use), or -1.
+  int doorbell_for(uint32_t client);
 
   // Control path. Connects local QP `qpn` to `dst_qpn` at `dst_ipv4` on another host; `done`
-  // gets 0 or an errno (EHOSTUNREACH, ENOENT, EACCES, ETIMEDOUT, EAGAIN: directory down).
+  // gets 0 or an errno (EHOSTUNREACH, ECONNREFUSED, ETIMEDOUT, EAGAIN: directory down).
   using ConnectDone = std::function<void(int status, uint32_t qp_type)>;
   void connect_qp(uint32_t qpn, const LocalQp& qp, uint32_t dst_ipv4, uint32_t dst_qpn,
                   ConnectDone done);
@@ -97,20 +123,23 @@ class Router : public LinkHandler {
     bool outbound, connected;
     std::string addr;
     uint64_t bytes_in, bytes_out;
+    bool tls, ktls;
   };
   std::vector<LinkInfo> links() const;
   size_t routed_qps() const { return outbound_.size(); }
+  bool tls() const { return tls_ != nullptr; }
 
   // LinkHandler.
-  void on_frame(Link& link, wire::Type type, const uint8_t* body, uint32_t payload,
-                PayloadDest& dest) override;
+  bool on_frame(Link& link, wire::Type type, const uint8_t* body, uint32_t payload,
+                PayloadDest& dest, const char** why) override;
+  void on_payload_data(Link& link, const uint8_t* data, size_t len) override;
   void on_payload(Link& link) override;
 
  private:
   class ClientFds;
   struct Wqe;       // a RouteWqe copied out of shared memory and validated
   struct Outbound;  // requester state of one local QP
-  struct Inbound;   // responder state of one remote source QP
+  struct Inbound;   // responder state of one remote source QP (a connection)
   struct HeldRequest;
   struct RxFrame;  // what the payload being received on a link is for
   struct PendingConnect {
@@ -123,20 +152,36 @@ class Router : public LinkHandler {
     ConnectDone done;
   };
 
-  // Links (router.cc).
+  // Links (router.cc, router_links.cc).
   Link* outbound_link(uint32_t host_id, int* err);
   Link* find_link(uint32_t id);
-  void accept_links();
-  void on_hello(Link& link, const wire::Hello& h);
+  void accept_links(int64_t now);
+  // Why a connection from `ipv4` cannot be a link (nullptr: it can).
+  const char* refuse_address(uint32_t ipv4);
+  bool on_hello(Link& link, const wire::Hello& h, const char** why);
+  void progress_link(Link& link, int64_t now);  // connect, handshake, deadlines
+  bool verify_server(Link& link, std::string* why);
+  void check_links(int64_t now);  // idle, stalled, dead hosts
+  bool link_in_use(const Link& link) const;
+  void close_link(Link& link, const char* why);
+  void doom(uint32_t link_id, std::string why);  // closed at the end of this pass
+  void close_doomed();
+  // Unmaps the clients' deregistered MRs once no frame in flight can point into one.
+  void reclaim_mappings();
+  void set_rx_paused(Link& link, bool paused);
+  void watch(Link& link);  // registers the link's socket with epoll
   void on_connect_rep(Link& link, const wire::ConnectRep& r);
   void on_peer_gone(Link& link, const wire::PeerGone& g);
-  void close_link(Link& link, const char* why);
-  void check_connecting(Link& link, int64_t now);
   std::shared_ptr<shm::Peer> peer(uint32_t client);
+  bool owns_address(const Link& link, uint32_t ipv4) const;
+  // Whether the connection's destination QP agreed to its source, and no other link carries
+  // the same connection: its end is the QP's peer's end.
+  bool agreed_and_alone(const Inbound& in) const;
 
   // Requester (router_requester.cc).
   int attach_outbound(const PendingConnect& pc, std::unique_ptr<Outbound>* out);
   bool pump(Outbound& o, int64_t now);
+  bool tail_of(Outbound& o, uint64_t* tail);  // false: nonsense, the QP fails
   bool read_wqe(const Outbound& o, uint64_t pos, Wqe& w) const;
   bool send_wqe(Outbound& o, const Wqe& w, int64_t now);
   void complete(Outbound& o, const Wqe& w, ibv_wc_status st, uint32_t byte_len);
@@ -145,45 +190,62 @@ class Router : public LinkHandler {
   void check_timeouts(int64_t now);
   Link* ud_link(Outbound& o, const uint8_t* dgid);
 
-  // Responder (router_responder.cc).
+  // Responder (router_responder.cc, router_hold.cc).
   void on_request(Link& link, const wire::Request& r, uint32_t payload, PayloadDest& dest);
-  void on_datagram(const wire::Request& r, uint32_t payload, PayloadDest& dest, RxFrame& f);
+  void on_datagram(Link& link, const wire::Request& r, uint32_t payload, PayloadDest& dest,
+                   RxFrame& f);
   // The request fails (or is dropped, UC) with `st`, once its payload has passed.
   void discard_and_reply(Link& link, RxFrame& f, ibv_wc_status st, uint32_t payload);
-  // Keeps the request (its payload, as it arrives) until `next_ns`: RNR, or not ready yet.
-  void hold(Inbound& ib, const wire::Request& r, uint32_t payload, PayloadDest& dest, RxFrame& f,
-            int64_t next_ns);
+  // Keeps the request (its payload stored as it arrives) until `next_ns`: RNR, or not ready
+  // yet; `expiry` is the status it fails with when it cannot be kept (over a bound) or expires.
+  void hold(Link& link, Inbound& ib, const wire::Request& r, uint32_t payload, PayloadDest& dest,
+            RxFrame& f, int64_t next_ns, ibv_wc_status expiry);
+  void release_held(Inbound& ib, Link* link);  // forgets every held request of the connection
+  void drop_inbound(uint64_t key, const char* why);
   void on_connect(Link& link, const wire::Connect& c);
   bool target(uint32_t qpn, shm::PeerQp& out);
-  const shm::PeerQp* ud_target(const wire::Request& r);
+  const shm::PeerQp* ud_target(Link& link, const wire::Request& r);
   RxFrame& frame(uint32_t link_id);
   void respond(Link& link, const wire::Request& r, ibv_wc_status st, uint64_t byte_len,
                uint64_t atomic_old, const shm::Seg* data, int nseg);
+  // Admission of a request of a connection: consent, then the responder's routine.
+  void admit(Inbound& ib, const wire::Request& r, shm::Placement& pl);
   bool execute_held(Link& link, Inbound& in, int64_t now);
   void retry_held(int64_t now);
 
   RouterConfig cfg_;
+  const RouterLimits& lim_;
   Directory& dir_;
   Hooks hooks_;
   uint64_t boot_;
   int epoll_ = -1;
+  std::unique_ptr<TlsContext> tls_;  // null in plaintext
   UniqueFd listen_;
-  UniqueFd doorbell_;
+  std::map<uint32_t, UniqueFd> doorbells_;  // client id ->
   std::unique_ptr<ClientFds> fd_source_;
   uint32_t next_link_id_ = 1;
   std::map<uint32_t, std::unique_ptr<Link>> links_;
   std::map<uint32_t, uint32_t> host_links_;  // host id -> our outbound link id
+  std::vector<std::pair<uint32_t, std::string>> doomed_links_;
   std::unordered_map<uint32_t, std::shared_ptr<shm::Peer>> peers_;  // client id -> mapped arena
   // Mappings of clients that died while a link may still send from them; dropped once idle.
   std::vector<std::shared_ptr<shm::Peer>> graveyard_;
   std::unordered_map<uint32_t, shm::PeerQp> ud_targets_;  // local UD QPs reached from elsewhere
   int64_t now_ = 0;
+  int64_t next_check_ns_ = 0;      // check_links
+  int64_t next_dir_check_ns_ = 0;  // the directory still knows the links' hosts
   std::map<uint32_t, std::unique_ptr<Outbound>> outbound_;     // local qpn ->
   std::map<uint64_t, std::unique_ptr<Inbound>> inbound_;       // link id << 32 | src qpn ->
   std::unordered_map<uint32_t, std::unique_ptr<RxFrame>> rx_;  // link id -> frame in progress
   std::map<uint64_t, PendingConnect> connects_;
+  std::map<uint32_t, uint64_t> host_held_;  // host id -> payload bytes held for it
   uint64_t next_req_ = 1;
+  uint64_t next_hold_token_ = 1;
   size_t held_count_ = 0;
+  // Connections refused at accept (a container, an unknown address, over a limit): counted,
+  // and logged at most every few seconds.
+  uint64_t refused_accepts_ = 0;
+  int64_t refused_logged_ns_ = 0;
 };
 
 }  // namespace vrdma::daemon

@@ -1,14 +1,38 @@
-// What the router takes from vrdmad's options.
+// What the router takes from vrdmad's options, and the bounds it keeps.
 #pragma once
 
 #include <cstdint>
 #include <string>
 
+#include "daemon/router/tls.h"
+
 namespace vrdma::daemon {
+
+// What one host may make this router hold, and how long links may wait. The defaults suit a
+// cluster; tests shrink them.
+struct RouterLimits {
+  uint32_t max_links = 256;          // links in every state, both directions
+  uint32_t max_links_per_host = 4;   // from one router address (before and after its Hello)
+  uint32_t max_connections_per_link = 65536;  // inbound connections (Connect) on one link
+  int64_t handshake_ns = 2'000'000'000;        // TCP connect + TLS handshake
+  int64_t hello_ns = 3'000'000'000;            // from accept to a valid Hello
+  int64_t idle_ns = 60'000'000'000;            // a link nothing uses is closed after this
+  int64_t tx_stall_ns = 30'000'000'000;        // a peer that reads nothing of what we queue
+  // Requests held for RNR or a destination not ready yet: payload bytes and requests.
+  uint64_t held_bytes_per_connection = 16ull << 20;
+  uint64_t held_bytes_per_link = 64ull << 20;
+  uint64_t held_bytes_per_host = 64ull << 20;
+  uint32_t held_requests_per_connection = 16384;
+  uint32_t held_requests_per_link = 65536;
+  uint32_t wqes_per_pump = 256;  // work requests taken from one SendQueue per pass
+};
 
 struct RouterConfig {
   uint32_t host_id = 0;
   std::string listen;  // "a.b.c.d:port" this host's router accepts links on
+  TlsFiles tls;        // the cluster CA, this host's certificate and key
+  bool plaintext = false;  // no TLS between routers (insecure: benchmarks, trusted networks)
+  RouterLimits limits;
 };
 
 }  // namespace vrdma::daemon

@@ -21,6 +21,40 @@ using shm::is_atomic;
 
 }  // namespace
 
+int Router::attach_outbound(const PendingConnect& pc, std::unique_ptr<Outbound>* out) {
+  auto o = std::make_unique<Outbound>();
+  o->qpn = pc.qpn;
+  o->info = pc.qp;
+  o->dst_qpn = pc.dst_qpn;
+  auto p = peer(pc.qp.owner);
+  if (!p) return EIO;
+  o->peer = p;
+  uint8_t* base = p->base();
+  uint64_t size = p->size();
+  if (!shm::offset_ok(size, pc.qp.arena_offset, sizeof(shm::QpShared))) return EPROTO;
+  o->qp = reinterpret_cast<shm::QpShared*>(base + pc.qp.arena_offset);
+  uint32_t sq_off = o->qp->sq_offset, cq_off = o->qp->send_cq_offset;
+  if (!shm::offset_ok(size, sq_off, sizeof(shm::SendQueue)) ||
+      shm::attach_cq(p, cq_off, o->cq, o->cq_efd) != 0)
+    return EPROTO;
+  o->sq = reinterpret_cast<shm::SendQueue*>(base + sq_off);
+  uint32_t cap = o->sq->capacity, esz = o->sq->entry_size;
+  uint32_t max_sge = o->sq->max_sge, max_inline = o->sq->max_inline;
+  if (cap == 0 || (cap & (cap - 1)) || cap > (1u << 20) || max_sge > shm::kMaxSendSge ||
+      max_inline > 4096 || esz != shm::route_wqe_size(max_sge, max_inline) ||
+      !shm::offset_ok(size, sq_off, sizeof(shm::SendQueue) + uint64_t(cap) * esz))
+    return EPROTO;
+  o->sq_mask = cap - 1;
+  o->esz = esz;
+  o->max_sge = max_sge;
+  o->max_inline = max_inline;
+  // Continue where the QP is now: anything it posted before goes out in order, numbered from
+  // 0 in this connection.
+  o->sent = o->done = o->base = o->sq->done.load(std::memory_order_acquire);
+  *out = std::move(o);
+  return 0;
+}
+
 bool Router::read_wqe(const Outbound& o, uint64_t pos, Wqe& w) const {
   const auto* e =
       reinterpret_cast<const shm::RouteWqe*>(o.sq->entries + (pos & o.sq_mask) * uint64_t(o.esz));
@@ -30,7 +64,7 @@ bool Router::read_wqe(const Outbound& o, uint64_t pos, Wqe& w) const {
   w.imm_data = e->imm_data;
   w.num_sge = e->num_sge;
   w.rkey = e->rkey;
-  w.status = e->status;
+  w.status = e->status <= uint32_t(IBV_WC_GENERAL_ERR) ? e->status : uint32_t(IBV_WC_LOC_QP_OP_ERR);
   w.remote_addr = e->remote_addr;
   w.compare_add = e->compare_add;
   w.swap = e->swap;
@@ -73,11 +107,32 @@ void Router::complete(Outbound& o, const Wqe& w, ibv_wc_status st, uint32_t byte
   }
 }
 
+bool Router::tail_of(Outbound& o, uint64_t* tail) {
+  // The owner writes the tail: it may be anything. Between what was completed and a full
+  // queue, or the QP fails.
+  uint64_t t = o.sq->tail.load(std::memory_order_acquire);
+  if (t >= o.done && t - o.done <= uint64_t(o.sq_mask) + 1 && t >= o.sent) {
+    *tail = t;
+    return true;
+  }
+  if (!o.failed) {
+    LOG_WARN("router: QP 0x%x of client %u: send queue tail %llu is impossible (done %llu, %u "
+             "entries): the QP fails",
+             o.qpn, o.info.owner, static_cast<unsigned long long>(t),
+             static_cast<unsigned long long>(o.done), o.sq_mask + 1);
+    abort_qp(o, IBV_WC_LOC_QP_OP_ERR, true);
+  }
+  return false;
+}
+
 void Router::abort_qp(Outbound& o, ibv_wc_status first, bool tell_owner) {
   if (o.failed) return;
   o.failed = true;
   o.qp->state.store(IBV_QPS_ERR, std::memory_order_release);
-  uint64_t tail = o.sq->tail.load(std::memory_order_acquire);
+  // Everything posted completes in error: what was sent first with `first`, the rest flushed
+  // (later passes of pump() flush what is posted afterwards). Never past a full queue.
+  uint64_t t = o.sq->tail.load(std::memory_order_acquire);
+  uint64_t tail = t >= o.done && t - o.done <= uint64_t(o.sq_mask) + 1 ? t : o.sent;
   bool had_outstanding = o.done < o.sent;
   while (o.done < tail) {
     Wqe w;
@@ -127,7 +182,7 @@ bool Router::send_wqe(Outbound& o, const Wqe& w, int64_t now) {
   wire::Request r{};
   r.src_qpn = o.qpn;
   r.dst_qpn = ud ? w.ud_qpn : o.dst_qpn;
-  r.seq = o.sent;
+  r.seq = o.sent - o.base;
   r.opcode = w.opcode;
   r.qp_type = o.info.type;
   r.imm_data = w.imm_data;
@@ -153,7 +208,7 @@ bool Router::send_wqe(Outbound& o, const Wqe& w, int64_t now) {
     uint32_t access = carries_data(w.opcode) ? 0 : IBV_ACCESS_LOCAL_WRITE;
     for (uint32_t i = 0; i < w.num_sge; ++i) {
       const ibv_sge& s = w.sge[i];
-      uint8_t* p = s.length ? o.peer->translate(s.lkey, s.addr, s.length, access) : nullptr;
+      uint8_t* p = s.length ? o.peer->translate(0, 0, s.lkey, s.addr, s.length, access) : nullptr;
       if (s.length && !p) {
         // Deregistered since it was posted: a local protection error, in order.
         if (o.done != o.sent) return false;
@@ -187,12 +242,14 @@ bool Router::send_wqe(Outbound& o, const Wqe& w, int64_t now) {
 bool Router::pump(Outbound& o, int64_t now) {
   if (o.qp->gone.load(std::memory_order_relaxed)) return false;
   uint32_t st = o.qp->state.load(std::memory_order_acquire);
-  uint64_t tail = o.sq->tail.load(std::memory_order_acquire);
   if (st == IBV_QPS_RESET) {
-    // A reset drops the queue; the QP may be connected again later.
-    if (o.done != tail) {
-      o.done = o.sent = tail;
-      o.sq->done.store(tail, std::memory_order_release);
+    // A reset drops the queue; the QP may be connected again later. Numbering goes on where
+    // it was, so that the connection's sequence has no gap.
+    uint64_t t = o.sq->tail.load(std::memory_order_acquire);
+    if (o.done != t && t >= o.sent) {
+      o.base += t - o.sent;
+      o.done = o.sent = t;
+      o.sq->done.store(t, std::memory_order_release);
     }
     o.failed = false;
     return false;
@@ -202,8 +259,13 @@ bool Router::pump(Outbound& o, int64_t now) {
     abort_qp(o, IBV_WC_WR_FLUSH_ERR, false);
     work = true;
   }
+  uint64_t tail;
+  if (!tail_of(o, &tail)) return work;
+  // At most wqes_per_pump entries per pass, whatever the owner wrote.
+  const uint64_t end = std::min<uint64_t>(tail, o.sent + lim_.wqes_per_pump);
   if (o.failed) {
-    while (o.done < tail) {
+    const uint64_t flush_end = std::min<uint64_t>(tail, o.done + lim_.wqes_per_pump);
+    while (o.done < flush_end) {
       Wqe w;
       read_wqe(o, o.done, w);
       complete(o, w, IBV_WC_WR_FLUSH_ERR, 0);
@@ -212,7 +274,7 @@ bool Router::pump(Outbound& o, int64_t now) {
     o.sent = o.done;
     return work;
   }
-  while (o.sent < tail) {
+  while (o.sent < end) {
     Wqe w;
     bool ok = read_wqe(o, o.sent, w);
     if (!ok || w.status != IBV_WC_SUCCESS) {
@@ -234,7 +296,7 @@ void Router::on_response(Link& link, const wire::Response& r, uint32_t payload, 
   auto it = outbound_.find(r.src_qpn);
   if (it == outbound_.end()) return;
   Outbound& o = *it->second;
-  if (o.failed || o.done == o.sent || r.seq != o.done || o.link_id != link.id()) return;
+  if (o.failed || o.done == o.sent || r.seq != o.done - o.base || o.link_id != link.id()) return;
   Wqe w;
   if (!read_wqe(o, o.done, w)) return;
   auto st = static_cast<ibv_wc_status>(r.status);
@@ -249,7 +311,7 @@ void Router::on_response(Link& link, const wire::Response& r, uint32_t payload, 
     for (uint32_t i = 0; i < w.num_sge; ++i) {
       const ibv_sge& s = w.sge[i];
       uint8_t* p =
-          s.length ? o.peer->translate(s.lkey, s.addr, s.length, IBV_ACCESS_LOCAL_WRITE) : nullptr;
+          s.length ? o.peer->translate(0, 0, s.lkey, s.addr, s.length, IBV_ACCESS_LOCAL_WRITE) : nullptr;
       if (s.length && !p) {
         f.status = IBV_WC_LOC_PROT_ERR;
         return;  // discard the data
@@ -262,12 +324,12 @@ void Router::on_response(Link& link, const wire::Response& r, uint32_t payload, 
       dest.nsegs = 0;
       return;
     }
-    dest.discard = false;
+    dest.kind = PayloadDest::Kind::kPlace;
     return;
   }
   if (st == IBV_WC_SUCCESS && is_atomic(w.opcode)) {
     const ibv_sge& s = w.sge[0];
-    uint8_t* p = w.num_sge ? o.peer->translate(s.lkey, s.addr, 8, IBV_ACCESS_LOCAL_WRITE) : nullptr;
+    uint8_t* p = w.num_sge ? o.peer->translate(0, 0, s.lkey, s.addr, 8, IBV_ACCESS_LOCAL_WRITE) : nullptr;
     if (!p) {
       st = IBV_WC_LOC_PROT_ERR;
     } else {
@@ -289,7 +351,7 @@ void Router::check_timeouts(int64_t now) {
     Outbound& o = *op;
     if (o.failed || o.done == o.sent || o.info.type == IBV_QPT_UD) continue;
     Link* l = find_link(o.link_id);
-    if (!l || !l->connected()) continue;
+    if (!l || !l->open()) continue;
     if (now - l->last_ping_ns > kPingIntervalNs && l->has_room()) {
       wire::Ping p{static_cast<uint64_t>(now)};
       l->send(wire::Type::kPing, &p, sizeof(p));

@@ -1,5 +1,5 @@
-// The router's private state, shared by router.cc, router_requester.cc and
-// router_responder.cc.
+// The router's private state, shared by router.cc, router_links.cc, router_requester.cc,
+// router_responder.cc and router_hold.cc.
 #pragma once
 
 #include "daemon/router/router.h"
@@ -10,8 +10,15 @@ namespace vrdma::daemon {
 class Router::ClientFds : public shm::FdSource {
  public:
   explicit ClientFds(Router& r) : r_(r) {}
-  int fetch_fd(uint32_t owner, uint32_t fd_id, int& fd) override {
+  int fetch_fd(uint32_t owner, uint32_t fd_id, uint32_t /*via_qpn*/, int& fd) override {
     return r_.hooks_.fetch_fd(owner, fd_id, fd);
+  }
+  int grant_mr(uint32_t owner, uint32_t /*via_qpn*/, uint32_t key, uint32_t /*access*/,
+               shm::MrGrant& out) override {
+    return r_.hooks_.grant_mr ? r_.hooks_.grant_mr(owner, key, out) : ENOENT;
+  }
+  uint8_t* kept_mapping(uint32_t owner, uint32_t fd_id, uint64_t& size) override {
+    return r_.hooks_.kept_mapping ? r_.hooks_.kept_mapping(owner, fd_id, size) : nullptr;
   }
 
  private:
@@ -42,6 +49,7 @@ struct Router::Outbound {
   int cq_efd = -1;
   uint64_t sent = 0;      // next entry to send
   uint64_t done = 0;      // next entry to complete (mirrors sq->done)
+  uint64_t base = 0;      // the entry whose request is number 0 of the connection
   int64_t oldest_ns = 0;  // when the oldest outstanding request was sent
   bool failed = false;
   uint32_t last_state = 0;
@@ -50,19 +58,31 @@ struct Router::Outbound {
 
 struct Router::HeldRequest {
   wire::Request req;
-  std::vector<uint8_t> data;
+  uint64_t token = 0;     // which held request a payload in flight is for
+  bool complete = true;   // its payload has all arrived
+  uint64_t reserved = 0;  // payload bytes counted against the bounds (its length)
+  uint64_t received = 0;  // payload bytes stored so far
+  // The payload, stored as it arrives, in pieces of at most kHeldChunk bytes.
+  std::vector<std::vector<uint8_t>> chunks;
   int64_t next_ns = 0;
   int64_t deadline_ns = 0;  // not ready: give up after this
   int rnr_left = 0;
+  ibv_wc_status expiry = IBV_WC_RETRY_EXC_ERR;  // what it fails with when it cannot wait
 };
+inline constexpr size_t kHeldChunk = 64 * 1024;
 
 struct Router::Inbound {
   uint32_t link_id = 0;
+  uint32_t host_id = 0;   // the sending host (authenticated)
+  uint32_t src_ipv4 = 0;  // the source QP's address, which that host owns
   uint32_t src_qpn = 0;
   uint32_t dst_qpn = 0;
+  uint32_t type = 0;   // the destination QP's type: what every request is taken as
   uint32_t owner = 0;  // the destination QP's client
+  uint64_t next_seq = 0;
   shm::PeerQp target;
   bool failed = false;  // a request failed: later ones are dropped as the requester flushes
+  uint64_t held_bytes = 0;
   std::deque<HeldRequest> held;
 };
 
@@ -70,11 +90,12 @@ struct Router::Inbound {
 struct Router::RxFrame {
   enum class Kind { kNone, kPlace, kHold, kDiscardReply, kReadData } kind = Kind::kNone;
   wire::Request req{};
-  Inbound* in = nullptr;                  // kPlace (RC/UC), kHold
   shm::PeerQp target;                     // kPlace
   shm::Placement pl;                      // kPlace
   ibv_wc_status status = IBV_WC_SUCCESS;  // kDiscardReply
   bool reply = true;
+  uint64_t hold_key = 0;  // kHold: the connection and the held request it goes to
+  uint64_t hold_token = 0;
   // kReadData (requester side): the READ response being scattered.
   uint32_t qpn = 0;
   uint64_t seq = 0;

@@ -1,11 +1,17 @@
-// Frames between the routers of two hosts, over TCP. Each host opens its own link to every
-// host it sends to; requests travel on the sender's link and their responses come back on it,
-// so per-QP order is the link's byte order. Hosts of one cluster run the same vrdmad build on
-// the same architecture: fields are in host byte order.
+// Frames between the routers of two hosts, over TCP (inside TLS 1.3 unless the cluster runs
+// with --router-plaintext). Each host opens its own link to every host it sends to; requests
+// travel on the sender's link and their responses come back on it, so per-QP order is the
+// link's byte order. Hosts of one cluster run the same vrdmad build on the same architecture:
+// fields are in host byte order.
 //
 //   Frame header (8 bytes), then the type's body, then `payload` bytes of data.
+//
+// A receiver believes nothing a frame says about who sent it: the sending host is the link's
+// authenticated peer, a source address must lie in that host's container networks, and a
+// request reaches a QP only over a connection (Connect) that the QP's own RTR agreed to.
 #pragma once
 
+#include <cerrno>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
@@ -15,9 +21,9 @@
 namespace vrdma::daemon::wire {
 
 inline constexpr uint32_t kMagic = 0x52445256;  // "VRDR"
-inline constexpr uint32_t kVersion = 1;
+inline constexpr uint32_t kVersion = 2;
 inline constexpr uint16_t kDefaultPort = 7471;
-inline constexpr uint32_t kMaxPayload = 1u << 31;
+inline constexpr uint32_t kMaxPayload = 1u << 31;  // RDMA's largest message
 
 enum class Type : uint8_t {
   kHello = 1,  // first frame on a link, from the connecting side
@@ -61,16 +67,22 @@ struct Connect {
 
 struct ConnectRep {
   uint64_t req_id;
-  int32_t status;  // 0 or an errno (ENOENT: no such QP at that address, EACCES: tenants)
+  // 0, or kRefused for every refusal (no such QP at that address, another tenant, another
+  // type, a source address the sending host does not own, a quota): a refusal does not tell
+  // whether the QP exists.
+  int32_t status;
   uint32_t qp_type;
 };
+inline constexpr int32_t kRefused = ECONNREFUSED;
 
 struct Request {
   uint32_t src_qpn;
   uint32_t dst_qpn;
-  uint64_t seq;  // position in the source QP's queue; echoed in the response
+  // RC, UC: the request's number in its connection (0 for the first after Connect, then one
+  // more each); echoed in the response. A gap or a repeat ends the connection's inbound state.
+  uint64_t seq;
   uint32_t opcode;
-  uint32_t qp_type;
+  uint32_t qp_type;  // must be the destination QP's type (the responder uses its own)
   uint32_t imm_data;
   uint32_t rkey;
   uint64_t remote_addr;
@@ -110,6 +122,9 @@ struct Cm {
   uint32_t len;
   uint8_t body[256];
 };
+
+// The largest body of any frame type.
+inline constexpr uint32_t kMaxBody = sizeof(Cm);
 
 // Every frame body is plain bytes of a fixed size: pin them.
 static_assert(sizeof(Header) == 8);

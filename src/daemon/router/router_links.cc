@@ -1,0 +1,406 @@
+// The router's links: who may open one (a host the directory knows, from its router address,
+// with its certificate), how many, how long each step may take, and when a link ends.
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "common/address.h"
+#include "common/clock.h"
+#include "common/log.h"
+#include "daemon/router/router_state.h"
+
+namespace vrdma::daemon {
+
+namespace {
+
+constexpr int kAcceptsPerWakeup = 16;
+constexpr int64_t kDirectoryCheckNs = 1'000'000'000;
+constexpr int64_t kRefusalLogNs = 10'000'000'000;
+
+void tune_socket(int fd) {
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  int size = 4 << 20;
+  setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &size, sizeof(size));
+  setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, sizeof(size));
+}
+
+uint32_t router_ip(const HostEntry& h) {
+  uint32_t ip = 0;
+  uint16_t port;
+  return parse_ipv4_port(h.router, &ip, &port) ? ip : 0;
+}
+
+}  // namespace
+
+void Router::watch(Link& link) {
+  epoll_event ev{};
+  ev.events = EPOLLIN | EPOLLRDHUP;
+  ev.data.u64 = kTagBase | (2 + uint64_t(link.id()));
+  ::epoll_ctl(epoll_, EPOLL_CTL_ADD, link.fd(), &ev);
+}
+
+void Router::set_rx_paused(Link& link, bool paused) {
+  // A link we do not read must not wake the loop for what waits in its socket.
+  link.rx_paused = paused;
+  epoll_event ev{};
+  ev.events = paused ? EPOLLRDHUP : EPOLLIN | EPOLLRDHUP;
+  ev.data.u64 = kTagBase | (2 + uint64_t(link.id()));
+  ::epoll_ctl(epoll_, EPOLL_CTL_MOD, link.fd(), &ev);
+}
+
+const char* Router::refuse_address(uint32_t ipv4) {
+  HostEntry h;
+  switch (dir_.host_by_router(ipv4, &h)) {
+    case Lookup::kUnavailable:
+      return "the directory is unavailable";
+    case Lookup::kNotFound:
+      return "not the router address of a host in the directory";
+    case Lookup::kFound:
+      break;
+  }
+  if (h.host_id == cfg_.host_id) return "this host's own address";
+  if (links_.size() >= lim_.max_links) return "too many links";
+  uint32_t same = 0;
+  for (auto& [id, l] : links_) same += !l->outbound() && l->peer_ipv4 == ipv4;
+  if (same >= lim_.max_links_per_host) return "too many links from that host";
+  return nullptr;
+}
+
+void Router::accept_links(int64_t now) {
+  for (int i = 0; i < kAcceptsPerWakeup; ++i) {
+    sockaddr_in sa{};
+    socklen_t len = sizeof(sa);
+    int fd = ::accept4(listen_.get(), reinterpret_cast<sockaddr*>(&sa), &len,
+                       SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) return;
+    const uint32_t ip = sa.sin_addr.s_addr;
+    if (const char* why = sa.sin_family == AF_INET ? refuse_address(ip) : "not IPv4") {
+      // Closed before a byte is read.
+      ::close(fd);
+      ++refused_accepts_;
+      LOG_DEBUG("router: connection from %s refused: %s", ipv4_text(ip).c_str(), why);
+      if (now - refused_logged_ns_ > kRefusalLogNs) {
+        LOG_WARN("router: refused %llu connection(s) so far (latest from %s: %s)",
+                 static_cast<unsigned long long>(refused_accepts_), ipv4_text(ip).c_str(), why);
+        refused_logged_ns_ = now;
+      }
+      continue;
+    }
+    tune_socket(fd);
+    uint32_t id = next_link_id_++;
+    auto link = std::make_unique<Link>(id, UniqueFd(fd), false);
+    link->peer_ipv4 = ip;
+    link->peer_addr = ip_port_text(ip, ntohs(sa.sin_port));
+    link->opened_ns = now;
+    link->last_used_ns = now;
+    if (tls_) {
+      std::string error;
+      SSL* ssl = tls_->new_session(fd, false, 0, &error);
+      if (!ssl) {
+        LOG_WARN("router: link from %s: %s", link->peer_addr.c_str(), error.c_str());
+        continue;
+      }
+      link->use_tls(ssl);
+    }
+    watch(*link);
+    links_.emplace(id, std::move(link));
+  }
+}
+
+Link* Router::outbound_link(uint32_t host_id, int* err) {
+  if (auto it = host_links_.find(host_id); it != host_links_.end())
+    if (Link* l = find_link(it->second)) return l;
+  HostEntry h;
+  Lookup r = dir_.host_by_id(host_id, &h);
+  uint32_t ip = router_ip(h);
+  if (r != Lookup::kFound || !ip) {
+    *err = r == Lookup::kUnavailable ? EAGAIN : EHOSTUNREACH;
+    return nullptr;
+  }
+  if (links_.size() >= lim_.max_links) {
+    *err = EAGAIN;
+    return nullptr;
+  }
+  uint32_t addr;
+  uint16_t port;
+  parse_ipv4_port(h.router, &addr, &port);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(port);
+  sa.sin_addr.s_addr = ip;
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    *err = errno;
+    return nullptr;
+  }
+  tune_socket(fd);
+  int rc = ::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa));
+  if (rc < 0 && errno != EINPROGRESS) {
+    *err = errno;
+    ::close(fd);
+    return nullptr;
+  }
+  uint32_t id = next_link_id_++;
+  auto link = std::make_unique<Link>(id, UniqueFd(fd), true);
+  if (tls_) {
+    std::string error;
+    SSL* ssl = tls_->new_session(fd, true, ip, &error);
+    if (!ssl) {
+      LOG_WARN("router: link to host %u: %s", host_id, error.c_str());
+      *err = EPROTO;
+      return nullptr;
+    }
+    link->use_tls(ssl);
+  }
+  link->host_id = host_id;
+  link->peer_ipv4 = ip;
+  link->peer_addr = h.router;
+  link->peer_cidrs = h.cidrs;
+  link->opened_ns = now_ns();
+  link->last_used_ns = link->opened_ns;
+  link->connect_deadline_ns = link->opened_ns + lim_.handshake_ns;
+  wire::Hello hello{wire::kMagic, wire::kVersion, cfg_.host_id, 0, boot_};
+  link->send(wire::Type::kHello, &hello, sizeof(hello));
+  watch(*link);
+  Link* l = link.get();
+  links_.emplace(id, std::move(link));
+  host_links_[host_id] = id;
+  LOG_INFO("router: link %u to host %u at %s: connecting", id, host_id, h.router.c_str());
+  return l;
+}
+
+bool Router::verify_server(Link& link, std::string* why) {
+  // The certificate chained to the CA and names the address we connected to (checked in the
+  // handshake); it must also be the host we meant to reach.
+  uint32_t id;
+  if (!tls_peer_host_id(link.ssl(), &id)) {
+    *why = "the certificate names no host (CN vrdma-host-<id>)";
+    return false;
+  }
+  if (id != link.host_id) {
+    *why = "the certificate is host " + std::to_string(id) + "'s";
+    return false;
+  }
+  return true;
+}
+
+void Router::progress_link(Link& link, int64_t now) {
+  if (link.state() == Link::State::kConnecting) {
+    pollfd p{link.fd(), POLLOUT, 0};
+    if (::poll(&p, 1, 0) == 1) {
+      int err = 0;
+      socklen_t len = sizeof(err);
+      getsockopt(link.fd(), SOL_SOCKET, SO_ERROR, &err, &len);
+      if (err) return doom(link.id(), strerror(err));
+      link.tcp_connected();
+      link.last_rx_ns = now;
+    } else if (now > link.connect_deadline_ns) {
+      return doom(link.id(), "connection timed out");
+    }
+  }
+  if (link.state() == Link::State::kHandshake) {
+    std::string why;
+    int rc = link.handshake(&why);
+    if (rc < 0) return doom(link.id(), why);
+    if (rc == 0) {
+      int64_t deadline = link.outbound() ? link.connect_deadline_ns
+                                         : link.opened_ns + lim_.handshake_ns;
+      if (now > deadline) doom(link.id(), "TLS handshake timed out");
+      return;
+    }
+    if (link.outbound() && !verify_server(link, &why)) return doom(link.id(), why);
+  }
+  if (link.open() && link.outbound()) {
+    link.last_rx_ns = now;
+    LOG_INFO("router: link %u to host %u connected (%s)", link.id(), link.host_id,
+             !link.ssl() ? "plaintext" : link.ktls_send() ? "TLS, kernel" : "TLS");
+  }
+}
+
+bool Router::on_hello(Link& link, const wire::Hello& h, const char** why) {
+  static thread_local std::string reason;
+  auto refuse = [&](std::string text) {
+    reason = std::move(text);
+    *why = reason.c_str();
+    return false;
+  };
+  if (h.version != wire::kVersion)
+    return refuse("router protocol version " + std::to_string(h.version) + ", this host speaks " +
+                  std::to_string(wire::kVersion));
+  if (link.ssl()) {
+    uint32_t cert;
+    if (!tls_peer_host_id(link.ssl(), &cert))
+      return refuse("the certificate names no host (CN vrdma-host-<id>)");
+    if (cert != h.host_id)
+      return refuse("Hello says host " + std::to_string(h.host_id) + ", the certificate is host " +
+                    std::to_string(cert) + "'s");
+    if (!tls_peer_has_ip(link.ssl(), link.peer_ipv4))
+      return refuse("the certificate does not name the address " + ipv4_text(link.peer_ipv4));
+  }
+  if (h.host_id == cfg_.host_id) return refuse("Hello says it is this host");
+  HostEntry e;
+  Lookup r = dir_.host_by_id(h.host_id, &e);
+  if (r != Lookup::kFound)
+    return refuse(r == Lookup::kUnavailable
+                      ? "the directory is unavailable"
+                      : "host " + std::to_string(h.host_id) + " is not in the directory");
+  if (router_ip(e) != link.peer_ipv4)
+    return refuse("host " + std::to_string(h.host_id) + "'s router is at " + e.router + ", not " +
+                  ipv4_text(link.peer_ipv4));
+  link.host_id = h.host_id;
+  link.peer_boot = h.boot;
+  link.peer_cidrs = e.cidrs;
+  link.authenticated = true;
+  link.last_rx_ns = now_;
+  LOG_INFO("router: link %u from host %u (%s, %s)", link.id(), h.host_id, link.peer_addr.c_str(),
+           !link.ssl() ? "plaintext" : link.ktls_recv() ? "TLS, kernel" : "TLS");
+  return true;
+}
+
+bool Router::link_in_use(const Link& link) const {
+  if (link.routed_qps || link.tx_pending() || link.held_bytes) return true;
+  for (auto& [key, in] : inbound_)
+    if (in->link_id == link.id()) return true;
+  for (auto& [id, pc] : connects_)
+    if (pc.link_id == link.id()) return true;
+  for (auto& [qpn, o] : outbound_)
+    for (auto& [ip, lid] : o->ud_links)
+      if (lid == link.id()) return true;
+  return hooks_.cm_connections_with && hooks_.cm_connections_with(link.host_id) > 0;
+}
+
+void Router::check_links(int64_t now) {
+  const bool dir_check = now >= next_dir_check_ns_;
+  if (dir_check) next_dir_check_ns_ = now + kDirectoryCheckNs;
+  for (auto& [id, l] : links_) {
+    Link& link = *l;
+    if (!link.outbound() && !link.authenticated) {
+      if (now - link.opened_ns > lim_.hello_ns) doom(id, "no Hello in time");
+      continue;
+    }
+    if (!link.open()) continue;
+    if (link.tx_stalled_ns && now - link.tx_stalled_ns > lim_.tx_stall_ns) {
+      doom(id, "the peer reads nothing");
+      continue;
+    }
+    if (now - link.last_used_ns > lim_.idle_ns && !link_in_use(link)) {
+      doom(id, "idle");
+      continue;
+    }
+    if (!dir_check) continue;
+    HostEntry e;
+    switch (dir_.host_by_id(link.host_id, &e)) {
+      case Lookup::kUnavailable:
+        break;  // keep what we know until the directory answers again
+      case Lookup::kNotFound:
+        doom(id, "the host left the directory");
+        break;
+      case Lookup::kFound:
+        if (router_ip(e) != link.peer_ipv4) {
+          doom(id, "the host's router moved");
+          break;
+        }
+        link.peer_cidrs = e.cidrs;
+        break;
+    }
+  }
+}
+
+bool Router::agreed_and_alone(const Inbound& in) const {
+  LocalQp q;
+  if (!hooks_.find_qp(in.dst_qpn, &q) || q.owner != in.owner ||
+      !hooks_.names_peer(in.dst_qpn, in.src_ipv4, in.src_qpn))
+    return false;
+  // The same source on another link (a second link of that host): that one carries on.
+  for (const auto& [key, other] : inbound_)
+    if (other.get() != &in && other->dst_qpn == in.dst_qpn && other->src_qpn == in.src_qpn &&
+        other->src_ipv4 == in.src_ipv4 && !other->failed)
+      return false;
+  return true;
+}
+
+bool Router::owns_address(const Link& link, uint32_t ipv4) const {
+  const uint32_t ip = ntohl(ipv4);
+  for (const auto& c : link.peer_cidrs)
+    if (c.contains(ip)) return true;
+  return false;
+}
+
+void Router::doom(uint32_t link_id, std::string why) {
+  for (auto& d : doomed_links_)
+    if (d.first == link_id) return;
+  doomed_links_.emplace_back(link_id, std::move(why));
+}
+
+void Router::close_doomed() {
+  while (!doomed_links_.empty()) {
+    auto [id, why] = std::move(doomed_links_.back());
+    doomed_links_.pop_back();
+    if (Link* l = find_link(id)) close_link(*l, why.c_str());
+  }
+}
+
+void Router::close_link(Link& link, const char* why) {
+  const uint32_t id = link.id();
+  const uint32_t host = link.host_id;
+  const bool known = link.outbound() || link.authenticated;
+  if (known) {
+    LOG_WARN("router: link %u (host %u, %s) closed: %s", id, host,
+             link.outbound() ? "outbound" : "inbound", why);
+  } else {
+    LOG_INFO("router: link %u from %s closed before its Hello: %s", id, link.peer_addr.c_str(),
+             why);
+  }
+  // Our QPs that send on it: outstanding work ends with RETRY_EXC_ERR, idle ones are told.
+  for (auto& [qpn, o] : outbound_) {
+    bool uses = o->link_id == id;
+    for (auto& [ip, lid] : o->ud_links) uses |= lid == id;
+    if (!uses || o->failed) continue;
+    if (o->info.type == IBV_QPT_UD) {
+      for (auto it = o->ud_links.begin(); it != o->ud_links.end();)
+        it = it->second == id ? o->ud_links.erase(it) : std::next(it);
+      continue;
+    }
+    abort_qp(*o, o->done < o->sent ? IBV_WC_RETRY_EXC_ERR : IBV_WC_WR_FLUSH_ERR, true);
+  }
+  // Remote QPs that sent to ours: our QPs that agreed to them lost their peer.
+  for (auto it = inbound_.begin(); it != inbound_.end();) {
+    Inbound& in = *it->second;
+    if (in.link_id != id) {
+      ++it;
+      continue;
+    }
+    if (agreed_and_alone(in)) {
+      LocalQp q;
+      if (hooks_.find_qp(in.dst_qpn, &q))
+        hooks_.qp_fatal(q.owner, in.dst_qpn, proto::FatalReason::kPeerGone);
+    }
+    release_held(in, &link);
+    it = inbound_.erase(it);
+  }
+  for (auto it = connects_.begin(); it != connects_.end();) {
+    if (it->second.link_id != id) {
+      ++it;
+      continue;
+    }
+    auto done = std::move(it->second.done);
+    it = connects_.erase(it);
+    done(EHOSTUNREACH, 0);
+  }
+  rx_.erase(id);
+  if (auto h = host_links_.find(host); h != host_links_.end() && h->second == id)
+    host_links_.erase(h);
+  ::epoll_ctl(epoll_, EPOLL_CTL_DEL, link.fd(), nullptr);
+  links_.erase(id);
+  // What rdma_cm had with that host went with it (an idle link had nothing).
+  if (known && hooks_.host_gone) hooks_.host_gone(host);
+}
+
+}  // namespace vrdma::daemon
