@@ -256,7 +256,7 @@ class ReloadTest : public DaemonOptionsTest {
   std::unique_ptr<Reloader> reloader_;
 };
 
-TEST_F(ReloadTest, LogLevelIsAppliedOtherKeysNeedARestart) {
+TEST_F(ReloadTest, LogLevelAndTenantsAreAppliedOtherKeysNeedARestart) {
   start("log-level: info\nhost-id: 1\n");
   ASSERT_EQ(log_level(), LogLevel::kInfo);
 
@@ -269,13 +269,15 @@ TEST_F(ReloadTest, LogLevelIsAppliedOtherKeysNeedARestart) {
   EXPECT_EQ(log_level(), LogLevel::kDebug);
   EXPECT_NE(r.text.find("log-level: info -> debug (applied)\n"), std::string::npos) << r.text;
   EXPECT_NE(r.text.find("host-id: 1 -> 2 (needs a restart)\n"), std::string::npos) << r.text;
-  EXPECT_NE(r.text.find("tenant: [] (default) -> a=10.0.0.0/8 (needs a restart)\n"),
-            std::string::npos)
+  EXPECT_NE(r.text.find("tenant: [] (default) -> a=10.0.0.0/8 (applied)\n"), std::string::npos)
       << r.text;
+  ASSERT_EQ(daemon_->config().tenants.size(), 1u);
+  EXPECT_EQ(daemon_->config().tenants[0].name, "a");
 
   // What needs a restart is still reported; the applied level is now in force.
   ReloadOutcome again = reload_with("log-level: debug\nhost-id: 2\ntenant: [a=10.0.0.0/8]\n");
   EXPECT_EQ(again.text.find("log-level"), std::string::npos) << again.text;
+  EXPECT_EQ(again.text.find("tenant"), std::string::npos) << again.text;
   EXPECT_NE(again.text.find("host-id: 1 -> 2 (needs a restart)"), std::string::npos);
 
   // A key removed from the file goes back to its default.
@@ -283,6 +285,7 @@ TEST_F(ReloadTest, LogLevelIsAppliedOtherKeysNeedARestart) {
   EXPECT_NE(back.text.find("log-level: debug -> info (default) (applied)"), std::string::npos)
       << back.text;
   EXPECT_EQ(log_level(), LogLevel::kInfo);
+  EXPECT_TRUE(daemon_->config().tenants.empty());
 }
 
 TEST_F(ReloadTest, ABadFileChangesNothing) {

@@ -68,6 +68,10 @@ class Daemon : private CmPort {
   // administrator, whose reply carries what it returns.
   void set_reload_handler(std::function<ReloadOutcome()> handler);
   void request_reload();
+  // New tenant rules, in the event loop (a reload): connections made from now on are admitted
+  // by them, and so are requests from other hosts (the tenant of their source address). A
+  // connected client keeps the tenant it was admitted with until it reconnects.
+  void set_tenant_rules(std::vector<TenantRule> rules);
 
   const DaemonConfig& config() const { return cfg_; }
   uint64_t boot_id() const { return boot_; }

@@ -18,9 +18,18 @@ std::string apply_log_level(Daemon&, const DaemonOptions& now) {
   return "";
 }
 
+// Tenant rules decide at admission (a client's tenant is fixed when it connects) and for each
+// request from another host (by its source address): new rules apply to new connections and
+// to other hosts' requests from now on; a connected client keeps its tenant until it reconnects.
+std::string apply_tenants(Daemon& daemon, const DaemonOptions& now) {
+  daemon.set_tenant_rules(now.cfg.tenants);
+  return "";
+}
+
 // The keys a reload applies. Add an entry to make a setting reloadable.
 constexpr ReloadHook kHooks[] = {
     {"log-level", apply_log_level},
+    {"tenant", apply_tenants},
 };
 
 std::string value_text(const CLI::App& app, const std::string& key,
@@ -60,8 +69,7 @@ ReloadOutcome Reloader::reload(Daemon& daemon) {
   std::string checked;
   try {
     next->parse(static_cast<int>(argv.size()), argv.data());
-    DaemonOptions probe = next->options();
-    checked = check_options(&probe);
+    checked = check_options(&next->options());
   } catch (const CLI::ParseError& e) {
     checked = e.what();
   }

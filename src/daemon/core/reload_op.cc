@@ -20,6 +20,10 @@ void Daemon::request_reload() {
   (void)rc;
 }
 
+void Daemon::set_tenant_rules(std::vector<TenantRule> rules) {
+  cfg_.tenants = std::move(rules);
+}
+
 ReloadOutcome Daemon::reload() {
   if (!reload_handler_) {
     LOG_WARN("reload: this daemon has no configuration to reload");
