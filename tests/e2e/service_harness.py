@@ -1,15 +1,14 @@
-"""vrdmad as its systemd unit says, on a machine whose PID 1 is not systemd.
+"""vrdmad with the privileges its systemd unit grants, on a machine whose PID 1 is not systemd.
 
-A systemd unit file is read ([Service]: ExecStart, Environment, CapabilityBoundingSet,
-NoNewPrivileges, RuntimeDirectory, Restart, RestartSec, ExecReload, SystemCallFilter,
-RestrictAddressFamilies, RestrictNamespaces) and the service is run as systemd would run it, as
-far as that can be done without systemd: exactly ExecStart's command and the unit's environment,
-the capability bounding set and no_new_privs applied (setpriv), the runtime directory a fresh
-tmpfs that outlives restarts (RuntimeDirectoryPreserve=yes), in a mount namespace of the
-harness's own (so a /run/vrdma of the machine is not touched), restarted after a failure as
-Restart=on-failure does, stopped with SIGTERM. What cannot be emulated (the seccomp filter, the
-address families, the namespaces it may enter) is checked against the system calls the service
-makes, traced with strace.
+This is not a service manager and does not stand in for one: it starts nothing on its own
+(no Restart=), and a test that uses it says that systemd did not run the service. It reads the
+unit file ([Service]: ExecStart, Environment, CapabilityBoundingSet, NoNewPrivileges,
+RuntimeDirectory, ExecReload, SystemCallFilter, RestrictAddressFamilies, RestrictNamespaces)
+and runs exactly ExecStart's command with the unit's environment, capability bounding set and
+no_new_privs (setpriv), its runtime directory a tmpfs in a mount namespace of the harness's own
+(so a /run/vrdma of the machine is not touched), stopped with SIGTERM. What it cannot apply (the
+seccomp filter, the address families, the namespaces it may enter) is compared with the system
+calls the service makes, traced with strace.
 """
 
 import os
@@ -18,11 +17,6 @@ import signal
 import subprocess
 import threading
 import time
-
-# Signals after which systemd counts a service's end as clean (Restart=on-failure does not
-# restart): SIGHUP, SIGINT, SIGTERM, SIGPIPE.
-CLEAN_SIGNALS = {signal.SIGHUP, signal.SIGINT, signal.SIGTERM, signal.SIGPIPE}
-
 
 def parse_unit(path):
     """{section: {key: [values in order]}} of a unit file (continuation lines joined)."""
@@ -95,10 +89,7 @@ class ServiceHarness:
         self.popen = None        # the running service (its main process is its last exec)
         self.main_pid = None
         self.starts = 0
-        self.exits = []          # (returncode) of every end of the main process, in order
-        self._stopping = False
         self._lock = threading.Lock()
-        self._watch = None
         self.extra_args = []
         self.bounding_set = self.capabilities()
         self.trace_path = None
@@ -173,7 +164,6 @@ class ServiceHarness:
 
     def start(self):
         with self._lock:
-            self._stopping = False
             log = open(self.log_path, "a")
             self.popen = subprocess.Popen(self._command(), stdin=subprocess.DEVNULL, stdout=log,
                                           stderr=subprocess.STDOUT, env=self.environment(),
@@ -181,9 +171,14 @@ class ServiceHarness:
             log.close()
             self.starts += 1
             self.main_pid = self._find_main(self.popen.pid)
-        if self._watch is None:
-            self._watch = threading.Thread(target=self._supervise, daemon=True)
-            self._watch.start()
+
+    def run_to_end(self, timeout=None):
+        """Runs the service's command once, for a start that must fail: (exit status, log)."""
+        with open(self.log_path, "a") as log:
+            p = subprocess.run(self._command(), stdin=subprocess.DEVNULL, stdout=log,
+                               stderr=subprocess.STDOUT, env=self.environment(),
+                               timeout=timeout or self.timeout)
+        return p.returncode, self.log()
 
     def _find_main(self, root):
         """The process running ExecStart's program under `root` (after nsenter, setpriv and
@@ -219,50 +214,6 @@ class ServiceHarness:
                 todo.append(child)
         return out
 
-    def _supervise(self):
-        """Restart=on-failure: a main process that ends with a failure (a status other than 0, a
-        signal other than the clean ones) is started again after RestartSec."""
-        restart = self.service.get("Restart", ["no"])[-1]
-        delay = float(self.service.get("RestartSec", ["0.1"])[-1].rstrip("s") or 0.1)
-        while True:
-            popen = self.popen
-            if popen is None:
-                return
-            rc = popen.wait()
-            with self._lock:
-                self.exits.append(rc)
-                if self._stopping or popen is not self.popen:
-                    self._watch = None
-                    return
-            failed = rc > 0 or (rc < 0 and signal.Signals(-rc) not in CLEAN_SIGNALS)
-            if restart not in ("on-failure", "always") or (restart == "on-failure" and not failed):
-                with self._lock:
-                    self._watch = None
-                return
-            time.sleep(delay)
-            with self._lock:
-                if self._stopping:
-                    self._watch = None
-                    return
-            self._restart_unlocked()
-
-    def _restart_unlocked(self):
-        log = open(self.log_path, "a")
-        self.popen = subprocess.Popen(self._command(), stdin=subprocess.DEVNULL, stdout=log,
-                                      stderr=subprocess.STDOUT, env=self.environment(),
-                                      start_new_session=True)
-        log.close()
-        self.starts += 1
-        self.main_pid = self._find_main(self.popen.pid)
-
-    def wait_for_start(self, count, timeout=None):
-        deadline = time.time() + (timeout or self.timeout)
-        while time.time() < deadline:
-            if self.starts >= count and self.main_pid and os.path.exists(f"/proc/{self.main_pid}"):
-                return self.main_pid
-            time.sleep(0.05)
-        raise AssertionError(f"the service was not started {count} times (log {self.log_path})")
-
     def reload(self):
         """ExecReload (kill -HUP $MAINPID)."""
         cmd = self.service["ExecReload"][-1].replace("$MAINPID", str(self.main_pid)).split()
@@ -274,7 +225,6 @@ class ServiceHarness:
     def stop(self):
         """systemctl stop: SIGTERM to the main process, SIGKILL after the timeout."""
         with self._lock:
-            self._stopping = True
             popen = self.popen
         if popen is None:
             return None
@@ -290,8 +240,6 @@ class ServiceHarness:
                 popen.wait(timeout=10)
         with self._lock:
             self.popen = None
-        if self._watch:
-            self._watch.join(timeout=self.timeout)
         return popen.returncode
 
     def log(self):
@@ -320,7 +268,8 @@ def traced_syscalls(trace_path, program):
         pid, name = int(m.group(1)), m.group(2)
         if pid not in execd and clones.get(pid) in execd:
             execd.add(pid)
-        if name == "execve" and f'"{program}"' in line and "= 0" in line:
+        # The program exec'd (its path the first argument, not one in another's argv).
+        if name == "execve" and f'execve("{program}",' in line and line.rstrip().endswith("= 0"):
             execd.add(pid)
             continue
         if pid not in execd:
