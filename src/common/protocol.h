@@ -48,7 +48,7 @@ enum class Op : uint16_t {
   kSetQpObject = 19,   // SetQpObjectReq -> (empty): a QP's new shared object (after a reset)
   kGetMr = 20,         // GetMrReq -> GetMrRep + one fd per segment: a granted MR
   // The host's administrator only (root, or vrdmad's user, in vrdmad's network namespace).
-  kReload = 21,        // ReloadReq -> text: what re-reading the configuration changed (or the error)
+  kReload = 21,        // ReloadReq -> text: what re-reading the configuration changed, or why not
   kQpFatal = 100,  // daemon -> client, seq 0: QpFatalEvent
   // daemon -> client, seq 0, connection manager events.
   kCmRequest = 101,       // CmRequestEvent, to the listener's client

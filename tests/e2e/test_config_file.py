@@ -145,7 +145,8 @@ class Daemon:
         env = f"env LD_LIBRARY_PATH={LIBDIR} VRDMA_SOCKET={self.socket} VRDMA_QUIET=1"
         script = f"{env} ibv_devinfo"
         if unshare_ip:
-            script = (f"ip link add eth0 type veth peer name eth1 && ip addr add {unshare_ip}/24 dev eth0 && "
+            script = (f"ip link add eth0 type veth peer name eth1 && "
+                      f"ip addr add {unshare_ip}/24 dev eth0 && "
                       f"ip link set eth0 up && {script}")
         cmd = ["sh", "-c", script]
         if unshare_ip:
@@ -494,7 +495,8 @@ class ConfigFileTest(unittest.TestCase):
             held = subprocess.Popen(
                 ["ip", "netns", "exec", NETNS, "python3", "-c",
                  "import socket, sys, time\n"
-                 "s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET); s.connect(sys.argv[1])\n"
+                 "s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)\n"
+                 "s.connect(sys.argv[1])\n"
                  "print('connected', flush=True); time.sleep(60)", sock],
                 stdout=subprocess.PIPE, text=True)
             self.assertEqual(held.stdout.readline().strip(), "connected")

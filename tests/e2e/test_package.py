@@ -6,8 +6,9 @@ with systemd-analyze verify. Where systemd is PID 1 it starts the service, which
 restarts after a kill. Elsewhere (containers, CI) systemd does not run it, and the test says so:
 tests/e2e/service_harness.py runs vrdmad with the unit's command, capability bounding set and
 no_new_privs, where it serves a container client of another user, reloads on SIGHUP, needs each
-capability the unit grants and makes no system call the unit's filters refuse; then `vrdma demo` runs from
-the installed files alone (/usr/local, the source and the build tree hidden); then
+capability the unit grants and makes no system call the unit's filters refuse. Then `vrdma demo`
+runs from the installed files alone (traced: nothing from the source or build tree or a source
+install in /usr/local); then
 `apt-get remove` leaves no file of the package but its configuration file and no process, and
 `apt-get purge` leaves nothing. Whatever fails, the package is purged at the end.
 
@@ -154,7 +155,8 @@ class PackageTest(unittest.TestCase):
                      "/usr/lib/vrdma/librdmacm.so.1", "/usr/lib/vrdma/libmlx5.so.1",
                      "/usr/libexec/vrdma/vrdma-device-plugin",
                      "/usr/libexec/vrdma/vrdma-bench-conn", "/usr/libexec/vrdma/vrdma-bench-memcpy",
-                     "/usr/share/vrdma/bench/demo.py", "/usr/share/vrdma/python/vrdma_py/sandbox.py",
+                     "/usr/share/vrdma/bench/demo.py",
+                     "/usr/share/vrdma/python/vrdma_py/sandbox.py",
                      UNIT, CONFIG, "/usr/share/doc/vrdma/README.md"):
             self.assertIn(path, self.listed)
             self.assertTrue(os.path.exists(path), path)
@@ -338,9 +340,9 @@ class PackageTest(unittest.TestCase):
     def test_5_demo_from_the_installed_files(self):
         self.require_installed()
         # Every file the demo's processes open or run, traced: none may come from the source
-        # tree, the build tree or a source install in /usr/local. (Hiding those under tmpfs in a mount namespace of
-        # the test's own would be simpler, but there the sandbox's pinning of its containers'
-        # mount namespaces fails now and then with EINVAL on this kernel.)
+        # tree, the build tree or a source install in /usr/local. (Hiding those under tmpfs in a
+        # mount namespace of the test's own would be simpler, but there the sandbox's pinning of
+        # its containers' mount namespaces fails now and then with EINVAL on this kernel.)
         # /usr/local: where a source install (scripts/setup.sh) puts vrdma's files.
         source_install = ("/usr/local/bin/", "/usr/local/sbin/", "/usr/local/lib/vrdma/",
                           "/usr/local/libexec/vrdma/", "/usr/local/share/vrdma/")
