@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -57,6 +58,60 @@ bool same_file(const std::string& a, const std::string& b) {
   }, sb{};
   return ::stat(a.c_str(), &sa) == 0 && ::stat(b.c_str(), &sb) == 0 && sa.st_dev == sb.st_dev &&
          sa.st_ino == sb.st_ino;
+}
+
+// The container's root before pivot_root (the bundle's rootfs, seen from its mount namespace),
+// or "/" after it.
+std::string view_root(const std::string& root) {
+  return root != "/" && ::access(root.c_str(), F_OK) == 0 && !same_file(root, "/") ? root : "/";
+}
+
+// The parent of /proc/<who> ("self" or a pid), as /proc numbers it (the host's numbers before
+// pivot_root, whatever our own pid namespace).
+pid_t parent_of(const std::string& who) {
+  auto text = read_file("/proc/" + who + "/stat");
+  if (!text) return 0;
+  size_t paren = text->rfind(')');
+  if (paren == std::string::npos) return 0;
+  int ppid = 0;
+  char state = 0;
+  if (std::sscanf(text->c_str() + paren + 1, " %c %d", &state, &ppid) != 2) return 0;
+  return ppid;
+}
+
+// The nearest ancestor in a mount namespace other than ours: the runtime that made the
+// container, outside it. 0 when there is none (then we are not inside a container).
+pid_t runtime_outside(struct stat* mnt_out) {
+  pid_t p = parent_of("self");
+  for (int depth = 0; depth < 32 && p > 1; ++depth, p = parent_of(std::to_string(p))) {
+    const std::string ns = "/proc/" + std::to_string(p) + "/ns/mnt";
+    if (!same_file(ns, "/proc/self/ns/mnt") && ::stat(ns.c_str(), mnt_out) == 0) return p;
+  }
+  return 0;
+}
+
+// The hook run inside the container's namespaces (pid 0 in the state): /proc is still the
+// host's before pivot_root, and the runtime that started the container is an ancestor outside
+// them; our mount and network namespaces must differ from its.
+int hook_in_container(const platform::EditsConfig& config, const platform::ContainerEdits& edits,
+                      const struct stat& node, const std::string& root) {
+  struct stat runtime_mnt {};
+  const pid_t runtime = runtime_outside(&runtime_mnt);
+  if (runtime == 0)
+    throw Error(
+        "the state names no container pid, and the hook runs in its runtime's mount "
+        "namespace: not inside a container");
+  if (same_file("/proc/self/ns/net", "/proc/" + std::to_string(runtime) + "/ns/net"))
+    throw Error("the hook runs in its runtime's network namespace, not a container's");
+  const struct stat& init_mnt = runtime_mnt;
+  auto probe = platform::probe_daemon(socket_of(config), kHookHelloTimeoutMs);
+  if (!probe.hello) throw Error("no device view: " + probe.error);
+  const platform::DeviceIdentity id =
+      platform::identity_from_hello(*probe.hello, edits.uverbs_index, node.st_rdev);
+  const platform::MountNsId host{static_cast<uint64_t>(init_mnt.st_dev),
+                                 static_cast<uint64_t>(init_mnt.st_ino)};
+  platform::mount_device_view(host, view_root(root), platform::device_view(id));
+  return kExitOk;
 }
 
 }  // namespace
@@ -171,9 +226,12 @@ int cdi_hook(const std::string& socket_arg) {
   } catch (const nlohmann::json::exception& e) {
     throw UsageError(std::string("stdin is not an OCI container state: ") + e.what());
   }
-  if (!state.contains("pid") || !state["pid"].is_number_integer() || state["pid"] <= 0 ||
+  if (!state.contains("pid") || !state["pid"].is_number_integer() || state["pid"] < 0 ||
       !state.contains("bundle") || !state["bundle"].is_string())
     throw UsageError("the container state on stdin has no pid or bundle");
+  // Pid 0: the runtime runs the hook inside the container's namespaces, as the OCI runtime spec
+  // says of createContainer hooks (crun does, and passes no pid); else the hook runs in the
+  // runtime's namespaces and joins the container's through its pid.
   const pid_t pid = state["pid"].get<pid_t>();
   const std::string bundle = state["bundle"];
   auto config_text = read_file(bundle + "/config.json");
@@ -194,6 +252,7 @@ int cdi_hook(const std::string& socket_arg) {
   if (::stat(config.device_host_path.c_str(), &node) < 0)
     throw Error(errno_text("stat " + config.device_host_path, errno));
 
+  if (pid == 0) return hook_in_container(config, edits, node, root);
   const platform::MountNsId host = platform::current_mount_ns();
   int net_fd = open_ns(pid, "net");
   int mnt_fd = open_ns(pid, "mnt");
@@ -212,9 +271,7 @@ int cdi_hook(const std::string& socket_arg) {
   ::close(mnt_fd);
   // Before pivot_root (createRuntime, createContainer) the container's root is the bundle's
   // rootfs in this namespace; after it (startContainer) it is "/".
-  std::string prefix =
-      root != "/" && ::access(root.c_str(), F_OK) == 0 && !same_file(root, "/") ? root : "/";
-  platform::mount_device_view(host, prefix, platform::device_view(id));
+  platform::mount_device_view(host, view_root(root), platform::device_view(id));
   return kExitOk;
 }
 

@@ -2,6 +2,7 @@
 #include <signal.h>
 #include <sys/un.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <iostream>
 
@@ -94,9 +95,15 @@ int sandbox_up(const SandboxUpOptions& options) {
   std::vector<std::string> daemon_args = {"--netns-prefix", netns_prefix()};
   if (!options.log_level.empty())
     daemon_args.insert(daemon_args.end(), {"--log-level", options.log_level});
-  // The sandbox's containers share one tenant unless the caller gives tenants of its own.
-  const std::vector<std::string> tenants =
-      options.tenants.empty() ? sandbox_tenant_rules(sandbox) : options.tenants;
+  // The sandbox's containers share one tenant unless the caller gives tenants of its own, or
+  // has vrdmad take them from the platform.
+  const bool platform_tenants =
+      std::any_of(options.daemon_args.begin(), options.daemon_args.end(), [](const auto& a) {
+        return a == "--platform-tenants" || a.rfind("--platform-tenants=", 0) == 0;
+      });
+  const std::vector<std::string> tenants = !options.tenants.empty() || platform_tenants
+                                               ? options.tenants
+                                               : sandbox_tenant_rules(sandbox);
   for (const auto& t : tenants) daemon_args.insert(daemon_args.end(), {"--tenant", t});
   for (const auto& a : options.daemon_args) daemon_args.push_back(a);
   InterruptGuard guard;

@@ -2,14 +2,17 @@
 // A process of its own, so that gRPC and the kubelet's API stay out of vrdmad, which trusts
 // nothing it does not need; it talks to vrdmad only as a status client.
 #include <signal.h>
+#include <string.h>
 
 #include <CLI/CLI.hpp>
 #include <iostream>
+#include <thread>
 
 #include "common/log.h"
 #include "k8s/allocation.h"
 #include "k8s/kubelet.h"
 #include "k8s/plugin.h"
+#include "k8s/tenant_sync.h"
 #include "platform/container_edits.h"
 
 namespace {
@@ -23,6 +26,10 @@ struct CommandLine {
   vrdma::platform::EditsConfig edits_config = vrdma::platform::default_edits_config();
   std::string socket = edits_config.socket_dir + "/" + edits_config.socket_name;
   bool print_allocation = false, print_config = false, engine_args = false;
+  // Tenants from the platform (tenant_sync.h).
+  vrdma::k8s::TenantSyncOptions tenants;
+  std::vector<std::string> namespace_tenants;
+  bool tenants_only = false, print_tenants = false;
 };
 
 void add_options(CLI::App& app, CommandLine& c) {
@@ -53,6 +60,29 @@ void add_options(CLI::App& app, CommandLine& c) {
   app.add_option("--health-interval-ms", c.o.health_interval_ms, "How often to ask vrdmad")
       ->check(CLI::Range(100, 60000))
       ->capture_default_str();
+  app.add_option("--tenants-from-cri", c.tenants.cri_endpoint,
+                 "The container runtime's CRI socket (/run/containerd/containerd.sock, "
+                 "/var/run/crio/crio.sock): keep --tenant-file, which vrdmad reads with "
+                 "--platform-tenants, equal to its ready pod sandboxes, so that a container's "
+                 "tenant is its pod's Kubernetes namespace");
+  app.add_option("--tenant-file", c.tenants.file,
+                 "Where to write the tenants from the platform (vrdmad --platform-tenants); "
+                 "outside every container's mounts")
+      ->capture_default_str();
+  app.add_option("--namespace-tenant", c.namespace_tenants,
+                 "NAMESPACE=TENANT: pods of this Kubernetes namespace are tenant TENANT (several "
+                 "namespaces may share one); other namespaces are tenants of their own name "
+                 "(repeatable)")
+      ->allow_extra_args(false);
+  app.add_option("--tenants-interval-ms", c.tenants.interval_ms,
+                 "How often to ask the container runtime")
+      ->check(CLI::Range(100, 600000))
+      ->capture_default_str();
+  app.add_flag("--tenants-only", c.tenants_only,
+               "With --tenants-from-cri: keep the tenant file only, without serving the kubelet");
+  app.add_flag("--print-tenants", c.print_tenants,
+               "With --tenants-from-cri: ask the runtime once, write the tenant file, print it "
+               "and exit");
   app.add_flag("--print-allocation", c.print_allocation,
                "Print the Allocate answer for one container (JSON) and exit");
   app.add_flag("--engine-args", c.engine_args,
@@ -82,6 +112,23 @@ int check_options(CommandLine& c) {
   if (c.o.socket_name.empty() || c.o.socket_name.find('/') != std::string::npos ||
       c.o.socket_name == k8s::kKubeletSocket) {
     std::cerr << "vrdma device-plugin: --endpoint must be a file name other than kubelet.sock\n";
+    return 2;
+  }
+  for (const auto& rule : c.namespace_tenants) {
+    std::string error;
+    if (!c.tenants.tenants.add(rule, &error)) {
+      std::cerr << "vrdma device-plugin: --namespace-tenant: " << error << "\n";
+      return 2;
+    }
+  }
+  if ((c.tenants_only || c.print_tenants || !c.namespace_tenants.empty()) &&
+      c.tenants.cri_endpoint.empty()) {
+    std::cerr << "vrdma device-plugin: --tenants-only, --print-tenants and --namespace-tenant "
+                 "need --tenants-from-cri\n";
+    return 2;
+  }
+  if (c.tenants.file.empty() || c.tenants.file.front() != '/') {
+    std::cerr << "vrdma device-plugin: --tenant-file must be an absolute path\n";
     return 2;
   }
   while (c.o.plugin_dir.size() > 1 && c.o.plugin_dir.back() == '/') c.o.plugin_dir.pop_back();
@@ -115,10 +162,43 @@ int print(const CommandLine& c, const vrdma::platform::ContainerEdits& edits) {
   return 0;
 }
 
-// Serves the kubelet until SIGTERM or SIGINT.
+// --print-tenants: one round, printed.
+int print_tenants(const CommandLine& c) {
+  vrdma::k8s::TenantSync sync(c.tenants);
+  std::string error;
+  if (!sync.sync(&error)) {
+    std::cerr << "vrdma device-plugin: " << error << "\n";
+    return 1;
+  }
+  std::cout << sync.text();
+  return 0;
+}
+
+// The tenant file kept up to date in a thread of its own while `body` runs (given the
+// TenantSync, or nullptr without --tenants-from-cri).
+template <typename Body>
+int with_tenant_sync(const CommandLine& c, Body body) {
+  if (c.tenants.cri_endpoint.empty()) return body(nullptr);
+  vrdma::k8s::TenantSync sync(c.tenants);
+  std::thread thread([&sync] { sync.run(); });
+  int rc = 1;
+  try {
+    rc = body(&sync);
+  } catch (...) {
+    sync.stop();
+    thread.join();
+    throw;
+  }
+  sync.stop();
+  thread.join();
+  return rc;
+}
+
+// Serves the kubelet (or, with --tenants-only, keeps the tenant file) until SIGTERM or SIGINT.
 int serve(const CommandLine& c, const vrdma::platform::ContainerEdits& edits) {
   using namespace vrdma;
-  // Signals arrive through the plugin's signalfd; block them before any thread starts.
+  // Signals arrive through the plugin's signalfd (or sigwait); block them before any thread
+  // starts.
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGTERM);
@@ -126,10 +206,24 @@ int serve(const CommandLine& c, const vrdma::platform::ContainerEdits& edits) {
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
   ::signal(SIGPIPE, SIG_IGN);
   try {
+    if (c.tenants_only) {
+      return with_tenant_sync(c, [&set](k8s::TenantSync*) {
+        int sig = 0;
+        sigwait(&set, &sig);
+        LOG_INFO("stopping on %s", strsignal(sig));
+        return 0;
+      });
+    }
     k8s::GrpcKubelet kubelet(c.o.plugin_dir + "/" + k8s::kKubeletSocket, kRegisterTimeoutMs);
     k8s::DaemonHealth health(c.socket, kHealthTimeoutMs);
-    k8s::Plugin plugin(c.o, edits, kubelet, health);
-    return plugin.run();
+    return with_tenant_sync(c, [&](k8s::TenantSync* sync) {
+      k8s::PluginOptions o = c.o;
+      // The pod's sandbox exists before its containers: a round before each one starts puts
+      // it in the file before any of its programs can reach vrdmad.
+      if (sync) o.pre_start = [sync](std::string* error) { return sync->sync(error); };
+      k8s::Plugin plugin(o, edits, kubelet, health);
+      return plugin.run();
+    });
   } catch (const std::exception& e) {
     std::cerr << "vrdma device-plugin: " << e.what() << "\n";
     return 1;
@@ -154,5 +248,6 @@ int main(int argc, char** argv) {
   if (int rc = check_options(c)) return rc;
   const vrdma::platform::ContainerEdits edits = vrdma::platform::container_edits(c.edits_config);
   if (c.print_config || c.print_allocation) return print(c, edits);
+  if (c.print_tenants) return print_tenants(c);
   return serve(c, edits);
 }

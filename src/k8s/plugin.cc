@@ -56,7 +56,7 @@ Plugin::Plugin(PluginOptions options, platform::ContainerEdits edits, Kubelet& k
     : options_(std::move(options)),
       kubelet_(kubelet),
       health_(health),
-      service_(std::move(edits), options_.allocation) {}
+      service_(std::move(edits), options_.allocation, options_.pre_start) {}
 
 Plugin::~Plugin() {
   stop_server();
@@ -109,7 +109,7 @@ bool Plugin::try_register() {
   req.set_version(kApiVersion);
   req.set_endpoint(options_.socket_name);
   req.set_resource_name(options_.allocation.resource_name);
-  req.mutable_options()->set_pre_start_required(false);
+  req.mutable_options()->set_pre_start_required(service_.pre_start_required());
   req.mutable_options()->set_get_preferred_allocation_available(true);
   std::string error = kubelet_.register_plugin(req);
   if (!error.empty()) {

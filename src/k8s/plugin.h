@@ -27,6 +27,9 @@ struct PluginOptions {
   std::string socket_name = kDefaultSocketName;
   int health_interval_ms = 1000;
   int register_retry_ms = 3000;
+  // Run before each container that holds a device starts (PreStartContainer); none: the
+  // kubelet is told not to call it.
+  DevicePluginService::PreStart pre_start;
 };
 
 class Plugin {

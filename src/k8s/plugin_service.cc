@@ -13,10 +13,12 @@ constexpr auto kStreamPoll = std::chrono::milliseconds(500);  // notices a gone 
 
 }  // namespace
 
-DevicePluginService::DevicePluginService(platform::ContainerEdits edits, AllocationConfig config)
+DevicePluginService::DevicePluginService(platform::ContainerEdits edits, AllocationConfig config,
+                                         PreStart pre_start)
     : edits_(std::move(edits)),
       config_(std::move(config)),
-      ids_(device_ids(edits_.device_name, config_.devices)) {}
+      ids_(device_ids(edits_.device_name, config_.devices)),
+      pre_start_(std::move(pre_start)) {}
 
 void DevicePluginService::set_healthy(bool healthy) {
   std::lock_guard lock(mu_);
@@ -56,7 +58,7 @@ v1beta1::ListAndWatchResponse DevicePluginService::list(bool healthy) const {
 grpc::Status DevicePluginService::GetDevicePluginOptions(grpc::ServerContext*,
                                                          const v1beta1::Empty*,
                                                          v1beta1::DevicePluginOptions* out) {
-  out->set_pre_start_required(false);
+  out->set_pre_start_required(pre_start_required());
   out->set_get_preferred_allocation_available(true);
   return grpc::Status::OK;
 }
@@ -114,7 +116,10 @@ grpc::Status DevicePluginService::Allocate(grpc::ServerContext*,
 grpc::Status DevicePluginService::PreStartContainer(grpc::ServerContext*,
                                                     const v1beta1::PreStartContainerRequest*,
                                                     v1beta1::PreStartContainerResponse*) {
-  return grpc::Status::OK;  // pre_start_required is false: nothing to prepare
+  if (!pre_start_) return grpc::Status::OK;  // nothing to prepare
+  std::string error;
+  if (!pre_start_(&error)) return {grpc::StatusCode::UNAVAILABLE, error};
+  return grpc::Status::OK;
 }
 
 }  // namespace vrdma::k8s

@@ -1,10 +1,12 @@
 // The DevicePlugin gRPC service: options, ListAndWatch (the advertised IDs, all healthy or all
-// unhealthy as vrdmad is), GetPreferredAllocation, Allocate (the container edits), and a
-// PreStartContainer that has nothing to do.
+// unhealthy as vrdmad is), GetPreferredAllocation, Allocate (the container edits), and
+// PreStartContainer, which runs the pre-start step when there is one (tenants from the platform:
+// the tenant file updated before the container starts).
 #pragma once
 
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -17,7 +19,12 @@ namespace vrdma::k8s {
 
 class DevicePluginService final : public v1beta1::DevicePlugin::Service {
  public:
-  DevicePluginService(platform::ContainerEdits edits, AllocationConfig config);
+  // `pre_start`, when set, runs for each PreStartContainer (and makes the plugin ask for it);
+  // false with *error fails the call, and the kubelet starts the container later.
+  using PreStart = std::function<bool(std::string* error)>;
+  DevicePluginService(platform::ContainerEdits edits, AllocationConfig config,
+                      PreStart pre_start = {});
+  bool pre_start_required() const { return static_cast<bool>(pre_start_); }
 
   // Called by the health loop; ListAndWatch streams send the new state when it changes.
   void set_healthy(bool healthy);
@@ -47,6 +54,7 @@ class DevicePluginService final : public v1beta1::DevicePlugin::Service {
   const platform::ContainerEdits edits_;
   const AllocationConfig config_;
   const std::vector<std::string> ids_;
+  const PreStart pre_start_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   bool healthy_ = false;

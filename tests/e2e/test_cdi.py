@@ -293,6 +293,12 @@ class Hook(unittest.TestCase):
         self.assertEqual(p.returncode, 1)
         self.assertIn("refusing to change the host's mount namespace", p.stderr)
         self.assertFalse(os.path.exists("/sys/class/infiniband"))
+        # Pid 0: a runtime that runs the hook inside the container (crun); run from the host,
+        # no ancestor is outside its mount namespace.
+        p = self.run_hook(0, bundle)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn("not inside a container", p.stderr)
+        self.assertFalse(os.path.exists("/sys/class/infiniband"))
 
     def test_hook_errors(self):
         p = subprocess.run([VRDMA, "cdi", "hook"], input="not json", capture_output=True,

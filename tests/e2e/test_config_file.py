@@ -209,6 +209,10 @@ def check_tenant(d, t):
     t.assertEqual(own_client(d.status(NETNS))["tenant"], "red")
 
 
+def check_platform_tenants(d, t):
+    t.assertEqual(own_client(d.status(NETNS))["tenant"], "green")
+
+
 def check_allow_host_clients(d, t):
     t.assertIn("vrdma", d.devinfo())
 
@@ -271,6 +275,7 @@ ROWS = [
     ("host-id", 5, {}, check_host_id),
     ("socket-group", "nogroup", {}, check_socket_group),
     ("tenant", ["red=10.99.8.0/24"], {}, check_tenant),
+    ("platform-tenants", "@TMP@/tenants", {}, check_platform_tenants),
     ("allow-host-clients", True, {}, check_allow_host_clients),
     ("log-level", "debug", {}, check_log_level),
     ("netns-dir", "@TMP@/empty", {}, check_netns_dir),
@@ -311,6 +316,8 @@ def setUpModule():
     TMP = tempfile.mkdtemp(prefix="vrdma-config-test-")
     os.chmod(TMP, 0o755)
     os.makedirs(os.path.join(TMP, "empty"))
+    with open(os.path.join(TMP, "tenants"), "w") as f:  # as the device plugin writes it
+        f.write(f"green /run/netns/{NETNS}\n")
     sh("ip", "netns", "del", NETNS, check=False)
     sh("ip", "netns", "add", NETNS)
     sh("ip", "-n", NETNS, "link", "add", "eth0", "type", "veth", "peer", "name", "eth1")

@@ -255,6 +255,14 @@ class DevicePlugin(unittest.TestCase):
         self.assertEqual(printed["devices"], [{"container_path": d.container_path,
                                                "host_path": d.host_path,
                                                "permissions": d.permissions} for d in c.devices])
+        # And its podman/docker arguments (what e2e_podman starts containers with) say the same.
+        engine = [a for a in vrdma(*self.plugin_args(), "--print-allocation",
+                                   "--engine-args").stdout.split("\n") if a]
+        self.assertEqual(engine, [f"--volume={m.host_path}:{m.container_path}:"
+                                  f"{'ro' if m.read_only else 'rw'}" for m in c.mounts] +
+                         [f"--device={d.host_path}:{d.container_path}:{d.permissions}"
+                          for d in c.devices] +
+                         sorted(f"--env={k}={v}" for k, v in c.envs.items()))
         with self.assertRaises(grpc.RpcError) as e:
             self.stub().Allocate(pb.AllocateRequest(container_requests=[
                 pb.ContainerAllocateRequest(devices_ids=["vrdma0-99"])]), timeout=5)

@@ -15,8 +15,8 @@ import unittest
 
 import conftest_path  # noqa: F401
 from vrdma_py.perftest_output import bw_rows, lat_rows
-from vrdma_py.podman import PodmanBed
-from vrdma_py.sandbox import VRDMA
+from vrdma_py.podman import CDI_DIR, PodmanBed
+from vrdma_py.sandbox import VRDMA, vrdma
 
 BED = PodmanBed()
 SERVER_IP, CLIENT_IP, OTHER_IP = BED.ip(10), BED.ip(11), BED.ip(12)
@@ -239,6 +239,86 @@ class Programs(unittest.TestCase):
                 c = int(i) % 58
                 want = "".join(chr(65 + (c + k) % 58) for k in range(40))
                 self.assertEqual(data[:40], want, f"{who}: ping {i}")
+
+
+def gid_of(ip):
+    """The sysfs text of an IPv4-mapped GID: 0000:0000:0000:0000:0000:ffff:0a4e:000a."""
+    a, b, c, d = (int(x) for x in ip.split("."))
+    return f"0000:0000:0000:0000:0000:ffff:{a:02x}{b:02x}:{c:02x}{d:02x}"
+
+
+class GeneratedSpec(unittest.TestCase):
+    """The spec `vrdma cdi generate` writes, run by podman and crun: its device node and its
+    createContainer hook's sysfs view, as programs in the container find them."""
+
+    def test_hook_builds_the_containers_sysfs_view(self):
+        spec = json.loads(vrdma("cdi", "generate", "-o", "-", "--socket", BED.socket,
+                                "--lib-dir", os.environ.get("VRDMA_LIBDIR") or
+                                "/usr/local/lib/vrdma").stdout)
+        spec["kind"] = f"vrdma-e2e-{os.getpid()}.example/hca"
+        self.assertEqual(spec["devices"][0]["containerEdits"]["hooks"][0]["hookName"],
+                         "createContainer")
+        path = os.path.join(CDI_DIR, f"vrdma-e2e-generated-{os.getpid()}.json")
+        with open(path, "w") as f:
+            json.dump(spec, f)
+        device = f"{spec['kind']}={spec['devices'][0]['name']}"
+        script = ("stat -c '%F %t:%T' /dev/infiniband/uverbs0; "
+                  "cat /sys/class/infiniband/vrdma0/ports/1/gids/0 "
+                  "/sys/class/infiniband/vrdma0/node_guid "
+                  "/sys/class/infiniband_verbs/uverbs0/ibdev; "
+                  "ibv_devinfo -d vrdma0 | grep -E 'hca_id|state'")
+        try:
+            rc, out, err = BED.run("gen", ["sh", "-c", script], OTHER_IP, device=False,
+                                   options=["--device", device])
+        finally:
+            os.unlink(path)
+        self.assertEqual(rc, 0, out + err)
+        lines = out.splitlines()
+        node = spec["devices"][0]["containerEdits"]["deviceNodes"][0]
+        self.assertEqual(lines[0], f"character special file {node['major']:x}:{node['minor']:x}")
+        self.assertEqual(lines[1], gid_of(OTHER_IP))
+        g = node_guid(OTHER_IP)
+        self.assertEqual(lines[2], f"{g[0:4]}:{g[4:8]}:{g[8:12]}:{g[12:16]}")
+        self.assertEqual(lines[3], "vrdma0")
+        self.assertIn("hca_id:\tvrdma0", out)
+        self.assertRegex(out, r"state:\s+PORT_ACTIVE")
+
+
+class DevicePluginAllocation(unittest.TestCase):
+    """Containers started with exactly the device plugin's Allocate answer (its mounts, device
+    specs and envs, as podman run arguments: `vrdma device-plugin --print-allocation
+    --engine-args`, the answer e2e_device_plugin checks against Allocate itself) run
+    ibv_rc_pingpong against each other."""
+
+    def allocation(self):
+        base = ["device-plugin", "--socket", BED.socket, "--lib-dir",
+                os.environ.get("VRDMA_LIBDIR") or "/usr/local/lib/vrdma"]
+        answer = json.loads(vrdma(*base, "--print-allocation").stdout)
+        args = vrdma(*base, "--print-allocation", "--engine-args").stdout.split("\n")
+        return answer, [a for a in args if a]
+
+    def test_engine_args_are_the_allocate_answer(self):
+        answer, args = self.allocation()
+        want = ([f"--volume={m['host_path']}:{m['container_path']}:"
+                 f"{'ro' if m['read_only'] else 'rw'}" for m in answer["mounts"]] +
+                [f"--device={d['host_path']}:{d['container_path']}:{d['permissions']}"
+                 for d in answer["devices"]] +
+                sorted(f"--env={k}={v}" for k, v in answer["envs"].items()))
+        self.assertEqual(args, want)
+        self.assertTrue(answer["mounts"] and answer["devices"] and answer["envs"], answer)
+        self.assertEqual((answer.get("cdi_devices", []), answer.get("annotations", {})), ([], {}))
+
+    def test_containers_with_the_allocation_run_rc_pingpong(self):
+        _, opts = self.allocation()
+        rc, out, err = BED.run("alloc", ["sh", "-c", "test -c /dev/infiniband/uverbs0 && env"],
+                               OTHER_IP, device=False, options=opts)
+        self.assertEqual(rc, 0, out + err)
+        self.assertIn(f"VRDMA_SOCKET={BED.socket}", out)
+        args = ["ibv_rc_pingpong", "-c", "-s", "4096", "-n", "200"]
+        sout, cout = pair(self, args, args + [SERVER_IP], device=False, options=opts)
+        for o in (sout, cout):
+            self.assertRegex(o, rf"{4096 * 200 * 2} bytes in [\d.]+ seconds")
+        self.assertNotIn("invalid data", sout + cout)
 
 
 if __name__ == "__main__":

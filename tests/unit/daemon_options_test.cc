@@ -31,6 +31,7 @@ namespace {
 const std::map<std::string, std::vector<std::string>> kExamples = {
     {"socket", {"/run/vrdma-test/vrdmad.sock"}},
     {"tenant", {"red=10.77.0.0/24", "blue=10.77.1.0/24"}},
+    {"platform-tenants", {"/etc/vrdma/tenants"}},
     {"log-level", {"debug"}},
     {"socket-group", {"0"}},
     {"router-listen", {"10.76.0.1:7471"}},
@@ -159,7 +160,7 @@ TEST_F(DaemonOptionsTest, EveryOptionThroughTheFileEqualsTheCommandLine) {
     EXPECT_FALSE(from_file.opts() == defaults.opts())
         << yaml << "changed nothing: give --" << key << " an example unlike its default";
   }
-  EXPECT_GE(keys, 28);
+  EXPECT_GE(keys, 29);
 }
 
 TEST_F(DaemonOptionsTest, AllOptionsAtOnceAndTheCommandLineWins) {

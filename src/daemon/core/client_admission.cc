@@ -6,6 +6,7 @@
 #include "common/address.h"
 #include "common/log.h"
 #include "daemon/core/daemon.h"
+#include "daemon/identity/platform_tenants.h"
 
 namespace vrdma::daemon {
 
@@ -16,6 +17,23 @@ std::string quota_name(const Client& c) {
 }
 
 }  // namespace
+
+std::string Daemon::platform_tenant(const Identity& id) const {
+  if (cfg_.platform_tenants.empty() || id.host || id.anonymous) return {};
+  std::vector<PlatformEntry> entries;
+  std::string why;
+  if (!read_platform_tenants(cfg_.platform_tenants, &entries, &why)) {
+    LOG_WARN("container %s: no tenant from the platform: %s", id.container.c_str(), why.c_str());
+    return {};
+  }
+  std::string tenant = platform_tenant_of(entries, id.netns);
+  if (tenant.empty())
+    LOG_INFO(
+        "container %s: the platform names no tenant for its network namespace (%s): a "
+        "tenant of its own",
+        id.container.c_str(), cfg_.platform_tenants.c_str());
+  return tenant;
+}
 
 int Daemon::charge(Client& c, Resource r, uint64_t n) {
   if (!c.identified) return resource_errno(r);
@@ -30,7 +48,7 @@ bool Daemon::admit_client(Client& c) {
   std::string why;
   if (int rc = identity_.identify(c.sock.get(), &c.ident, &why); rc == 0) {
     c.identified = true;
-    Admission a = admit(c.ident, cfg_.device_policy());
+    Admission a = admit(c.ident, cfg_.device_policy(), platform_tenant(c.ident));
     c.tenant = std::move(a.tenant);
     c.device_refusal = a.refusal;
     c.refusal_why = std::move(a.why);

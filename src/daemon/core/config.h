@@ -48,6 +48,9 @@ struct DaemonConfig {
   // Tenants: clients whose address a rule covers share the rule's tenant; a container no rule
   // covers is a tenant of its own.
   std::vector<TenantRule> tenants;
+  // Tenants from the platform (platform_tenants.h): the file that maps pods' network
+  // namespaces to tenants, read when a client connects; "" for none. Exclusive with `tenants`.
+  std::string platform_tenants;
   // The host's own processes (the daemon's network namespace) get a device without a tenant
   // rule covering the host's address (tenant "@host").
   bool allow_host_clients = false;

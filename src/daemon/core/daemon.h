@@ -98,6 +98,8 @@ class Daemon : private CmPort {
 
   // Who a new connection is and what it may do (client_admission.cc).
   bool admit_client(Client& c);    // false: close it at once
+  // The tenant the platform's file gives a client's namespace ("" for none, or without one).
+  std::string platform_tenant(const Identity& id) const;
   void release_client(Client& c);  // gives back everything the client counted, at its drop
   int charge(Client& c, Resource r, uint64_t n = 1);
   void release(Client& c, Resource r, uint64_t n = 1);

@@ -101,6 +101,12 @@ void add_options(CLI::App& app, DaemonOptions& opts) {
                  "covers is a tenant of its own, \"@<its address>\" (repeatable)")
       ->allow_extra_args(false)
       ->check(tenant_rule());
+  app.add_option("--platform-tenants", cfg.platform_tenants,
+                 "FILE: take containers' tenants from the platform: lines \"TENANT NETNS_PATH\" "
+                 "written by `vrdma device-plugin --tenants-from-cri` from the container "
+                 "runtime's pod sandboxes, read when a client connects. Only root (or vrdmad's "
+                 "user) may write the file and its directory, or it is ignored. A container "
+                 "it does not name is a tenant of its own. Exclusive with --tenant");
   app.add_flag("--allow-host-clients", cfg.allow_host_clients,
                "Give a device to the host's own processes (vrdmad's network namespace) without "
                "a --tenant rule covering the host's address; their tenant is \"@host\"");
@@ -180,6 +186,11 @@ std::string check_options(DaemonOptions* opts) {
     std::string why;
     if (!resolve_group(cfg.socket_group, &gid, &why)) return "--socket-group: " + why;
   }
+  if (!cfg.platform_tenants.empty() && !opts->tenants.empty())
+    return "--platform-tenants and --tenant exclude each other: with tenants from the platform, "
+           "a container the platform does not name shares no tenant";
+  if (!cfg.platform_tenants.empty() && cfg.platform_tenants.front() != '/')
+    return "--platform-tenants: an absolute path, please";
   cfg.tenants.clear();
   for (const auto& t : opts->tenants) {
     std::string error;

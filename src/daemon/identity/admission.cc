@@ -6,7 +6,8 @@
 
 namespace vrdma::daemon {
 
-Admission admit(const Identity& id, const DevicePolicy& policy) {
+Admission admit(const Identity& id, const DevicePolicy& policy,
+                const std::string& platform_tenant) {
   static const std::vector<TenantRule> kNone;
   const std::vector<TenantRule>& rules = policy.tenants ? *policy.tenants : kNone;
   Admission a;
@@ -23,6 +24,10 @@ Admission admit(const Identity& id, const DevicePolicy& policy) {
     a.refusal = EADDRINUSE;
     a.why =
         "address " + ipv4_text(id.ipv4) + " is already claimed by another live network namespace";
+    return a;
+  }
+  if (!id.host && !platform_tenant.empty()) {
+    a.tenant = platform_tenant;
     return a;
   }
   if (const TenantRule* r = rule_for(rules, id.ipv4)) {

@@ -5,8 +5,10 @@
 //   - A namespace with an address another live namespace claimed first gets none.
 //   - The host's own processes (the daemon's network namespace) get one only when a tenant rule
 //     covers the host's address or `allow_host_clients` is set (tenant "@host").
-//   - A container gets one, in the tenant of the rule covering its address, else in a tenant of
-//     its own ("@a.b.c.d"): without rules, containers share nothing.
+//   - A container gets one: in the tenant the platform gives its namespace (`platform_tenant`,
+//     platform_tenants.h) when there is one, else in the tenant of the rule covering its
+//     address, else in a tenant of its own ("@a.b.c.d"): without either, containers share
+//     nothing.
 // A client without a device may still ask for status (as a status-only client).
 #pragma once
 
@@ -30,6 +32,7 @@ struct Admission {
   std::string why;     // why it was refused, for the log and the operator
 };
 
-Admission admit(const Identity& id, const DevicePolicy& policy);
+Admission admit(const Identity& id, const DevicePolicy& policy,
+                const std::string& platform_tenant = {});
 
 }  // namespace vrdma::daemon

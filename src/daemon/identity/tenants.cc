@@ -4,6 +4,16 @@
 
 namespace vrdma::daemon {
 
+bool valid_tenant_name(std::string_view name) {
+  if (name.empty()) return false;
+  for (char c : name) {
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '-' || c == '_' || c == '.' || c == ':';
+    if (!ok) return false;
+  }
+  return true;
+}
+
 std::optional<TenantRule> parse_tenant_rule(std::string_view text, std::string* error) {
   auto fail = [&](const std::string& why) -> std::optional<TenantRule> {
     if (error) *error = why + ": '" + std::string(text) + "'";
@@ -13,11 +23,8 @@ std::optional<TenantRule> parse_tenant_rule(std::string_view text, std::string* 
   if (eq == std::string_view::npos) return fail("expected NAME=CIDR");
   std::string_view name = text.substr(0, eq);
   if (name.empty()) return fail("empty tenant name");
-  for (char c : name) {
-    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-              c == '-' || c == '_' || c == '.' || c == ':';
-    if (!ok) return fail("tenant name may hold only letters, digits and - _ . :");
-  }
+  if (!valid_tenant_name(name))
+    return fail("tenant name may hold only letters, digits and - _ . :");
   TenantRule rule;
   std::string why;
   if (!parse_cidr(text.substr(eq + 1), &rule, &why)) return fail(why);

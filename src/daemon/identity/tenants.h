@@ -21,6 +21,9 @@ struct TenantRule : Ipv4Cidr {
 // Names hold letters, digits and - _ . : (never '@', which marks the tenants below).
 std::optional<TenantRule> parse_tenant_rule(std::string_view text, std::string* error);
 
+// Whether `name` may name a tenant: letters, digits and - _ . : only, not empty.
+bool valid_tenant_name(std::string_view name);
+
 // The tenant of an address (network byte order) that no rule covers: its own, "@a.b.c.d".
 // Every host names it alike, so a container without a rule shares nothing, here or elsewhere.
 std::string own_tenant(uint32_t ipv4_net_order);
