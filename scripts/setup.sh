@@ -30,6 +30,11 @@ packages=(
   libibverbs-dev librdmacm-dev libcli11-dev nlohmann-json3-dev
   # TLS between routers and the sandbox's PKI (OpenSSL)
   libssl-dev openssl
+  # vrdmad's configuration file (YAML)
+  libyaml-cpp-dev
+  # the Debian package (cpack: dpkg-shlibdeps, file) and its test (systemd-analyze verify,
+  # setpriv, strace for the service's system calls)
+  dpkg-dev file systemd util-linux
   # the Kubernetes device plugin (gRPC, protobuf) and its stand-in kubelet in the tests
   libgrpc++-dev protobuf-compiler-grpc protobuf-compiler libprotobuf-dev
   python3-grpcio python3-protobuf python3-yaml

@@ -23,7 +23,9 @@ def _find_daemon():
     if os.environ.get("VRDMA_DAEMON"):
         return os.environ["VRDMA_DAEMON"]
     here = os.path.dirname(os.path.realpath(shutil.which(VRDMA) or VRDMA))
-    for cand in (os.path.join(here, "vrdmad"), os.path.join(here, "..", "daemon", "vrdmad")):
+    # Next to vrdma, the install layout (bin/ and sbin/), the build tree.
+    for cand in (os.path.join(here, "vrdmad"), os.path.join(here, "..", "sbin", "vrdmad"),
+                 os.path.join(here, "..", "daemon", "vrdmad")):
         if os.access(cand, os.X_OK):
             return os.path.realpath(cand)
     return shutil.which("vrdmad") or "vrdmad"

@@ -25,6 +25,7 @@ struct Ipv4Cidr {
   uint32_t mask = 0;
   bool contains(uint32_t ipv4_host_order) const { return (ipv4_host_order & mask) == network; }
   int prefix_len() const { return __builtin_popcount(mask); }
+  bool operator==(const Ipv4Cidr&) const = default;
 };
 // Parses "a.b.c.d/len" (a bare address is /32). False, with *why set, when malformed.
 bool parse_cidr(std::string_view text, Ipv4Cidr* out, std::string* why);

@@ -33,9 +33,10 @@ inline constexpr char kHello[] = "Hello", kPutFd[] = "PutFd", kGetFd[] = "GetFd"
                       kCmResolve[] = "CmResolve", kCmConnect[] = "CmConnect",
                       kCmAccept[] = "CmAccept", kCmReject[] = "CmReject", kCmRtu[] = "CmRtu",
                       kCmDisconnect[] = "CmDisconnect", kSetQpObject[] = "SetQpObject",
-                      kGetMr[] = "GetMr", kQpFatal[] = "QpFatal", kCmRequest[] = "CmRequest",
-                      kCmReply[] = "CmReply", kCmRejected[] = "CmRejected",
-                      kCmEstablished[] = "CmEstablished", kCmDisconnected[] = "CmDisconnected";
+                      kGetMr[] = "GetMr", kReload[] = "Reload", kQpFatal[] = "QpFatal",
+                      kCmRequest[] = "CmRequest", kCmReply[] = "CmReply",
+                      kCmRejected[] = "CmRejected", kCmEstablished[] = "CmEstablished",
+                      kCmDisconnected[] = "CmDisconnected";
 }  // namespace op_names
 
 // Requests (client -> daemon).
@@ -79,6 +80,8 @@ template <>
 struct OpSpec<Op::kSetQpObject> : Spec<SetQpObjectReq, 0, op_names::kSetQpObject> {};
 template <>
 struct OpSpec<Op::kGetMr> : Spec<GetMrReq, 0, op_names::kGetMr> {};
+template <>
+struct OpSpec<Op::kReload> : Spec<ReloadReq, 0, op_names::kReload> {};
 // Events (daemon -> client, seq 0).
 template <>
 struct OpSpec<Op::kQpFatal> : Spec<QpFatalEvent, 0, op_names::kQpFatal> {};
@@ -100,7 +103,7 @@ using RequestOps =
     OpList<Op::kHello, Op::kPutFd, Op::kGetFd, Op::kAllocQpn, Op::kFreeQpn, Op::kConnectQp,
            Op::kAllocKey, Op::kFreeKey, Op::kStatus, Op::kDropFd, Op::kCmListen, Op::kCmUnlisten,
            Op::kCmResolve, Op::kCmConnect, Op::kCmAccept, Op::kCmReject, Op::kCmRtu,
-           Op::kCmDisconnect, Op::kSetQpObject, Op::kGetMr>;
+           Op::kCmDisconnect, Op::kSetQpObject, Op::kGetMr, Op::kReload>;
 using EventOps = OpList<Op::kQpFatal, Op::kCmRequest, Op::kCmReply, Op::kCmRejected,
                         Op::kCmEstablished, Op::kCmDisconnected>;
 

@@ -47,6 +47,8 @@ enum class Op : uint16_t {
   kCmDisconnect = 18,  // CmConnReq -> (empty); the other side gets CmDisconnected
   kSetQpObject = 19,   // SetQpObjectReq -> (empty): a QP's new shared object (after a reset)
   kGetMr = 20,         // GetMrReq -> GetMrRep + one fd per segment: a granted MR
+  // The host's administrator only (root, or vrdmad's user, in vrdmad's network namespace).
+  kReload = 21,        // ReloadReq -> text: what re-reading the configuration changed, or why not
   kQpFatal = 100,  // daemon -> client, seq 0: QpFatalEvent
   // daemon -> client, seq 0, connection manager events.
   kCmRequest = 101,       // CmRequestEvent, to the listener's client
@@ -334,6 +336,10 @@ struct CmDisconnectReq : CmConnReq {};
 
 // kStatus carries no payload.
 struct StatusReq {};
+
+// kReload carries no payload. The reply's status is 0, or EINVAL when the configuration file
+// was refused (nothing changed), or EPERM; its text says what changed, one line per key.
+struct ReloadReq {};
 
 // Reply, Rejected, Established, Disconnected. `cookie` is the connector's cookie in events to
 // the connector and 0 in events to the acceptor (which knows the connection by conn_id).

@@ -75,6 +75,10 @@ std::string DaemonClient::status() {
   return call(proto::Op::kStatus, nullptr, 0);
 }
 
+std::string DaemonClient::reload() {
+  return call(proto::Op::kReload, nullptr, 0);
+}
+
 std::string DaemonClient::call(proto::Op op, const void* payload, size_t len) {
   const uint32_t seq = ++seq_;
   const std::string what = std::string(proto::op_name(op)) + " to vrdmad at " + socket_;
@@ -102,9 +106,13 @@ std::string DaemonClient::call(proto::Op op, const void* payload, size_t len) {
     if (packet->header.seq != seq || packet->header.op != static_cast<uint16_t>(op))
       throw Error("unexpected reply to " + what + " (op " + std::to_string(packet->header.op) +
                   ", seq " + std::to_string(packet->header.seq) + ")");
-    if (packet->header.status != 0)
+    if (packet->header.status != 0) {
+      // Some refusals say why (a Reload's refused configuration).
+      std::string why(reinterpret_cast<const char*>(packet->payload), packet->header.len);
+      while (!why.empty() && why.back() == '\n') why.pop_back();
       throw Error("vrdmad refused " + std::string(proto::op_name(op)) + ": " +
-                  std::strerror(packet->header.status));
+                  (why.empty() ? std::strerror(packet->header.status) : why));
+    }
     return std::string(reinterpret_cast<const char*>(packet->payload), packet->header.len);
   }
 }

@@ -24,6 +24,9 @@ class DaemonClient {
 
   // Op::kStatus: the daemon's JSON text.
   std::string status();
+  // Op::kReload: what re-reading vrdmad's configuration changed, one line per key. Throws Error
+  // with vrdmad's reason when it refused (a bad file: its line and key; EPERM).
+  std::string reload();
 
  private:
   // Sends op with payload and returns the reply payload (same op and seq).

@@ -63,8 +63,10 @@ pid_t start_daemon(const SandboxHost& host, const std::string& binary,
   // A new log for each start (spawn_in_netns appends).
   if (::truncate(host.log.c_str(), 0) < 0 && errno != ENOENT)
     throw Error(errno_text("cannot truncate " + host.log, errno));
-  std::vector<std::string> args = {binary, "--socket", host.socket, "--host-id",
-                                   std::to_string(host.id)};
+  // The sandbox's daemons take their settings from the sandbox alone, never from the host's
+  // configuration file (--config '').
+  std::vector<std::string> args = {
+      binary, "--config", "", "--socket", host.socket, "--host-id", std::to_string(host.id)};
   args.insert(args.end(), extra_args.begin(), extra_args.end());
   pid_t pid = spawn_in_netns(host.netns, args, host.log);
   write_file_atomic(host.pidfile, std::to_string(pid) + "\n");

@@ -1,5 +1,6 @@
 #include "ctl/operations_cli.h"
 
+#include "ctl/reload_cmd.h"
 #include "ctl/script_cmd.h"
 #include "ctl/status_cmd.h"
 #include "ctl/top_cmd.h"
@@ -7,9 +8,9 @@
 namespace vrdma::ctl {
 
 struct OperationsCommands::State {
-  StatusOptions status_opts;
+  StatusOptions status_opts, reload_opts;
   TopOptions top_opts;
-  CLI::App *status = nullptr, *demo = nullptr, *bench = nullptr, *top = nullptr;
+  CLI::App *status = nullptr, *reload = nullptr, *demo = nullptr, *bench = nullptr, *top = nullptr;
 };
 
 OperationsCommands::OperationsCommands(CLI::App& app) : s_(std::make_unique<State>()) {
@@ -61,17 +62,33 @@ OperationsCommands::OperationsCommands(CLI::App& app) : s_(std::make_unique<Stat
       "messages per second, errors per second and in total; per link to another host: bytes\n"
       "per second each way. From the daemon's status (the same per-QP counters as its\n"
       "metrics endpoint), chosen as for vrdma status. q quits.");
+  s_->reload = app.add_subcommand(
+      "reload",
+      "Make vrdmad re-read its configuration file and apply what can change while it runs;\n"
+      "prints what changed (and what needs a restart), or why the file was refused");
+  auto* r_host = s_->reload->add_option("--host", s_->reload_opts.host, "Sandbox host (h1 or 1)");
+  auto* r_socket = s_->reload->add_option("--socket", s_->reload_opts.socket, "vrdmad socket path");
+  auto* r_all = s_->reload->add_flag("--all", s_->reload_opts.all, "Every sandbox host");
+  r_host->excludes(r_socket)->excludes(r_all);
+  r_socket->excludes(r_all);
+  s_->reload->footer(
+      "The daemon is found as for `vrdma status`. Only the host's administrator may reload (root,\n"
+      "or vrdmad's user, in vrdmad's network namespace). Exit status 1 when the file was\n"
+      "refused: vrdmad then goes on with what it had. SIGHUP to vrdmad does the same (its log\n"
+      "says what changed).");
 }
 
 OperationsCommands::~OperationsCommands() = default;
 
 bool OperationsCommands::parsed() const {
-  return s_->status->parsed() || s_->demo->parsed() || s_->bench->parsed() || s_->top->parsed();
+  return s_->status->parsed() || s_->reload->parsed() || s_->demo->parsed() ||
+         s_->bench->parsed() || s_->top->parsed();
 }
 
 int OperationsCommands::run() const {
   if (s_->status->parsed()) return status_command(s_->status_opts);
   if (s_->top->parsed()) return top_command(s_->top_opts);
+  if (s_->reload->parsed()) return reload_command(s_->reload_opts);
   if (s_->demo->parsed()) return run_script("bench/demo.py", s_->demo->remaining());
   return run_script("bench/suite.py", s_->bench->remaining());
 }

@@ -1,4 +1,4 @@
-// vrdma status, demo and bench: looking at vrdmad and measuring it.
+// vrdma status, reload, demo and bench: looking at vrdmad, reconfiguring it, measuring it.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -8,7 +8,7 @@ namespace vrdma::ctl {
 
 class OperationsCommands {
  public:
-  // Adds `vrdma status`, `vrdma demo` and `vrdma bench` to `app`; lives until run().
+  // Adds `vrdma status`, `reload`, `demo` and `bench` to `app`; lives until run().
   explicit OperationsCommands(CLI::App& app);
   ~OperationsCommands();
 

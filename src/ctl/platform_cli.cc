@@ -29,7 +29,8 @@ PlatformCommands::PlatformCommands(CLI::App& app) : s_(std::make_unique<State>()
       "edits", "Print what a container needs to use vrdma (mounts, device node, environment)");
   s.edits->add_option(
       "--lib-dir", s.edits_opts.lib_dir,
-      "Host directory of the drop-in libraries (default: $VRDMA_LIBDIR, else " VRDMA_LIBDIR ")");
+      "Host directory of the drop-in libraries (default: $VRDMA_LIBDIR, else lib/vrdma of this "
+      "vrdma's install prefix, else " VRDMA_LIBDIR ")");
   s.edits->add_option(
       "--socket", s.edits_opts.socket,
       "vrdmad's socket on the host (default: $VRDMA_SOCKET, else /run/vrdma/vrdmad.sock)");

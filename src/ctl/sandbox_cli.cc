@@ -82,9 +82,8 @@ void add_exec(CLI::App* sandbox, SandboxCommands::State& s) {
   s.exec->footer(
       "Example: vrdma sandbox exec h0c0 -- ib_write_bw 10.77.0.11\n"
       "Sets VRDMA_SOCKET to the host's vrdmad socket, VRDMA_SANDBOX_NAME to NAME, and puts\n"
-      "$VRDMA_LIBDIR (default " VRDMA_LIBDIR
-      ") first in LD_LIBRARY_PATH. The exit status is\n"
-      "the command's (127 if it is not found).");
+      "$VRDMA_LIBDIR (default: lib/vrdma of this vrdma's install prefix, else " VRDMA_LIBDIR
+      ")\nfirst in LD_LIBRARY_PATH. The exit status is the command's (127 if it is not found).");
 }
 
 void add_etcd(CLI::App* sandbox, SandboxCommands::State& s) {

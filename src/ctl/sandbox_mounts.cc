@@ -19,11 +19,8 @@
 #include "ctl/netns.h"
 #include "platform/daemon_probe.h"
 #include "platform/device_view.h"
+#include "platform/install_paths.h"
 #include "platform/mount_view.h"
-
-#ifndef VRDMA_LIBDIR
-#error "VRDMA_LIBDIR must be defined by the build (directory of the drop-in libraries)"
-#endif
 
 namespace vrdma::ctl {
 
@@ -32,7 +29,7 @@ namespace {
 constexpr int kHelloTimeoutMs = 3000;
 
 // $VRDMA_LIBDIR; else, for a vrdma run from its build tree (build/src/ctl/vrdma), that build's
-// lib directory; else the installed one.
+// lib directory; else the installed one (next to this vrdma's prefix, else VRDMA_LIBDIR).
 std::string lib_dir() {
   const char* env = ::getenv("VRDMA_LIBDIR");
   if (env && *env) return env;
@@ -48,7 +45,7 @@ std::string lib_dir() {
       if (::access((build_lib + "/libibverbs.so.1").c_str(), R_OK) == 0) return build_lib;
     }
   }
-  return VRDMA_LIBDIR;
+  return platform::installed_lib_dir();
 }
 
 // Child side of build_one: builds the namespace, reports "ok" or the error on `report`, then

@@ -7,6 +7,7 @@
 #include <iostream>
 
 #include "ctl/error.h"
+#include "platform/install_paths.h"
 
 #ifndef VRDMA_DATADIR
 #error "VRDMA_DATADIR must be defined by the build"
@@ -20,6 +21,8 @@ namespace vrdma::ctl {
 int run_script(const std::string& script, const std::vector<std::string>& args) {
   std::vector<std::string> dirs;
   if (const char* env = ::getenv("VRDMA_DATADIR"); env && *env) dirs.push_back(env);
+  // An installed vrdma runs its own prefix's scripts, then the configured ones.
+  if (std::string own = platform::installed_data_dir(); !own.empty()) dirs.push_back(own);
   dirs.push_back(VRDMA_DATADIR);
   dirs.push_back(VRDMA_SOURCE_DIR);
   std::string path;
@@ -31,8 +34,9 @@ int run_script(const std::string& script, const std::vector<std::string>& args) 
     }
   }
   if (path.empty()) {
-    std::cerr << "vrdma: " << script << " not found in $VRDMA_DATADIR, " VRDMA_DATADIR ", "
-              << VRDMA_SOURCE_DIR "\n";
+    std::string where;
+    for (const auto& d : dirs) where += (where.empty() ? "" : ", ") + d;
+    std::cerr << "vrdma: " << script << " not found in " << where << "\n";
     return kExitError;
   }
   // Let the script find this very vrdma (and so the matching vrdmad).

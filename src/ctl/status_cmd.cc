@@ -19,17 +19,13 @@ namespace vrdma::ctl {
 
 namespace {
 
-struct Target {
-  std::string label;  // sandbox host name, or the socket path
-  std::string socket;
-  std::string netns = {};  // a sandbox host's: ask from inside it (see query)
-};
-
 std::string host_names(const Sandbox& s) {
   std::string names;
   for (const auto& h : s.hosts) names += (names.empty() ? "" : " ") + h.name;
   return names;
 }
+
+}  // namespace
 
 std::vector<Target> choose_targets(const StatusOptions& o) {
   if (!o.socket.empty()) return {{o.socket, o.socket}};
@@ -56,13 +52,15 @@ std::vector<Target> choose_targets(const StatusOptions& o) {
   return {{proto::kDefaultSocket, proto::kDefaultSocket}};
 }
 
-// vrdmad shows everything only to root in its own network namespace (the host's
-// administrator), so for a sandbox host we ask from inside that namespace when
-// we can. Sockets given by --socket or $VRDMA_SOCKET (as inside `sandbox exec`)
-// are asked from where we are, which shows that namespace's view.
+void enter_host_of(const Target& t, std::optional<ScopedNetns>& in_host) {
+  if (!t.netns.empty() && ::geteuid() == 0 && netns_alive(t.netns)) in_host.emplace(t.netns);
+}
+
+namespace {
+
 nlohmann::ordered_json query(const Target& t) {
   std::optional<ScopedNetns> in_host;
-  if (!t.netns.empty() && ::geteuid() == 0 && netns_alive(t.netns)) in_host.emplace(t.netns);
+  enter_host_of(t, in_host);
   DaemonClient client(t.socket);
   std::string text = client.status();
   try {

@@ -2,8 +2,12 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <ostream>
 #include <string>
+#include <vector>
+
+#include "ctl/netns.h"
 
 namespace vrdma::ctl {
 
@@ -19,6 +23,20 @@ int status_command(const StatusOptions& options);
 // The status reply of the one daemon `options` names (not --all), as `vrdma status` asks it;
 // *label says which (a sandbox host's name or the socket). Throws Error.
 nlohmann::ordered_json fetch_status(const StatusOptions& options, std::string* label);
+// The vrdmad(s) a command speaks to: --socket, --host, --all, else $VRDMA_SOCKET, else the
+// sandbox's h0 if a sandbox is up, else the default socket. Throws Error or UsageError.
+struct Target {
+  std::string label;  // sandbox host name, or the socket path
+  std::string socket;
+  std::string netns = {};  // a sandbox host's: ask from inside it (enter_host_of)
+};
+std::vector<Target> choose_targets(const StatusOptions& o);
+
+// vrdmad shows everything only to root in its own network namespace (the host's
+// administrator), so for a sandbox host we ask from inside that namespace when
+// we can. Sockets given by --socket or $VRDMA_SOCKET (as inside `sandbox exec`)
+// are asked from where we are, which shows that namespace's view. Enters `in_host` for that.
+void enter_host_of(const Target& t, std::optional<ScopedNetns>& in_host);
 
 // The readable form of one daemon's status reply (tolerant of missing fields).
 void print_status(const nlohmann::ordered_json& status, std::ostream& out);

@@ -3,10 +3,7 @@
 #include <cstdlib>
 
 #include "common/protocol.h"
-
-#ifndef VRDMA_LIBDIR
-#error "VRDMA_LIBDIR must be defined by the build (directory of the drop-in libraries)"
-#endif
+#include "platform/install_paths.h"
 
 namespace vrdma::platform {
 
@@ -22,7 +19,7 @@ std::string strip_slashes(std::string path) {
 EditsConfig default_edits_config() {
   EditsConfig c;
   const char* lib = ::getenv("VRDMA_LIBDIR");
-  c.lib_dir = strip_slashes(lib && *lib ? lib : VRDMA_LIBDIR);
+  c.lib_dir = strip_slashes(lib && *lib ? lib : installed_lib_dir());
   const char* sock = ::getenv(proto::kSocketEnv);
   std::string socket = sock && *sock ? sock : proto::kDefaultSocket;
   auto slash = socket.rfind('/');

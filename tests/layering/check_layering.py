@@ -17,6 +17,7 @@ import sys
 # its own headers; includes without a folder ("internal.h") are the folder's own.
 ALLOWED = {
     "common": [],
+    "config": [],
     "shm": ["common"],
     "engine": ["shm", "common"],
     "compat/verbs": ["engine", "shm", "common"],
@@ -31,7 +32,7 @@ ALLOWED = {
     "daemon/cm": ["daemon/directory", "daemon/router/wire.h", "common"],
     "daemon/metrics": ["common"],
     "daemon/core": ["daemon/identity", "daemon/registry", "daemon/directory", "daemon/router",
-                    "daemon/cm", "daemon/metrics", "shm", "common"],
+                    "daemon/cm", "daemon/metrics", "config", "shm", "common"],
     "ctl": ["platform", "etcd", "pki", "common"],
     "platform": ["common"],
     "k8s": ["platform", "common"],

@@ -96,6 +96,7 @@ struct DaemonConfig {
   // metrics_on_pod_network: the counters describe every container of the host.
   std::string metrics_listen;
   bool metrics_on_pod_network = false;
+  bool operator==(const DaemonConfig&) const = default;
 };
 
 }  // namespace vrdma::daemon

@@ -26,6 +26,8 @@ namespace {
 
 constexpr uint64_t kListenTag = 1ull << 32;
 constexpr uint64_t kWakeTag = 2ull << 32;
+// 3 << 32 | n are the router's (Router::is_tag).
+constexpr uint64_t kReloadTag = 4ull << 32;
 constexpr int kPacketsPerWakeup = 64;  // then let other clients have a turn
 constexpr int kAcceptsPerWakeup = 64;
 // How often the namespaces of containers without clients are looked for (check_idle_addresses).
@@ -57,6 +59,7 @@ Daemon::Daemon(DaemonConfig config)
       identity_(cfg_.identity_options()),
       quotas_(cfg_.quotas),
       wake_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)),
+      reload_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)),
       boot_(random64()),
       packet_(std::make_unique<Packet>()) {}
 
@@ -67,7 +70,7 @@ Daemon::~Daemon() {
 int Daemon::start() {
   if (started_) return EALREADY;
   if (cfg_.socket_path.empty()) return EINVAL;
-  if (!wake_) return EMFILE;
+  if (!wake_ || !reload_) return EMFILE;
   shm::install_sigbus_guard();
   if (int err = identity_.init()) {
     LOG_ERROR("cannot open the daemon's own network namespace: %s", strerror(err));
@@ -82,6 +85,8 @@ int Daemon::start() {
   if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, listen_.get(), &ev) < 0) return errno;
   ev.data.u64 = kWakeTag;
   if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, wake_.get(), &ev) < 0) return errno;
+  ev.data.u64 = kReloadTag;
+  if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, reload_.get(), &ev) < 0) return errno;
   spare_.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
   if (int err = start_services()) return err;
   started_at_ = std::chrono::steady_clock::now();
@@ -204,6 +209,11 @@ int Daemon::run() {
         ssize_t rc = ::read(wake_.get(), &v, sizeof(v));
         (void)rc;
         stopping = true;
+      } else if (tag == kReloadTag) {
+        uint64_t v;
+        ssize_t rc = ::read(reload_.get(), &v, sizeof(v));
+        (void)rc;
+        reload();
       } else if (tag == kListenTag) {
         accept_clients();
       } else if (Router::is_tag(tag)) {

@@ -8,6 +8,7 @@
 //   metrics_view.cc the metrics endpoint (Prometheus): what a scrape reads, in this loop
 //   ports.cc        what the rdma_cm service and the router ask of the daemon
 //   client_admission.cc  who a new connection is, whether it gets a device, its quotas
+//   reload_op.cc    reloading the configuration (SIGHUP, the Reload request)
 //
 // Usage (also from tests):
 //   Daemon d(config);
@@ -18,6 +19,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <span>
@@ -41,6 +43,12 @@
 
 namespace vrdma::daemon {
 
+// What a reload of the configuration did: 0 or an errno, and one line per change.
+struct ReloadOutcome {
+  int error = 0;
+  std::string text;
+};
+
 class Daemon : private CmPort {
  public:
   explicit Daemon(DaemonConfig config);
@@ -57,6 +65,16 @@ class Daemon : private CmPort {
   int run();
   // Asks run() to return. Safe from any thread and from a signal handler.
   void stop();
+
+  // Reloading the configuration (reload_op.cc): `handler` runs in the event loop after
+  // request_reload() (safe from a signal handler: SIGHUP) and for a Reload request of the host's
+  // administrator, whose reply carries what it returns.
+  void set_reload_handler(std::function<ReloadOutcome()> handler);
+  void request_reload();
+  // New tenant rules, in the event loop (a reload): connections made from now on are admitted
+  // by them, and so are requests from other hosts (the tenant of their source address). A
+  // connected client keeps the tenant it was admitted with until it reconnects.
+  void set_tenant_rules(std::vector<TenantRule> rules);
 
   const DaemonConfig& config() const { return cfg_; }
   uint64_t boot_id() const { return boot_; }
@@ -110,6 +128,8 @@ class Daemon : private CmPort {
   void handle(Client& c, const Decoded& d, const proto::AllocKeyReq& r);
   void handle(Client& c, const Decoded& d, const proto::FreeKeyReq& r);
   void handle(Client& c, const Decoded& d, const proto::StatusReq& r);
+  void handle(Client& c, const Decoded& d, const proto::ReloadReq& r);  // reload_op.cc
+  ReloadOutcome reload();
   void handle(Client& c, const Decoded& d, const proto::SetQpObjectReq& r);
   void handle(Client& c, const Decoded& d, const proto::GetMrReq& r);
 
@@ -170,7 +190,9 @@ class Daemon : private CmPort {
   int64_t next_idle_check_ns_ = 0;
   UniqueFd listen_;
   UniqueFd epoll_;
-  UniqueFd wake_;   // eventfd written by stop()
+  UniqueFd wake_;    // eventfd written by stop()
+  UniqueFd reload_;  // eventfd written by request_reload()
+  std::function<ReloadOutcome()> reload_handler_;
   UniqueFd spare_;  // released to shed a connection when the process runs out of descriptors
   uint64_t socket_dev_ = 0, socket_ino_ = 0;
   bool started_ = false;

@@ -67,9 +67,10 @@ void Daemon::handle_packet(Client& c, Packet& p, int payload_len) {
     reply_error(c, d, d.error);
     return;
   }
-  // A status-only client has no device: it may ask for status, nothing else.
+  // A status-only client has no device: it may ask for status (and, the host's administrator
+  // only, for a reload), nothing else.
   if (c.kind == static_cast<uint32_t>(proto::ClientKind::kCli) && d.op != proto::Op::kStatus &&
-      d.op != proto::Op::kHello) {
+      d.op != proto::Op::kHello && d.op != proto::Op::kReload) {
     LOG_DEBUG("client %u: %s refused: a status-only client has no device", c.id, name);
     reply_error(c, d, EPERM);
     return;

@@ -68,6 +68,9 @@ int Daemon::start_metrics() {
     return err;
   }
   LOG_INFO("metrics: serving http://%s/metrics", cfg_.metrics_listen.c_str());
+  if (cfg_.metrics_listen.rfind("127.", 0) != 0)
+    LOG_WARN("metrics: %s is not a loopback address; the page has no authentication",
+             cfg_.metrics_listen.c_str());
   return 0;
 }
 

@@ -46,6 +46,7 @@ struct QuotaLimits {
   };
   uint64_t& operator[](Resource r) { return max[static_cast<size_t>(r)]; }
   uint64_t operator[](Resource r) const { return max[static_cast<size_t>(r)]; }
+  bool operator==(const QuotaLimits&) const = default;
 };
 
 class ContainerQuotas {

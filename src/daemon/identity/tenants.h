@@ -14,6 +14,7 @@ namespace vrdma::daemon {
 
 struct TenantRule : Ipv4Cidr {
   std::string name;
+  bool operator==(const TenantRule&) const = default;
 };
 
 // Parses "NAME=CIDR" (a bare address means /32). Returns nullopt and sets *error on failure.
