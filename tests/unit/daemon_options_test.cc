@@ -41,6 +41,7 @@ const std::map<std::string, std::vector<std::string>> kExamples = {
     {"pod-cidr", {"10.77.0.0/24", "10.78.0.0/24"}},
     {"directory", {"etcd://10.76.0.254:2379"}},
     {"peer", {"1=10.76.0.2:7471=10.77.1.0/24"}},
+    {"metrics-listen", {"127.0.0.1:9464"}},
 };
 
 // Keys an option needs beside it to be accepted (check_options: a router needs TLS or
