@@ -9,6 +9,7 @@ their own node would share one."""
 import os
 import shutil
 import subprocess
+import tempfile
 
 from .ucx_run import ucx_env
 
@@ -29,7 +30,12 @@ def mpirun(sb, state, containers, program, *, tls="rc_verbs,ud_verbs,self", pml=
     cmd = ["nsenter", f"--net=/run/netns/{launcher}", "mpirun", "--allow-run-as-root",
            "--bind-to", "none", "-np", str(len(containers)), "--host", host_list,
            "--mca", "plm_rsh_agent", AGENT, "--mca", "routed", "direct"]
+    # Session directories of this job only, one per container (mpi_launch_agent): the
+    # containers share /tmp and the host name, and daemons creating the same session directory
+    # at once fail at start ("File exists").
+    session = tempfile.mkdtemp(prefix="vrdma-mpi-")
     env = dict(os.environ)
+    env["VRDMA_MPI_SESSION"] = session
     env["PMIX_MCA_gds"] = "hash"  # PMIx's shared-memory store needs a shared /dev/shm
     if pml == "ucx":
         cmd += ["--mca", "pml", "ucx", "--mca", "osc", "ucx", "--mca", "btl", "self"]
@@ -49,4 +55,6 @@ def mpirun(sb, state, containers, program, *, tls="rc_verbs,ud_verbs,self", pml=
         os.killpg(p.pid, 9)
         out, _ = p.communicate()
         raise AssertionError(f"mpirun did not finish within {timeout}s:\n{out}")
+    finally:
+        shutil.rmtree(session, ignore_errors=True)
     return p.returncode, out

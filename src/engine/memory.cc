@@ -234,18 +234,27 @@ void MemoryRegistry::privatize(BackingMap::iterator it) {
   backings_.erase(it);
 }
 
+// KeyTable::moves is odd from before pages of registered memory are copied to another file
+// until the MRs over them are published again. Nothing between asks vrdmad anything: its router
+// may wait for the end of a move (it places data again that went to the old file meanwhile).
+void MemoryRegistry::begin_move() { keys_->moves.fetch_add(1, std::memory_order_seq_cst); }
+void MemoryRegistry::end_move() { keys_->moves.fetch_add(1, std::memory_order_seq_cst); }
+
 // The same pages in a new file (write-sealed or not): the old file stops aliasing them.
 int MemoryRegistry::replace(BackingMap::iterator it, bool sealed) {
   Prepared p;
   if (int e = prepare(control_, it->first, it->second.end, sealed, p)) return e;
+  begin_move();
   if (int e = commit(p)) {
+    end_move();
     abandon(control_, p);
     return e;
   }
   Backing old = it->second;
   it->second = Backing{old.end, p.fd, p.fd_id, old.refs, sealed, old.write_class};
-  drop_fd(old);
   republish_over(it->first, old.end);
+  end_move();
+  drop_fd(old);
   return 0;
 }
 
@@ -262,7 +271,9 @@ int MemoryRegistry::split_at(uint64_t x) {
     abandon(control_, left);
     return e;
   }
+  begin_move();
   if (int e = commit(left)) {
+    end_move();
     abandon(control_, left);
     abandon(control_, right);
     return e;
@@ -271,15 +282,17 @@ int MemoryRegistry::split_at(uint64_t x) {
   it->second = Backing{x, left.fd, left.fd_id, old.refs, old.sealed, old.write_class};
   if (int e = commit(right)) {
     // The left part moved, the right one still lives in the old file: keep it there.
-    abandon(control_, right);
     backings_.emplace(x, Backing{end, old.fd, old.fd_id, old.refs, old.sealed, old.write_class,
                                  old.offset + (x - start)});
     republish_over(start, end);
+    end_move();
+    abandon(control_, right);
     return e;
   }
   backings_.emplace(x, Backing{end, right.fd, right.fd_id, old.refs, old.sealed, old.write_class});
-  drop_fd(old);
   republish_over(start, end);
+  end_move();
+  drop_fd(old);
   return 0;
 }
 

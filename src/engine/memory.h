@@ -123,6 +123,8 @@ class MemoryRegistry {
 
   int split_at(uint64_t x);                                         // requires mu_
   int replace(BackingMap::iterator it, bool sealed);               // requires mu_
+  void begin_move();                                               // requires mu_
+  void end_move();                                                 // requires mu_
   void privatize(BackingMap::iterator it);                          // requires mu_
   void drop_fd(const Backing& b);                                   // requires mu_
   int segments(uint64_t start, uint64_t end, std::vector<shm::MrSegment>& out) const;

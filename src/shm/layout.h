@@ -360,7 +360,10 @@ struct alignas(kCacheLine) KeyTable {
   uint32_t magic;  // kKeyTableMagic
   uint32_t version;
   uint32_t slots;  // kMrSlots
-  uint32_t reserved;
+  // Odd while the owner moves pages of registered memory to another file (split, replace):
+  // +1 before the copy, +1 once the new backings are published. Whoever placed data through a
+  // mapping it translated before a move can tell, and place it again (vrdmad's router).
+  std::atomic<uint32_t> moves;
   alignas(kCacheLine) std::atomic<uint32_t> gen[kMrSlots];  // changes on every reg, dereg, move
 };
 

@@ -196,6 +196,10 @@ uint8_t* Peer::translate(uint32_t via_qpn, uint32_t pd, uint32_t key, uint64_t a
 // lookup since its generation changed; a caller that passed its lookup just before may still
 // touch the area, so it stays mapped, but as anonymous memory: the owner's pages are let go.
 void Peer::retire(void* area, uint64_t len, bool same_registration) {
+  if (!same_registration && defer_retire_) {
+    retired_.emplace_back(area, len);  // still the owner's pages until reclaim()
+    return;
+  }
   if (!same_registration &&
       ::mmap(area, len, PROT_READ | PROT_WRITE, MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
              -1, 0) != MAP_FAILED) {

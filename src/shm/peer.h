@@ -90,6 +90,17 @@ class Peer {
   // Unmaps the areas of registrations that are gone. Only for a user that knows no pointer
   // translate() returned before is still in use (vrdmad's router, between frames).
   void reclaim();
+  // For a user that calls reclaim() only when nothing it translated is in use (vrdmad's
+  // router): an area a view no longer uses stays mapped as it was until reclaim(), so that
+  // data still being placed into it or sent from it (a frame in flight) reaches the owner's
+  // pages or comes from them, instead of anonymous memory. Without it, such areas are emptied
+  // at once.
+  void defer_retire() { defer_retire_ = true; }
+  // The owner's KeyTable::moves (0 before the first translate() attached the key table).
+  uint32_t moves() const {
+    const KeyTable* k = keys_.load(std::memory_order_acquire);
+    return k ? k->moves.load(std::memory_order_seq_cst) : 0;
+  }
 
  private:
   struct View {
@@ -134,6 +145,7 @@ class Peer {
   // pages are no longer held, and a late access touches nothing of anyone's); unmapped by
   // reclaim().
   std::vector<std::pair<void*, size_t>> kept_, retired_;
+  bool defer_retire_ = false;
 };
 
 // A destination QP as the initiator sees it: validated views of its rings.

@@ -104,6 +104,7 @@ bool scatter(Placement& out, const PeerQp& p, const RecvWr& rwr, uint64_t need,
       out.status = IBV_WC_REM_OP_ERR;
       return false;
     }
+    out.src[out.nsegs] = Placement::Source{s.lkey, IBV_ACCESS_LOCAL_WRITE, s.addr};
     out.segs[out.nsegs++] = Seg{ptr, s.length};
     room += s.length;
   }
@@ -211,6 +212,7 @@ void admit_write(const PeerQp& dst, const Incoming& in, Placement& out) {
       return;
     }
     out.segs[0] = Seg{p, in.length};
+    out.src[0] = Placement::Source{in.rkey, IBV_ACCESS_REMOTE_WRITE, in.remote_addr};
     out.nsegs = 1;
   }
   if (in.opcode == IBV_WR_RDMA_WRITE_WITH_IMM) {

@@ -54,6 +54,13 @@ struct Placement {
   // SEND, WRITE: where the payload goes; READ: where it comes from. Cover `length` bytes.
   Seg segs[kMaxRecvSge];
   int nsegs = 0;
+  // RC/UC SEND and WRITE: what each of segs was translated from (the key, the address, the
+  // access asked), so that a placer can translate it again after the owner moved pages.
+  struct Source {
+    uint32_t key;
+    uint32_t access;
+    uint64_t addr;
+  } src[kMaxRecvSge] = {};
   uint64_t atomic_old = 0;  // ATOMIC_*: the value before the operation
   bool recv_completion = false;
   bool count_rx = false;  // an RDMA WRITE without immediate: counted, not completed

@@ -35,9 +35,20 @@ static void fill(unsigned char* b, size_t size, int round, int dir) {
   for (size_t i = 0; i < size; ++i) b[i] = pattern(i, size, round, dir);
 }
 
+/* On a mismatch, says where the wrong bytes are (how many, the first and the last, where the
+ * buffer starts within its page) before failing at the first. */
 static void check(const char* what, const unsigned char* b, size_t size, int round, int dir) {
+  size_t bad = 0, first = 0, last = 0;
   for (size_t i = 0; i < size; ++i)
-    if (b[i] != pattern(i, size, round, dir)) fail(what, i, b[i], pattern(i, size, round, dir));
+    if (b[i] != pattern(i, size, round, dir)) {
+      if (!bad++) first = i;
+      last = i;
+    }
+  if (!bad) return;
+  fprintf(stderr, "mpi_check: rank %d: %s (round %d): %zu of %zu bytes wrong in [%zu, %zu], "
+          "buffer at page offset %zu\n", rank, what, round, bad, size, first, last,
+          (size_t)((uintptr_t)b & 4095));
+  fail(what, first, b[first], pattern(first, size, round, dir));
 }
 
 static void* xmalloc(size_t n) {

@@ -123,6 +123,8 @@ std::shared_ptr<shm::Peer> Router::peer(uint32_t client) {
   auto it = peers_.find(client);
   if (it != peers_.end() && !it->second->dead()) return it->second;
   auto p = std::make_shared<shm::Peer>(*fd_source_, client);
+  // Frames in flight keep using what they translated; reclaim_mappings() frees it between.
+  p->defer_retire();
   if (p->attach_arena() != 0) return nullptr;
   peers_[client] = p;
   return p;

@@ -175,6 +175,10 @@ class Router : public LinkHandler {
   void close_doomed();
   // Unmaps the clients' deregistered MRs once no frame in flight can point into one.
   void reclaim_mappings();
+  // After data was placed through pl.segs (placed bytes of them): places it again where the
+  // owner's pages are now if it moved them meanwhile (router_settle.cc).
+  void settle(shm::Peer& peer, uint32_t via_qpn, uint32_t pd, const shm::Placement& pl,
+              uint64_t placed);
   void set_rx_paused(Link& link, bool paused);
   void watch(Link& link);  // registers the link's socket with epoll
   void on_connect_rep(Link& link, const wire::ConnectRep& r);

@@ -301,6 +301,7 @@ void Router::on_response(Link& link, const wire::Response& r, uint32_t payload, 
     f.byte_len = r.byte_len;
     f.status = IBV_WC_SUCCESS;
     uint64_t room = 0;
+    f.pl.nsegs = 0;
     for (uint32_t i = 0; i < w.num_sge; ++i) {
       const ibv_sge& s = w.sge[i];
       uint8_t* p =
@@ -310,6 +311,9 @@ void Router::on_response(Link& link, const wire::Response& r, uint32_t payload, 
         return;  // discard the data
       }
       dest.segs[dest.nsegs++] = shm::Seg{p, s.length};
+      // Kept to place it again if the pages move meanwhile (settle).
+      f.pl.src[f.pl.nsegs] = shm::Placement::Source{s.lkey, IBV_ACCESS_LOCAL_WRITE, s.addr};
+      f.pl.segs[f.pl.nsegs++] = shm::Seg{p, s.length};
       room += s.length;
     }
     if (room < payload) {

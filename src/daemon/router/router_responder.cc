@@ -251,6 +251,8 @@ void Router::on_payload(Link& link) {
     case RxFrame::Kind::kNone:
       break;
     case RxFrame::Kind::kPlace:
+      if (f.req.qp_type != IBV_QPT_UD && f.target.valid())
+        settle(*f.target.peer, f.target.via_qpn, f.target.pd, f.pl, f.req.length);
       if (f.reply) {
         bool delivered = shm::commit_request(f.target, f.pl, f.req.length);
         respond(link, f.req, delivered ? IBV_WC_SUCCESS : IBV_WC_REM_OP_ERR, f.req.length, 0,
@@ -278,6 +280,7 @@ void Router::on_payload(Link& link) {
       if (o.failed || o.done - o.base != f.seq || o.done == o.sent) break;
       Wqe w;
       if (!read_wqe(o, o.done, w)) break;
+      if (f.status == IBV_WC_SUCCESS) settle(*o.peer, 0, 0, f.pl, f.byte_len);
       complete(o, w, f.status, static_cast<uint32_t>(f.byte_len));
       if (f.status != IBV_WC_SUCCESS) {
         abort_qp(o, IBV_WC_WR_FLUSH_ERR, true);
