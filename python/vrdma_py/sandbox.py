@@ -193,7 +193,8 @@ class Sandbox:
         """The options a host's running vrdmad was started with (its tenant rules among them),
         to start another one as the sandbox did."""
         with open(f"/proc/{self.daemon_pid(host)}/cmdline", "rb") as f:
-            return [a.decode() for a in f.read().split(b"\0")[1:] if a]
+            # Each argument ends with a NUL; empty ones count (`--config ""`: no file).
+            return [a.decode() for a in f.read().split(b"\0")[1:-1]]
 
     def underlay(self):
         """The namespace linking the hosts of a multi-host sandbox."""
