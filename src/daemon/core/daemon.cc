@@ -24,10 +24,14 @@ namespace vrdma::daemon {
 
 namespace {
 
+// The event loop's sources, by the high 32 bits of their epoll tag (the low bits: a client's
+// id, or a router's or metrics server's own number): 1 the listener, 2 the wake-up, 3 the
+// router's, 4 the reload signal, 5 the metrics server's.
 constexpr uint64_t kListenTag = 1ull << 32;
 constexpr uint64_t kWakeTag = 2ull << 32;
-// 3 << 32 | n are the router's (Router::is_tag).
 constexpr uint64_t kReloadTag = 4ull << 32;
+static_assert(Router::kTagBase == 3ull << 32 && metrics::MetricsServer::kTagBase == 5ull << 32,
+              "each source of the event loop has a tag of its own");
 constexpr int kPacketsPerWakeup = 64;  // then let other clients have a turn
 constexpr int kAcceptsPerWakeup = 64;
 // How often the namespaces of containers without clients are looked for (check_idle_addresses).

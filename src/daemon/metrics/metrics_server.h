@@ -23,12 +23,14 @@ namespace vrdma::daemon::metrics {
 class MetricsServer {
  public:
   using Render = std::function<std::string()>;
-  static constexpr uint64_t kTagBase = 4ull << 32;  // the router has 3 << 32
+  // vrdmad's event loop tells sources apart by the high 32 bits of their epoll tag (its own
+  // listener, wake-up and reload, then the router's 3): this server's are 5 << 32 | n.
+  static constexpr uint64_t kTagBase = 5ull << 32;
   static constexpr size_t kMaxConnections = 8;
   static constexpr int64_t kDeadlineNs = 5'000'000'000;
   static constexpr const char* kPath = "/metrics";
 
-  static bool is_tag(uint64_t tag) { return (tag >> 32) == 4; }
+  static bool is_tag(uint64_t tag) { return (tag >> 32) == (kTagBase >> 32); }
 
   MetricsServer() = default;
   ~MetricsServer();
