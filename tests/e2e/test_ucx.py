@@ -88,13 +88,15 @@ class Perftest(unittest.TestCase):
 
     def test_vrdma_status_shows_the_qps(self):
         # A longer run, sampled by `vrdma status` on the client's host: the client's QPs of
-        # the transport UCX chose carry the traffic.
+        # the transport UCX chose carry the traffic. Long enough (about a second at the
+        # fastest) for the sampler to see the QPs while they work: RC on one host moves
+        # 64 KiB messages at tens of GB/s.
         ip = container_ip(SERVER)
-        for tls_name, qp_type in (("rc_ud", "RC"), ("ud", "UD")):
+        for tls_name, qp_type, n in (("rc_ud", "RC", 20000 if CROSS else 200000),
+                                     ("ud", "UD", 4000 if CROSS else 40000)):
             with self.subTest(tls=tls_name):
                 Perftest.port += 1
-                n = 400 if CROSS else 4000
-                with StatusSampler(SB, host_of(CLIENT), [CLIENT]) as sampler:
+                with StatusSampler(SB, host_of(CLIENT), [CLIENT], period=0.05) as sampler:
                     (src, sout), (crc, cout) = perftest_pair(
                         SB, SERVER, CLIENT, ip, TLS[tls_name], "tag_bw", 65536, n,
                         Perftest.port, warmup=n // 10)
