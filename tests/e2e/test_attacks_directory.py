@@ -364,7 +364,9 @@ class ContainerEntries(unittest.TestCase):
             while key not in keys("/vrdma/hosts/1/") and time.monotonic() < end:
                 time.sleep(0.1)
             self.assertIn(key, keys("/vrdma/hosts/1/"), "published while rping runs")
-            self.assertEqual(keys("/vrdma/hosts/1/")[key], {"name": "h1c1"})
+            # Its name, and the tenant vrdmad admitted it to (read by other hosts only with
+            # tenants from the platform).
+            self.assertEqual(keys("/vrdma/hosts/1/")[key], {"name": "h1c1", "tenant": "victims"})
         finally:
             srv.kill()
             srv.wait(10)
