@@ -17,6 +17,7 @@ import unittest
 from concurrent import futures
 
 import conftest_path  # noqa: F401
+from vrdma_py import grpc_stubs
 from vrdma_py.sandbox import VRDMA, VRDMAD, vrdma
 
 import grpc
@@ -30,14 +31,7 @@ LIB_DIR = "/opt/vrdma-test/lib"
 
 
 def generate_stubs(out):
-    os.makedirs(out, exist_ok=True)
-    plugin = shutil.which("grpc_python_plugin")
-    subprocess.run(["protoc", "-I", os.path.dirname(PROTO), f"--python_out={out}",
-                    f"--grpc_out={out}", f"--plugin=protoc-gen-grpc={plugin}", PROTO], check=True)
-    sys.path.insert(0, out)
-    import deviceplugin_v1beta1_pb2 as pb  # noqa: E402
-    import deviceplugin_v1beta1_pb2_grpc as pb_grpc  # noqa: E402
-    return pb, pb_grpc
+    return grpc_stubs.generate_stubs(PROTO, out)
 
 
 class StandInKubelet:

@@ -12,7 +12,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -20,6 +19,7 @@ import unittest
 from concurrent import futures
 
 import conftest_path  # noqa: F401
+from vrdma_py import grpc_stubs
 from vrdma_py.sandbox import NETNS_PREFIX, VRDMA, Sandbox, container_ip, host_file
 
 import grpc
@@ -39,14 +39,7 @@ def netns_path(container):
 
 
 def generate_stubs(out):
-    os.makedirs(out, exist_ok=True)
-    plugin = shutil.which("grpc_python_plugin")
-    subprocess.run(["protoc", "-I", os.path.dirname(PROTO), f"--python_out={out}",
-                    f"--grpc_out={out}", f"--plugin=protoc-gen-grpc={plugin}", PROTO], check=True)
-    sys.path.insert(0, out)
-    import cri_runtime_v1_pb2 as pb  # noqa: E402
-    import cri_runtime_v1_pb2_grpc as pb_grpc  # noqa: E402
-    return pb, pb_grpc
+    return grpc_stubs.generate_stubs(PROTO, out)
 
 
 class StandInRuntime:
