@@ -33,7 +33,8 @@ inline constexpr char kHello[] = "Hello", kPutFd[] = "PutFd", kGetFd[] = "GetFd"
                       kCmResolve[] = "CmResolve", kCmConnect[] = "CmConnect",
                       kCmAccept[] = "CmAccept", kCmReject[] = "CmReject", kCmRtu[] = "CmRtu",
                       kCmDisconnect[] = "CmDisconnect", kSetQpObject[] = "SetQpObject",
-                      kGetMr[] = "GetMr", kReload[] = "Reload", kQpFatal[] = "QpFatal",
+                      kGetMr[] = "GetMr", kReload[] = "Reload", kOpenXrcd[] = "OpenXrcd",
+                      kCloseXrcd[] = "CloseXrcd", kSetQpXrcd[] = "SetQpXrcd", kQpFatal[] = "QpFatal",
                       kCmRequest[] = "CmRequest", kCmReply[] = "CmReply",
                       kCmRejected[] = "CmRejected", kCmEstablished[] = "CmEstablished",
                       kCmDisconnected[] = "CmDisconnected";
@@ -82,6 +83,12 @@ template <>
 struct OpSpec<Op::kGetMr> : Spec<GetMrReq, 0, op_names::kGetMr> {};
 template <>
 struct OpSpec<Op::kReload> : Spec<ReloadReq, 0, op_names::kReload> {};
+template <>
+struct OpSpec<Op::kOpenXrcd> : Spec<OpenXrcdReq, 1, op_names::kOpenXrcd> {};
+template <>
+struct OpSpec<Op::kCloseXrcd> : Spec<CloseXrcdReq, 0, op_names::kCloseXrcd> {};
+template <>
+struct OpSpec<Op::kSetQpXrcd> : Spec<SetQpXrcdReq, 0, op_names::kSetQpXrcd> {};
 // Events (daemon -> client, seq 0).
 template <>
 struct OpSpec<Op::kQpFatal> : Spec<QpFatalEvent, 0, op_names::kQpFatal> {};
@@ -103,7 +110,8 @@ using RequestOps =
     OpList<Op::kHello, Op::kPutFd, Op::kGetFd, Op::kAllocQpn, Op::kFreeQpn, Op::kConnectQp,
            Op::kAllocKey, Op::kFreeKey, Op::kStatus, Op::kDropFd, Op::kCmListen, Op::kCmUnlisten,
            Op::kCmResolve, Op::kCmConnect, Op::kCmAccept, Op::kCmReject, Op::kCmRtu,
-           Op::kCmDisconnect, Op::kSetQpObject, Op::kGetMr, Op::kReload>;
+           Op::kCmDisconnect, Op::kSetQpObject, Op::kGetMr, Op::kReload, Op::kOpenXrcd,
+           Op::kCloseXrcd, Op::kSetQpXrcd>;
 using EventOps = OpList<Op::kQpFatal, Op::kCmRequest, Op::kCmReply, Op::kCmRejected,
                         Op::kCmEstablished, Op::kCmDisconnected>;
 

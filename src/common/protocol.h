@@ -49,6 +49,10 @@ enum class Op : uint16_t {
   kGetMr = 20,         // GetMrReq -> GetMrRep + one fd per segment: a granted MR
   // The host's administrator only (root, or vrdmad's user, in vrdmad's network namespace).
   kReload = 21,        // ReloadReq -> text: what re-reading the configuration changed, or why not
+  // XRC domains (see "XRC" below).
+  kOpenXrcd = 22,   // OpenXrcdReq + 1 fd -> OpenXrcdRep
+  kCloseXrcd = 23,  // CloseXrcdReq -> (empty)
+  kSetQpXrcd = 24,  // SetQpXrcdReq -> (empty)
   kQpFatal = 100,  // daemon -> client, seq 0: QpFatalEvent
   // daemon -> client, seq 0, connection manager events.
   kCmRequest = 101,       // CmRequestEvent, to the listener's client
@@ -164,7 +168,10 @@ struct GetMrRep {
   GetMrSeg seg[8];
 };
 
-enum class QpType : uint32_t { kRc = 2, kUc = 3, kUd = 4 };  // values of ibv_qp_type
+// Values of ibv_qp_type, and kXrcSrq: the receive side of an XRC SRQ, numbered like a QP (its
+// number is the SRQ number senders name), reached by the XRC_SEND QPs connected to an XRC_RECV
+// QP of the same XRC domain.
+enum class QpType : uint32_t { kRc = 2, kUc = 3, kUd = 4, kXrcSend = 9, kXrcRecv = 10, kXrcSrq = 0x100 };
 
 struct AllocQpnReq {
   uint32_t qp_type;       // QpType
@@ -207,6 +214,27 @@ struct ConnectQpRep {
   uint32_t peer_object_fd_id;  // the destination QP's object (GetFd over the local QP)
   uint32_t peer_qp_type;
   uint32_t routed;
+};
+
+// ---- XRC ----------------------------------------------------------------------------------
+// An XRC domain is named by a file: the fd that comes with OpenXrcd (the caller's ibv_open_xrcd
+// descriptor, or an anonymous file of its own for a domain nobody else shares). Clients of one
+// tenant that open the same inode share the domain. oflags: O_CREAT creates it if it does not
+// exist (else EINVAL), O_EXCL with O_CREAT refuses an existing one (EINVAL), as the kernel does.
+struct OpenXrcdReq {
+  uint32_t oflags;
+  uint32_t reserved;
+};
+struct OpenXrcdRep {
+  uint32_t xrcd;  // the domain's number (per host), never 0
+};
+struct CloseXrcdReq {
+  uint32_t xrcd;
+};
+// Puts an XRC_RECV QP or an XRC SRQ (QpType::kXrcSrq) of the caller into a domain it opened.
+struct SetQpXrcdReq {
+  uint32_t qpn;
+  uint32_t xrcd;
 };
 
 // Keys are 32 random bits; nothing in a key says where its MR is.
@@ -361,6 +389,8 @@ static_assert(sizeof(PutFdReq) == 24 && sizeof(DropFdReq) == 4 && sizeof(GetFdRe
 static_assert(sizeof(GetMrReq) == 16 && sizeof(GetMrSeg) == 24 && sizeof(GetMrRep) == 248);
 static_assert(sizeof(AllocQpnReq) == 24 && sizeof(AllocQpnRep) == 4 && sizeof(FreeQpnReq) == 4);
 static_assert(sizeof(SetQpObjectReq) == 16);
+static_assert(sizeof(OpenXrcdReq) == 8 && sizeof(OpenXrcdRep) == 4 && sizeof(CloseXrcdReq) == 4 &&
+              sizeof(SetQpXrcdReq) == 8);
 static_assert(sizeof(ConnectQpReq) == 24 && sizeof(ConnectQpRep) == 16);
 static_assert(sizeof(AllocKeyReq) == 24 && sizeof(AllocKeyRep) == 4 && sizeof(FreeKeyReq) == 4);
 static_assert(sizeof(QpFatalEvent) == 8 && sizeof(CmParams) == 4);

@@ -104,7 +104,13 @@ shm::Incoming Qp::incoming(const ibv_send_wr& wr, uint64_t total) const {
 
 Qp::Result Qp::execute(const ibv_send_wr& wr) {
   Result res;
-  const shm::PeerQp* peer = type_ == IBV_QPT_UD ? ud_peer(wr) : connected_peer();
+  const shm::PeerQp* peer;
+  if (type_ == IBV_QPT_XRC_SEND) {
+    peer = xrc_peer(wr, res.status);
+    if (res.status != IBV_WC_SUCCESS) return res;
+  } else {
+    peer = type_ == IBV_QPT_UD ? ud_peer(wr) : connected_peer();
+  }
   if (peer && peer->routed) return route(wr, *peer);
   shm::Seg local[shm::kMaxSendSge];
   int nl;
@@ -113,7 +119,7 @@ Qp::Result Qp::execute(const ibv_send_wr& wr) {
   res.byte_len = static_cast<uint32_t>(total);
   if (!peer) {
     // Nobody answers: UD and UC drop silently; RC retries until its timeout.
-    if (type_ == IBV_QPT_RC) res.block = Block::kTransport;
+    if (type_ == IBV_QPT_RC || type_ == IBV_QPT_XRC_SEND) res.block = Block::kTransport;
     return res;
   }
   shm::Placement pl;

@@ -11,6 +11,8 @@
 #include <algorithm>
 #include <chrono>
 
+#include "engine/xrc.h"
+
 namespace vrdma {
 
 // ---- Context ------------------------------------------------------------
@@ -211,7 +213,9 @@ int Cq::take_recv(RecvSource& src, int max, ibv_wc* out) {
                                                : src.counters->recv_prot_err);
     wc.opcode = r.opcode == shm::kRecvWriteImm ? IBV_WC_RECV_RDMA_WITH_IMM : IBV_WC_RECV;
     wc.qp_num = src.qpn;
-    wc.src_qp = ud ? (r.src_qp & 0xFFFFFF) : src.peer_qpn.load(std::memory_order_relaxed);
+    // UD and XRC SRQs: whoever sent it; RC and UC: the connected QP.
+    const bool any_source = ud || src.type == kQptXrcSrq;
+    wc.src_qp = any_source ? (r.src_qp & 0xFFFFFF) : src.peer_qpn.load(std::memory_order_relaxed);
     if (wc.status == IBV_WC_SUCCESS) {
       wc.byte_len = r.byte_len;
       if (r.flags & shm::kRecvImm) {

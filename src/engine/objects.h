@@ -190,7 +190,7 @@ class Cq {
 class Srq {
  public:
   explicit Srq(Pd& pd) : pd_(pd) {}
-  ~Srq();
+  virtual ~Srq();  // an XRC SRQ (engine/xrc.h) is one
   int init(const ibv_srq_attr& attr);
   int post(ibv_recv_wr* wr, ibv_recv_wr** bad);
   int modify(const ibv_srq_attr& attr, int mask);

@@ -6,6 +6,8 @@
 
 #include <algorithm>
 
+#include "engine/xrc.h"
+
 namespace vrdma {
 
 namespace {
@@ -84,7 +86,9 @@ int Qp::new_object() {
 }
 
 int Qp::init(ibv_qp_cap& cap) {
-  if (type_ != IBV_QPT_RC && type_ != IBV_QPT_UC && type_ != IBV_QPT_UD) return EOPNOTSUPP;
+  if (type_ != IBV_QPT_RC && type_ != IBV_QPT_UC && type_ != IBV_QPT_UD &&
+      type_ != IBV_QPT_XRC_SEND && type_ != IBV_QPT_XRC_RECV && type_ != kQptXrcSrq)
+    return EOPNOTSUPP;
   if (!send_cq_ || !recv_cq_) return EINVAL;
   if (cap.max_send_wr > kMaxWr || cap.max_recv_wr > kMaxWr || cap.max_send_sge > shm::kMaxSendSge ||
       cap.max_recv_sge > shm::kMaxRecvSge || cap.max_inline_data > kMaxInline)
@@ -154,7 +158,11 @@ struct Transition {
 
 Transition transition(ibv_qp_type t, ibv_qp_state from, ibv_qp_state to) {
   const int none = 0;
-  bool ud = t == IBV_QPT_UD, rc = t == IBV_QPT_RC;
+  // XRC QPs connect as RC does; an XRC_SEND QP has no responder side, so its RTR needs no
+  // responder resources and no RNR timer.
+  const bool xrc_send = t == IBV_QPT_XRC_SEND;
+  bool ud = t == IBV_QPT_UD, rc = t == IBV_QPT_RC || t == IBV_QPT_XRC_RECV || xrc_send;
+  if (t == kQptXrcSrq) return {-1, 0};  // made ready by open_xrc_srq, never modified
   if (to == IBV_QPS_RESET || to == IBV_QPS_ERR) return {none, ~0};
   switch (from) {
     case IBV_QPS_RESET:
@@ -166,6 +174,10 @@ Transition transition(ibv_qp_type t, ibv_qp_state from, ibv_qp_state to) {
         return {none, IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS | IBV_QP_QKEY};
       if (to != IBV_QPS_RTR) break;
       if (ud) return {none, IBV_QP_PKEY_INDEX | IBV_QP_QKEY};
+      if (xrc_send)
+        return {IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN,
+                IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER | IBV_QP_ALT_PATH |
+                    IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX};
       if (rc)
         return {IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
                     IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER,
@@ -303,6 +315,8 @@ int Qp::modify(const ibv_qp_attr& attr, int mask) {
     peer_wanted_ = false;
     routed_ = false;
     ud_peers_.clear();
+    xrc_srqs_.clear();
+    xrc_target_ = shm::PeerQp{};
   }
   set_state(next);
   if (next == IBV_QPS_ERR) {
@@ -363,7 +377,7 @@ int Qp::connect_peer(uint32_t dest_qpn, const uint8_t* gid, shm::PeerQp& out) {
 // ---- receive side -------------------------------------------------------
 
 int Qp::post_recv(ibv_recv_wr* wr, ibv_recv_wr** bad) {
-  if (srq_) {
+  if (srq_ || type_ == IBV_QPT_XRC_SEND || type_ == IBV_QPT_XRC_RECV) {
     *bad = wr;
     return EINVAL;
   }

@@ -56,6 +56,13 @@ class Qp {
   // and the async event if `raise`.
   void fatal(ibv_event_type event, bool raise = true);
 
+  // XRC (xrc.cc): an XRC_RECV QP or XRC SRQ side joins a domain the client opened; an XRC SRQ's
+  // side is put into the domain and made ready.
+  int join_xrcd(uint32_t xrcd);
+  int open_xrc_srq(uint32_t xrcd);
+  // Something the QP needs as long as it lives (an XRC_RECV QP: its domain's PD and CQ).
+  void keep(std::shared_ptr<void> p) { keep_ = std::move(p); }
+
   void* user = nullptr;
 
  private:
@@ -83,6 +90,7 @@ class Qp {
   Result route(const ibv_send_wr& wr, const shm::PeerQp& peer);  // route.cc
   int init_route_queue();                                        // route.cc
   const shm::PeerQp* connected_peer();
+  const shm::PeerQp* xrc_peer(const ibv_send_wr& wr, ibv_wc_status& status);  // xrc.cc
   const shm::PeerQp* ud_peer(const ibv_send_wr& wr);
   int connect_peer(uint32_t dest_qpn, const uint8_t* gid, shm::PeerQp& out);
   int validate(const ibv_send_wr& wr) const;
@@ -94,6 +102,7 @@ class Qp {
   int64_t block_interval_ns(Block b) const;
   int64_t retry_locked(int64_t now_ns);
 
+  std::shared_ptr<void> keep_;  // first: it goes last
   Pd* pd_;
   Cq* send_cq_;
   Cq* recv_cq_;
@@ -121,6 +130,9 @@ class Qp {
   bool peer_wanted_ = false;
   uint8_t dest_gid_[16] = {};
   std::unordered_map<uint64_t, shm::PeerQp> ud_peers_;
+  // XRC_SEND: the SRQs reached so far (by number), and the last request's destination.
+  std::unordered_map<uint32_t, shm::PeerQp> xrc_srqs_;
+  shm::PeerQp xrc_target_;
 
   // Work that waits: a ring of copies, oldest first.
   std::vector<Pending> pending_;

@@ -32,6 +32,8 @@ inline bool has_immediate(uint32_t opcode) {
 // Whether a QP of `qp_type` may post `opcode`: SEND everywhere, WRITE on RC and UC, READ and
 // atomics on RC only.
 inline bool opcode_allowed(uint32_t qp_type, uint32_t opcode) {
+  if (qp_type == IBV_QPT_XRC_SEND) qp_type = IBV_QPT_RC;  // RC's operations, to an XRC SRQ
+  else if (qp_type != IBV_QPT_RC && qp_type != IBV_QPT_UC && qp_type != IBV_QPT_UD) return false;
   switch (opcode) {
     case IBV_WR_SEND:
     case IBV_WR_SEND_WITH_IMM:

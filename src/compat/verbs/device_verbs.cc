@@ -70,7 +70,7 @@ void fill_device_attr(ibv_context* ctx, ibv_device_attr& a) {
   a.max_qp = 65536;
   a.max_qp_wr = 16384;
   a.device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_SRQ_RESIZE * 0 |
-                       IBV_DEVICE_PORT_ACTIVE_EVENT | IBV_DEVICE_SYS_IMAGE_GUID;
+                       IBV_DEVICE_PORT_ACTIVE_EVENT | IBV_DEVICE_SYS_IMAGE_GUID | IBV_DEVICE_XRC;
   a.max_sge = shm::kMaxSendSge;
   a.max_sge_rd = shm::kMaxSendSge;
   a.max_cq = 65536;

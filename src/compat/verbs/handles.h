@@ -92,6 +92,9 @@ void fill_gid(ibv_context* ctx, ibv_gid& gid);
 
 // The verbs_context operations of the extended verbs (create_cq_ex, create_qp_ex, ...).
 void install_extended_ops(verbs_context& v);
+// XRC (xrc.cc): the domain, XRC SRQ operations of the verbs_context; XRC_RECV QPs.
+void install_xrc_ops(verbs_context& v);
+ibv_qp* create_xrc_recv_qp(ibv_context* ctx, ibv_qp_init_attr_ex* attr);
 // Fills the extended-polling members of a CQ handle for the wc_flags asked for.
 int init_cq_ex(CqHandle* h, uint64_t wc_flags);
 // Frees what the ibv_wr_* interface of a QP holds (nothing for other QPs).

@@ -177,8 +177,8 @@ void wr_send_inv(ibv_qp_ex* qp, uint32_t) {
 void wr_send_tso(ibv_qp_ex* qp, void*, uint16_t, uint16_t) {
   wr_unsupported(qp);
 }
-void wr_set_xrc_srqn(ibv_qp_ex* qp, uint32_t) {
-  wr_unsupported(qp);
+void wr_set_xrc_srqn(ibv_qp_ex* qp, uint32_t remote_srqn) {
+  if (ibv_send_wr* wr = last(qp)) wr->qp_type.xrc.remote_srqn = remote_srqn;
 }
 void wr_atomic_write(ibv_qp_ex* qp, uint32_t, uint64_t, const void*) {
   wr_unsupported(qp);
@@ -245,6 +245,7 @@ constexpr uint64_t kSupportedOps = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RD
 uint64_t ops_of(ibv_qp_type t) {
   switch (t) {
     case IBV_QPT_RC:
+    case IBV_QPT_XRC_SEND:
       return kSupportedOps;
     case IBV_QPT_UC:
       return IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | IBV_QP_EX_WITH_SEND |
@@ -267,12 +268,17 @@ ibv_qp* create_qp_ex(ibv_context* ctx, ibv_qp_init_attr_ex* attr) {
                               IBV_QP_INIT_ATTR_IND_TABLE | IBV_QP_INIT_ATTR_RX_HASH |
                               IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
   if (attr->comp_mask & ~kKnown) return fail<ibv_qp>(EINVAL);
-  // XRC, TSO, RSS and creation flags (scatter FCS, CVLAN stripping, source QPN, ...) belong to
+  // TSO, RSS and creation flags (scatter FCS, CVLAN stripping, source QPN, ...) belong to
   // hardware this device does not model.
-  if (attr->qp_type == IBV_QPT_XRC_SEND || attr->qp_type == IBV_QPT_XRC_RECV ||
-      attr->qp_type == IBV_QPT_RAW_PACKET || attr->qp_type == IBV_QPT_DRIVER)
+  if (attr->qp_type == IBV_QPT_RAW_PACKET || attr->qp_type == IBV_QPT_DRIVER)
     return fail<ibv_qp>(EOPNOTSUPP);
-  if ((attr->comp_mask & IBV_QP_INIT_ATTR_XRCD) && attr->xrcd) return fail<ibv_qp>(EOPNOTSUPP);
+  // XRC_RECV: a QP of its domain, with no send queue (xrc.cc).
+  if (attr->qp_type == IBV_QPT_XRC_RECV) {
+    if (attr->comp_mask & ~uint32_t(IBV_QP_INIT_ATTR_XRCD | IBV_QP_INIT_ATTR_PD))
+      return fail<ibv_qp>(EINVAL);
+    return create_xrc_recv_qp(ctx, attr);
+  }
+  if ((attr->comp_mask & IBV_QP_INIT_ATTR_XRCD) && attr->xrcd) return fail<ibv_qp>(EINVAL);
   if ((attr->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) && attr->create_flags)
     return fail<ibv_qp>(EOPNOTSUPP);
   if ((attr->comp_mask & IBV_QP_INIT_ATTR_MAX_TSO_HEADER) && attr->max_tso_header)
@@ -293,6 +299,7 @@ ibv_qp* create_qp_ex(ibv_context* ctx, ibv_qp_init_attr_ex* attr) {
   basic.send_cq = attr->send_cq;
   basic.recv_cq = attr->recv_cq;
   basic.srq = attr->srq;
+
   basic.cap = attr->cap;
   basic.qp_type = attr->qp_type;
   basic.sq_sig_all = attr->sq_sig_all;

@@ -23,12 +23,16 @@ int post_recv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad) {
 }  // namespace vrdma::compat
 
 VRDMA_EXPORT ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* attr) {
-  if (!attr || !attr->send_cq || !attr->recv_cq) return fail<ibv_qp>(EINVAL);
+  // An XRC_SEND QP receives nothing (its engine QP takes the send CQ for the receive one); an
+  // XRC_RECV QP needs a domain (ibv_create_qp_ex).
+  const bool xrc_send = attr && attr->qp_type == IBV_QPT_XRC_SEND;
+  if (!attr || !attr->send_cq || (!attr->recv_cq && !xrc_send)) return fail<ibv_qp>(EINVAL);
+  if (attr->qp_type == IBV_QPT_XRC_RECV || (xrc_send && attr->srq)) return fail<ibv_qp>(EINVAL);
   auto* h = static_cast<QpHandle*>(calloc(1, sizeof(QpHandle)));
   if (!h) return fail<ibv_qp>(ENOMEM);
   QpConfig cfg{engine_of(pd),
                engine_of(attr->send_cq),
-               engine_of(attr->recv_cq),
+               engine_of(xrc_send ? attr->send_cq : attr->recv_cq),
                attr->srq ? engine_of(attr->srq) : nullptr,
                attr->qp_type,
                attr->sq_sig_all != 0};
@@ -45,7 +49,7 @@ VRDMA_EXPORT ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* attr) {
   ib->qp_context = attr->qp_context;
   ib->pd = pd;
   ib->send_cq = attr->send_cq;
-  ib->recv_cq = attr->recv_cq;
+  ib->recv_cq = xrc_send ? nullptr : attr->recv_cq;
   ib->srq = attr->srq;
   ib->handle = qp->qpn();
   ib->qp_num = qp->qpn();

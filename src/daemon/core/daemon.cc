@@ -448,6 +448,7 @@ void Daemon::drop(Client& c, const std::string& why, bool notify_peers) {
     address_idle(c);
   release_client(c);
   registry_.remove_client(id);
+  xrcds_.client_gone(id);
   const size_t nfds = c.fds.size();
   c.fds.clear();
   c.arena.unmap();

@@ -39,6 +39,7 @@
 #include "daemon/metrics/metrics_server.h"
 #include "daemon/metrics/snapshot.h"
 #include "daemon/registry/registry.h"
+#include "daemon/registry/xrcd_table.h"
 #include "daemon/router/router.h"
 
 namespace vrdma::daemon {
@@ -48,6 +49,10 @@ struct ReloadOutcome {
   int error = 0;
   std::string text;
 };
+
+// Whether a QP of type `local` may connect to one of type `dest` (xrc_ops.cc): the same type,
+// or an XRC_SEND QP and an XRC_RECV QP.
+bool connectable_types(uint32_t local, uint32_t dest);
 
 class Daemon : private CmPort {
  public:
@@ -132,6 +137,15 @@ class Daemon : private CmPort {
   ReloadOutcome reload();
   void handle(Client& c, const Decoded& d, const proto::SetQpObjectReq& r);
   void handle(Client& c, const Decoded& d, const proto::GetMrReq& r);
+  // XRC (xrc_ops.cc).
+  void handle(Client& c, const Decoded& d, const proto::OpenXrcdReq& r);
+  void handle(Client& c, const Decoded& d, const proto::CloseXrcdReq& r);
+  void handle(Client& c, const Decoded& d, const proto::SetQpXrcdReq& r);
+  const QpRecord* xrc_target_of(const Client& req, const QpRecord& via, uint32_t via_qpn) const;
+  void connect_xrc_srq(Client& c, const Decoded& d, const proto::ConnectQpReq& r,
+                       const QpRecord& local, const QpRecord& dest);
+  void reachable_xrc(const Client& req, const QpRecord& via, uint32_t via_qpn,
+                     const Client& owner, std::vector<const QpRecord*>& out) const;
 
   // Grants (grants.cc): what a client may get of another client's shared memory.
   int accept_fd(Client& c, const proto::PutFdReq& r, UniqueFd& fd, ClientFd& out);
@@ -179,6 +193,7 @@ class Daemon : private CmPort {
   DaemonConfig cfg_;
   IdentityResolver identity_;
   Registry registry_;
+  XrcdTable xrcds_;
   ContainerQuotas quotas_;
   size_t refused_pending_ = 0;  // refused connections waiting for their Hello
   std::unique_ptr<Directory> directory_;

@@ -1,6 +1,7 @@
 #include "daemon/core/decode.h"
 
 #include <errno.h>
+#include <fcntl.h>
 
 #include <cstring>
 
@@ -24,6 +25,13 @@ bool valid_qp_type(uint32_t t) {
   return t == static_cast<uint32_t>(proto::QpType::kRc) ||
          t == static_cast<uint32_t>(proto::QpType::kUc) ||
          t == static_cast<uint32_t>(proto::QpType::kUd);
+}
+
+// What AllocQpn takes: the connection manager's types and XRC's.
+bool valid_alloc_qp_type(uint32_t t) {
+  return valid_qp_type(t) || t == static_cast<uint32_t>(proto::QpType::kXrcSend) ||
+         t == static_cast<uint32_t>(proto::QpType::kXrcRecv) ||
+         t == static_cast<uint32_t>(proto::QpType::kXrcSrq);
 }
 
 bool valid_fd_kind(uint32_t k) {
@@ -62,7 +70,7 @@ struct FieldCheck {
     return nullptr;
   }
   const char* operator()(const proto::AllocQpnReq& a) {
-    if (!valid_qp_type(a.qp_type)) return "qp type";
+    if (!valid_alloc_qp_type(a.qp_type)) return "qp type";
     if (a.arena_offset % alignof(shm::QpShared) != 0) return "qp offset alignment";
     if (a.object_fd_id <= shm::kKeyTableFdId) return "qp object fd id";
     if (a.srq_fd_id == shm::kKeyTableFdId || a.notify_fd_id == shm::kKeyTableFdId)
@@ -73,6 +81,11 @@ struct FieldCheck {
     if (s.object_fd_id <= shm::kKeyTableFdId) return "qp object fd id";
     return s.notify_fd_id == shm::kKeyTableFdId ? "fd id" : nullptr;
   }
+  const char* operator()(const proto::OpenXrcdReq& x) {
+    return x.oflags & ~uint32_t(O_CREAT | O_EXCL) ? "oflags" : nullptr;
+  }
+  const char* operator()(const proto::CloseXrcdReq& x) { return x.xrcd == 0 ? "xrcd 0" : nullptr; }
+  const char* operator()(const proto::SetQpXrcdReq& x) { return x.xrcd == 0 ? "xrcd 0" : nullptr; }
   const char* operator()(const proto::AllocKeyReq& k) {
     return k.index == 0 || k.index >= shm::kMrSlots ? "mr index" : nullptr;
   }

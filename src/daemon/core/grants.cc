@@ -100,11 +100,22 @@ std::vector<const QpRecord*> Daemon::reachable(const Client& req, uint32_t via,
     }
     return out;
   }
+  // An XRC_SEND QP reaches XRC SRQs of other clients than its XRC_RECV QP's (a shared domain).
+  if (q->type == static_cast<uint32_t>(proto::QpType::kXrcSend) && q->has_peer &&
+      q->peer_ipv4 == owner.ident.ipv4) {
+    const QpRecord* t = registry_.find_qp(q->peer_qpn);
+    if (t && t->owner != owner.id) {
+      reachable_xrc(req, *q, via, owner, out);
+      return out;
+    }
+  }
   if (!q->has_peer || q->peer_ipv4 != owner.ident.ipv4) return out;
   const QpRecord* a = registry_.find_qp(q->peer_qpn);
-  if (a && a->owner == owner.id && a->type == q->type &&
+  if (a && a->owner == owner.id && connectable_types(q->type, a->type) &&
       registry_.names_peer(q->peer_qpn, req.ident.ipv4, via))
     out.push_back(a);
+  if (q->type == static_cast<uint32_t>(proto::QpType::kXrcSend))
+    reachable_xrc(req, *q, via, owner, out);
   return out;
 }
 
@@ -210,7 +221,9 @@ void Daemon::handle(Client& c, const Decoded& d, const proto::GetMrReq& r) {
     uint32_t rc = static_cast<uint32_t>(proto::QpType::kRc);
     uint32_t uc = static_cast<uint32_t>(proto::QpType::kUc);
     bool any = std::any_of(targets.begin(), targets.end(), [&](const QpRecord* a) {
-      bool type_ok = a->type == rc || (a->type == uc && r.access == IBV_ACCESS_REMOTE_WRITE);
+      // An XRC SRQ's domain carries RC's operations; its protection domain is the SRQ's.
+      bool type_ok = a->type == rc || a->type == static_cast<uint32_t>(proto::QpType::kXrcSrq) ||
+                     (a->type == uc && r.access == IBV_ACCESS_REMOTE_WRITE);
       return type_ok && a->pd == k->pd;
     });
     if (!any) return deny("not in the reached QP's protection domain");

@@ -21,6 +21,12 @@ const char* qp_type_name(uint32_t type) {
       return "UC";
     case proto::QpType::kUd:
       return "UD";
+    case proto::QpType::kXrcSend:
+      return "XRC_SEND";
+    case proto::QpType::kXrcRecv:
+      return "XRC_RECV";
+    case proto::QpType::kXrcSrq:
+      return "XRC_SRQ";
   }
   return "UNKNOWN";
 }

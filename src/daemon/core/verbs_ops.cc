@@ -169,11 +169,18 @@ void Daemon::handle(Client& c, const Decoded& d, const proto::ConnectQpReq& r) {
     bool ours = std::any_of(clients_.begin(), clients_.end(), [&](const auto& kv) {
       return !kv.second->doomed && kv.second->identified && kv.second->ident.ipv4 == gid_ip;
     });
+    // XRC reaches SRQs by number on this host only: the router carries no SRQ numbers.
+    const bool xrc = local->type == static_cast<uint32_t>(proto::QpType::kXrcSend) ||
+                     local->type == static_cast<uint32_t>(proto::QpType::kXrcRecv);
+    if (!ours && xrc) return void(reply_error(c, d, EOPNOTSUPP));
     if (!ours) return connect_routed(c, d, r, gid_ip);
   }
   // QPNs are unique per host: without a GID the QPN alone names a local QP. (A cross-host
   // router may later also resolve QPNs it knows from elsewhere; unknown ones are ENOENT.)
   const QpRecord* dest = registry_.find_qp(r.dest_qpn);
+  if (dest && dest->type == static_cast<uint32_t>(proto::QpType::kXrcSrq) &&
+      local->type == static_cast<uint32_t>(proto::QpType::kXrcSend))
+    return connect_xrc_srq(c, d, r, *local, *dest);
   Client* owner = dest ? find_live(dest->owner) : nullptr;
   if (!dest || !owner) return void(reply_error(c, d, ENOENT));
   if (by_gid && owner->ident.ipv4 != gid_ip) return void(reply_error(c, d, ENOENT));
@@ -184,7 +191,7 @@ void Daemon::handle(Client& c, const Decoded& d, const proto::ConnectQpReq& r) {
              r.dest_qpn, c.tenant.c_str(), owner->tenant.c_str());
     return void(reply_error(c, d, ENOENT));
   }
-  if (dest->type != local->type) return void(reply_error(c, d, EINVAL));
+  if (!connectable_types(local->type, dest->type)) return void(reply_error(c, d, EINVAL));
   registry_.link(r.local_qpn, r.dest_qpn);
   if (local->type != static_cast<uint32_t>(proto::QpType::kUd)) {
     registry_.set_peer(r.local_qpn, owner->ident.ipv4, r.dest_qpn);

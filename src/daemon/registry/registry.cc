@@ -79,6 +79,11 @@ void Registry::set_objects(uint32_t qpn, uint32_t object_fd_id, uint32_t srq_fd_
   it->second.pd = pd;
 }
 
+void Registry::set_xrcd(uint32_t qpn, uint32_t xrcd) {
+  auto it = qps_.find(qpn);
+  if (it != qps_.end()) it->second.xrcd = xrcd;
+}
+
 void Registry::clear_peer(uint32_t qpn) {
   auto it = qps_.find(qpn);
   if (it == qps_.end()) return;

@@ -23,6 +23,7 @@ struct QpRecord {
   uint32_t srq_fd_id = 0;
   uint32_t notify_fd_id = 0;
   uint32_t pd = 0;
+  uint32_t xrcd = 0;  // XRC_RECV QPs and XRC SRQs: their XRC domain (0: none yet)
   std::set<uint32_t> out;  // destination QPNs this QP was connected to
   std::set<uint32_t> in;   // QPNs (of any client) connected to this one
   // What the QP's RTR names as its destination (RC, UC; set by ConnectQp): the peer's address
@@ -81,6 +82,8 @@ class Registry {
   // The shared objects of QP `qpn` (at AllocQpn, and again when a reset renews them).
   void set_objects(uint32_t qpn, uint32_t object_fd_id, uint32_t srq_fd_id, uint32_t notify_fd_id,
                    uint32_t pd);
+  // The XRC domain of an XRC_RECV QP or XRC SRQ.
+  void set_xrcd(uint32_t qpn, uint32_t xrcd);
   // Records what QP `qpn`'s RTR names as its destination (replacing what an earlier RTR named).
   void set_peer(uint32_t qpn, uint32_t peer_ipv4, uint32_t peer_qpn);
   // A reset: the QP names nobody until its next RTR.
