@@ -34,7 +34,8 @@ inline constexpr char kHello[] = "Hello", kPutFd[] = "PutFd", kGetFd[] = "GetFd"
                       kCmAccept[] = "CmAccept", kCmReject[] = "CmReject", kCmRtu[] = "CmRtu",
                       kCmDisconnect[] = "CmDisconnect", kSetQpObject[] = "SetQpObject",
                       kGetMr[] = "GetMr", kReload[] = "Reload", kOpenXrcd[] = "OpenXrcd",
-                      kCloseXrcd[] = "CloseXrcd", kSetQpXrcd[] = "SetQpXrcd", kQpFatal[] = "QpFatal",
+                      kCloseXrcd[] = "CloseXrcd", kSetQpXrcd[] = "SetQpXrcd",
+                      kQpFatal[] = "QpFatal",
                       kCmRequest[] = "CmRequest", kCmReply[] = "CmReply",
                       kCmRejected[] = "CmRejected", kCmEstablished[] = "CmEstablished",
                       kCmDisconnected[] = "CmDisconnected";

@@ -171,7 +171,14 @@ struct GetMrRep {
 // Values of ibv_qp_type, and kXrcSrq: the receive side of an XRC SRQ, numbered like a QP (its
 // number is the SRQ number senders name), reached by the XRC_SEND QPs connected to an XRC_RECV
 // QP of the same XRC domain.
-enum class QpType : uint32_t { kRc = 2, kUc = 3, kUd = 4, kXrcSend = 9, kXrcRecv = 10, kXrcSrq = 0x100 };
+enum class QpType : uint32_t {
+  kRc = 2,
+  kUc = 3,
+  kUd = 4,
+  kXrcSend = 9,
+  kXrcRecv = 10,
+  kXrcSrq = 0x100,
+};
 
 struct AllocQpnReq {
   uint32_t qp_type;       // QpType
