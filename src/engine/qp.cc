@@ -187,6 +187,10 @@ Transition transition(ibv_qp_type t, ibv_qp_state from, ibv_qp_state to) {
     case IBV_QPS_RTR:
       if (to != IBV_QPS_RTS) break;
       if (ud) return {IBV_QP_SQ_PSN, IBV_QP_CUR_STATE | IBV_QP_QKEY};
+      if (t == IBV_QPT_XRC_RECV)  // no requester: no retries, no read/atomic resources
+        return {IBV_QP_SQ_PSN | IBV_QP_TIMEOUT,
+                IBV_QP_CUR_STATE | IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS | IBV_QP_MIN_RNR_TIMER |
+                    IBV_QP_PATH_MIG_STATE};
       if (rc)
         return {IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
                     IBV_QP_MAX_QP_RD_ATOMIC,
