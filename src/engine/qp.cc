@@ -404,7 +404,8 @@ void Qp::flush_recv() {
 
 int Qp::validate(const ibv_send_wr& wr) const {
   if (wr.num_sge < 0 || static_cast<uint32_t>(wr.num_sge) > cap_.max_send_sge) return EINVAL;
-  if (!shm::opcode_allowed(type_, wr.opcode)) return EINVAL;
+  if (!shm::opcode_allowed(type_, wr.opcode) && !shm::is_local_memory_op(type_, wr.opcode))
+    return EINVAL;
   if (wr.send_flags & IBV_SEND_INLINE) {
     if (shm::returns_data(wr.opcode)) return EINVAL;
     uint64_t len = 0;

@@ -78,6 +78,8 @@ class Qp {
   void connect_destination(const ibv_qp_attr& attr);
 
   Result execute(const ibv_send_wr& wr);
+  // BIND_MW and LOCAL_INV (window_ops.cc): done here, in order with the other requests.
+  ibv_wc_status memory_op(const ibv_send_wr& wr);
   ibv_wc_status gather(const ibv_send_wr& wr, shm::Seg* local, int& nl, uint64_t& total) const;
   shm::Incoming incoming(const ibv_send_wr& wr, uint64_t total) const;
   Result route(const ibv_send_wr& wr, const shm::PeerQp& peer);  // route.cc

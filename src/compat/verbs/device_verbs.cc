@@ -69,13 +69,17 @@ void fill_device_attr(ibv_context* ctx, ibv_device_attr& a) {
   a.hw_ver = 0;
   a.max_qp = 65536;
   a.max_qp_wr = 16384;
+  // Memory windows of type 1 and 2; a type-2 window is reached through any QP of its PD (the
+  // binding QP is not checked), which is neither type 2A nor 2B, so neither flag is set.
   a.device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_SRQ_RESIZE * 0 |
-                       IBV_DEVICE_PORT_ACTIVE_EVENT | IBV_DEVICE_SYS_IMAGE_GUID;
+                       IBV_DEVICE_PORT_ACTIVE_EVENT | IBV_DEVICE_SYS_IMAGE_GUID |
+                       IBV_DEVICE_MEM_WINDOW;
   a.max_sge = shm::kMaxSendSge;
   a.max_sge_rd = shm::kMaxSendSge;
   a.max_cq = 65536;
   a.max_cqe = Cq::kMaxCqe;
   a.max_mr = shm::kMrSlots - 1;
+  a.max_mw = shm::kMrSlots - 1;  // windows and MRs share the slots
   a.max_pd = 65536;
   a.max_qp_rd_atom = 16;
   a.max_res_rd_atom = 16 * 65536;

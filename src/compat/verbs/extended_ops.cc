@@ -13,6 +13,8 @@ ibv_qp* create_qp_ex(ibv_context* ctx, ibv_qp_init_attr_ex* attr);
 void install_extended_ops(verbs_context& v) {
   v.create_cq_ex = create_cq_ex;
   v.create_qp_ex = create_qp_ex;
+  install_window_ops(v.context);
+  install_memory_ops(v);
 }
 
 }  // namespace vrdma::compat

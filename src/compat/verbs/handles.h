@@ -92,6 +92,10 @@ void fill_gid(ibv_context* ctx, ibv_gid& gid);
 
 // The verbs_context operations of the extended verbs (create_cq_ex, create_qp_ex, ...).
 void install_extended_ops(verbs_context& v);
+// The context operations of memory windows (mw.cc), device memory (dm.cc), parent and thread
+// domains (parent_domain.cc) and ODP advice.
+void install_window_ops(ibv_context& c);
+void install_memory_ops(verbs_context& v);
 // Fills the extended-polling members of a CQ handle for the wc_flags asked for.
 int init_cq_ex(CqHandle* h, uint64_t wc_flags);
 // Frees what the ibv_wr_* interface of a QP holds (nothing for other QPs).
