@@ -673,7 +673,7 @@ TEST_F(VerbsExTest, OnlyQpsMadeWithSendOpsHaveTheInterface) {
   a.cap.max_send_wr = a.cap.max_recv_wr = a.cap.max_send_sge = a.cap.max_recv_sge = 1;
   a.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
   a.pd = pd;
-  a.send_ops_flags = IBV_QP_EX_WITH_BIND_MW;
+  a.send_ops_flags = IBV_QP_EX_WITH_ATOMIC_WRITE;
   errno = 0;
   EXPECT_EQ(ibv_create_qp_ex(ctx, &a), nullptr);
   EXPECT_EQ(errno, EOPNOTSUPP);
