@@ -94,9 +94,9 @@ void fill_device_attr(ibv_context* ctx, ibv_device_attr& a) {
   a.phys_port_cnt = 1;
 }
 
-// The extended attributes, each as the device has it: no on-demand paging, TSO, RSS, work
-// queues, packet pacing, raw packets, tag matching, CQ moderation, device memory or PCI atomics
-// (all zero); completion timestamps from CLOCK_MONOTONIC in nanoseconds (a 1 GHz "core clock",
+// The extended attributes, each as the device has it: on-demand paging (explicit) and device
+// memory (in the process); no TSO, RSS, work queues, packet pacing, raw packets, tag matching,
+// CQ moderation or PCI atomics (all zero); completion timestamps from CLOCK_MONOTONIC in nanoseconds (a 1 GHz "core clock",
 // every bit valid); one port.
 void fill_device_attr_ex(ibv_context* ctx, ibv_device_attr_ex& a) {
   memset(&a, 0, sizeof(a));
@@ -105,7 +105,17 @@ void fill_device_attr_ex(ibv_context* ctx, ibv_device_attr_ex& a) {
   a.completion_timestamp_mask = ~uint64_t{0};
   a.hca_core_clock = 1000000;  // kHz: one tick per nanosecond
   a.device_cap_flags_ex = a.orig_attr.device_cap_flags;
-  a.max_dm_size = 0;
+  a.max_dm_size = kMaxDmSize;  // per allocation, in the process's memory (dm.cc)
+  // ODP: every operation on every transport; not implicit (memory_ops.cc says why).
+  a.odp_caps.general_caps = IBV_ODP_SUPPORT;
+  a.odp_caps.per_transport_caps.rc_odp_caps =
+      IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE | IBV_ODP_SUPPORT_READ |
+      IBV_ODP_SUPPORT_ATOMIC | IBV_ODP_SUPPORT_SRQ_RECV;
+  a.odp_caps.per_transport_caps.uc_odp_caps =
+      IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE |
+      IBV_ODP_SUPPORT_SRQ_RECV;
+  a.odp_caps.per_transport_caps.ud_odp_caps =
+      IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_SRQ_RECV;
   a.xrc_odp_caps = 0;
   a.phys_port_cnt_ex = a.orig_attr.phys_port_cnt;
 }
