@@ -69,8 +69,7 @@ int MemoryRegistry::free_window(uint32_t slot) {
 }
 
 int MemoryRegistry::bind_window(uint32_t slot, uint32_t type, uint32_t qp_pd, uint32_t new_key,
-                                uint32_t mr_key, uint64_t addr, uint64_t length,
-                                uint32_t access) {
+                                uint32_t mr_key, uint64_t addr, uint64_t length, uint32_t access) {
   std::lock_guard lock(mu_);
   auto wit = windows_.find(slot);
   if (wit == windows_.end()) return EINVAL;

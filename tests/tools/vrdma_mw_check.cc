@@ -249,9 +249,9 @@ int main(int argc, char** argv) {
     check(post_wait(qp, cq, wr) == IBV_WC_SUCCESS, "write through the window");
     sge.addr = reinterpret_cast<uintptr_t>(buf) + kWin;
     wr.opcode = IBV_WR_RDMA_READ;
-    check(post_wait(qp, cq, wr) == IBV_WC_SUCCESS &&
-              std::memcmp(buf + kWin, data.data(), kWin) == 0,
-          "read through the window returns the bytes");
+    check(
+        post_wait(qp, cq, wr) == IBV_WC_SUCCESS && std::memcmp(buf + kWin, data.data(), kWin) == 0,
+        "read through the window returns the bytes");
     ibv_sge s2{reinterpret_cast<uintptr_t>(buf), 16, mr->lkey};
     ibv_send_wr inv{};
     inv.opcode = IBV_WR_SEND_WITH_INV;

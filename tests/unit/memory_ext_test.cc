@@ -145,7 +145,9 @@ void* log_alloc(ibv_pd*, void* ctx, size_t size, size_t align, uint64_t type) {
   l->used = p + size - reinterpret_cast<uintptr_t>(l->arena.data());
   return reinterpret_cast<void*>(p);
 }
-void log_free(ibv_pd*, void* ctx, void*, uint64_t) { ++static_cast<AllocLog*>(ctx)->frees; }
+void log_free(ibv_pd*, void* ctx, void*, uint64_t) {
+  ++static_cast<AllocLog*>(ctx)->frees;
+}
 
 TEST_F(MemoryExtTest, ParentDomainAllocatorHoldsTheSendQueue) {
   AllocLog log;
@@ -275,17 +277,16 @@ TEST_F(MemoryExtTest, OdpMrsWorkAndAdviceIsChecked) {
   Buffer& plain = buffer(64);
   fill_random(src.data(), n, 30);
   ibv_sge adv{target.addr(), static_cast<uint32_t>(n), target.mr->lkey};
-  EXPECT_EQ(ibv_advise_mr(pd, IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE, IBV_ADVISE_MR_FLAG_FLUSH, &adv,
-                          1),
-            0);
-  EXPECT_EQ(rdma(a, ca, IBV_WR_RDMA_WRITE, src.addr(), src.mr->lkey, n, target.addr(),
-                 target.mr->rkey),
-            IBV_WC_SUCCESS);
+  EXPECT_EQ(
+      ibv_advise_mr(pd, IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE, IBV_ADVISE_MR_FLAG_FLUSH, &adv, 1), 0);
+  EXPECT_EQ(
+      rdma(a, ca, IBV_WR_RDMA_WRITE, src.addr(), src.mr->lkey, n, target.addr(), target.mr->rkey),
+      IBV_WC_SUCCESS);
   EXPECT_EQ(memcmp(target.data(), src.data(), n), 0);
   Buffer& rd = buffer(n, odp);
-  EXPECT_EQ(rdma(a, ca, IBV_WR_RDMA_READ, rd.addr(), rd.mr->lkey, n, target.addr(),
-                 target.mr->rkey),
-            IBV_WC_SUCCESS);
+  EXPECT_EQ(
+      rdma(a, ca, IBV_WR_RDMA_READ, rd.addr(), rd.mr->lkey, n, target.addr(), target.mr->rkey),
+      IBV_WC_SUCCESS);
   EXPECT_EQ(memcmp(rd.data(), src.data(), n), 0);
   // Advice beyond the MR, on an MR without ON_DEMAND, of an unknown kind: refused.
   ibv_sge past{target.addr(), static_cast<uint32_t>(n + 1), target.mr->lkey};

@@ -105,9 +105,9 @@ TEST_F(MwTest, Type1WindowGrantsItsRangeAndRightsOnly) {
   ASSERT_NE(w, nullptr);
   const uint32_t key0 = w->rkey;
   const uint64_t wstart = target.addr() + 1000, wlen = 6000;
-  ASSERT_EQ(bind1(b, cb, w, target.mr, wstart, wlen,
-                  IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ),
-            IBV_WC_SUCCESS);
+  ASSERT_EQ(
+      bind1(b, cb, w, target.mr, wstart, wlen, IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ),
+      IBV_WC_SUCCESS);
   EXPECT_EQ(w->rkey, ibv_inc_rkey(key0));
   EXPECT_NE(w->rkey, target.mr->rkey);
   // The whole window, written and read back.
@@ -250,8 +250,8 @@ TEST_F(MwTest, BadBindsFailWithBindError) {
       {"another window's key bits", w2, key ^ 0x100, target.mr, target.addr(), 64, rw},
       {"remote write on an MR its owner may not write", w2, key, nowrite.mr, nowrite.addr(), 64,
        rw},
-      {"a type-1 window by ibv_post_send", w1, ibv_inc_rkey(w1->rkey), target.mr, target.addr(),
-       64, rw},
+      {"a type-1 window by ibv_post_send", w1, ibv_inc_rkey(w1->rkey), target.mr, target.addr(), 64,
+       rw},
       {"unknown access bits", w2, key, target.mr, target.addr(), 64, rw | IBV_ACCESS_MW_BIND},
   };
   for (const Case& c : cases) {

@@ -21,8 +21,8 @@ namespace vrdma::compat {
 struct DmHandle {
   ibv_dm ibv;
   uint8_t* base;
-  size_t length;     // what was asked for
-  size_t mapped;     // whole pages
+  size_t length;              // what was asked for
+  size_t mapped;              // whole pages
   std::atomic<uint32_t> mrs;  // MRs registered over it
 };
 
@@ -31,7 +31,9 @@ namespace {
 constexpr uint64_t kPage = 4096;
 constexpr uint32_t kDmAlign = 4;
 
-DmHandle* dm_of(ibv_dm* dm) { return reinterpret_cast<DmHandle*>(dm); }
+DmHandle* dm_of(ibv_dm* dm) {
+  return reinterpret_cast<DmHandle*>(dm);
+}
 
 bool range_ok(const DmHandle* d, uint64_t offset, size_t length) {
   return offset % kDmAlign == 0 && length % kDmAlign == 0 && offset <= d->length &&
@@ -99,8 +101,8 @@ ibv_mr* reg_dm_mr(ibv_pd* pd, ibv_dm* dm, uint64_t offset, size_t length, unsign
   if (!h) return fail<ibv_mr>(ENOMEM);
   // A zero-length MR reaches nothing; the engine registers at least one byte.
   LocalMr mr;
-  if (int e = p->context().device().memory().reg(p->id(), d->base + offset, length ? length : 1,
-                                                  0, base_access, mr)) {
+  if (int e = p->context().device().memory().reg(p->id(), d->base + offset, length ? length : 1, 0,
+                                                 base_access, mr)) {
     free(h);
     return fail<ibv_mr>(e);
   }

@@ -15,7 +15,9 @@ namespace vrdma::compat {
 
 namespace {
 
-MemoryRegistry& memory_of(ibv_pd* pd) { return engine_of(pd)->context().device().memory(); }
+MemoryRegistry& memory_of(ibv_pd* pd) {
+  return engine_of(pd)->context().device().memory();
+}
 
 ibv_mw* alloc_mw(ibv_pd* pd, ibv_mw_type type) {
   if (type != IBV_MW_TYPE_1 && type != IBV_MW_TYPE_2) return fail<ibv_mw>(EOPNOTSUPP);

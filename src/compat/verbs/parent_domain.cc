@@ -52,8 +52,8 @@ int dealloc_td(ibv_td* td) {
 
 ibv_pd* alloc_parent_domain(ibv_context* ctx, ibv_parent_domain_init_attr* attr) {
   if (!attr || !attr->pd || attr->pd->context != ctx) return fail<ibv_pd>(EINVAL);
-  if (attr->comp_mask & ~uint32_t(IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS |
-                                  IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT))
+  if (attr->comp_mask &
+      ~uint32_t(IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS | IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT))
     return fail<ibv_pd>(EINVAL);
   if (attr->td && attr->td->context != ctx) return fail<ibv_pd>(EINVAL);
   PdHandle* base = handle_of<PdHandle>(attr->pd);
