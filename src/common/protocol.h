@@ -256,6 +256,10 @@ struct AllocKeyReq {
 struct AllocKeyRep {
   uint32_t key;
 };
+// In AllocKeyReq::access: a memory window's key. vrdmad reserves a key whose low 8 bits are 0
+// together with its 255 variants (the window's owner picks the low byte at each bind, as
+// ibv_inc_rkey does), and reads the rights of the window as bound from the owner's MR table.
+inline constexpr uint32_t kKeyWindow = 1u << 31;
 struct FreeKeyReq {
   uint32_t key;
 };

@@ -104,6 +104,10 @@ shm::Incoming Qp::incoming(const ibv_send_wr& wr, uint64_t total) const {
 
 Qp::Result Qp::execute(const ibv_send_wr& wr) {
   Result res;
+  if (shm::is_local_memory_op(type_, wr.opcode)) {
+    res.status = memory_op(wr);
+    return res;
+  }
   const shm::PeerQp* peer;
   if (type_ == IBV_QPT_XRC_SEND) {
     peer = xrc_peer(wr, res.status);

@@ -373,10 +373,7 @@ int MemoryRegistry::reg(uint32_t pd, void* addr, size_t length, uint64_t iova, u
     old_slot = index_.find(replaces);
     if (old_slot < 0 || local_[old_slot].key != replaces) return EINVAL;
   }
-  if (!slots_init_) {
-    for (uint32_t i = shm::kMrSlots; i-- > 1;) free_slots_.push_back(i);
-    slots_init_ = true;
-  }
+  init_slots();
   if (free_slots_.empty()) return ENOMEM;
 
   // Every MR must stay within kMaxMrSegments once the backings are cut at start and end.
@@ -486,7 +483,15 @@ int MemoryRegistry::dereg(uint32_t key) {
   return 0;
 }
 
+void MemoryRegistry::init_slots() {
+  if (slots_init_) return;
+  for (uint32_t i = shm::kMrSlots; i-- > 1;) free_slots_.push_back(i);
+  slots_init_ = true;
+}
+
 void MemoryRegistry::retire(uint32_t slot) {
+  // Windows bound to the MR lose their binding with it.
+  if (!windows_.empty()) unbind_windows_of(local_[slot].key);
   // The key dies first: a peer's next access sees a new generation and asks again, in vain.
   keys_->gen[slot].store(++generation_[slot], std::memory_order_release);
   table_[slot].key_gen.store(0, std::memory_order_release);

@@ -106,7 +106,34 @@ class MemoryRegistry {
 
   size_t count() const;
 
+  // Memory windows (window.cc). A window takes an MR slot of its own, whose key family vrdmad
+  // reserves (the key with its low byte 0 and the 255 variants a bind may pick); a bound
+  // window is published as an MR over the backings of its MR that hold its range, with its own
+  // rights and generation, so peers and the router reach it as they reach an MR. Binding and
+  // invalidating bump the generation: a peer's next access asks vrdmad again and is refused.
+  // 0 or an errno.
+  int alloc_window(uint32_t pd, uint32_t type, uint32_t& key, uint32_t& slot);
+  int free_window(uint32_t slot);
+  // Binds the window in `slot` (of type `type`, posted on a QP of `qp_pd`) as `new_key` to
+  // [addr, addr+length) of the MR `mr_key` with `access` (IBV_ACCESS_REMOTE_*, ZERO_BASED).
+  // Length 0 leaves it unbound under the new key. EINVAL: bad key, range or rights.
+  int bind_window(uint32_t slot, uint32_t type, uint32_t qp_pd, uint32_t new_key, uint32_t mr_key,
+                  uint64_t addr, uint64_t length, uint32_t access);
+  // Invalidates the type-2 window whose current key is `key` (LOCAL_INV, SEND_WITH_INV).
+  // EINVAL when no such window of `pd` (0: any) is bound or free under that key.
+  int invalidate_window(uint32_t key, uint32_t pd);
+
  private:
+  struct Window {
+    uint32_t base = 0;    // the key vrdmad allocated (low byte 0)
+    uint32_t key = 0;     // the current key (base | a low byte)
+    uint32_t type = 0;    // IBV_MW_TYPE_1 or IBV_MW_TYPE_2
+    uint32_t pd = 0;
+    uint32_t mr_key = 0;  // the MR it is bound to, 0 when not bound
+  };
+  void unbind_window(uint32_t slot);     // requires mu_
+  void unbind_windows_of(uint32_t mr_key);  // requires mu_
+  
   struct Backing {
     uint64_t end;
     int fd;
@@ -149,9 +176,22 @@ class MemoryRegistry {
   std::atomic<bool> recv_ready_[shm::kMrSlots] = {};
   uint32_t generation_[shm::kMrSlots] = {};
   std::vector<uint32_t> free_slots_;
+  std::map<uint32_t, Window> windows_;  // by slot
+  std::map<uint32_t, uint32_t> window_slot_;  // base key -> slot
   bool slots_init_ = false;
+  void init_slots();  // requires mu_
   size_t count_ = 0;
 };
+
+// A memory window as the application holds it: the ibv_mw handed out, and its slot. A bind
+// work request names the window by its ibv_mw pointer.
+struct Mw {
+  ibv_mw ibv;
+  uint32_t slot;
+};
+// In a BIND_MW request's send_flags: the bind of a type-1 window (ibv_bind_mw), which
+// ibv_post_send's own BIND_MW (type 2 only) cannot be.
+inline constexpr unsigned kSendBindType1 = 1u << 30;
 
 // File descriptor ids the client hands to vrdmad (0 is the arena, 1 the key table).
 uint32_t allocate_fd_id();

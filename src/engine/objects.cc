@@ -189,14 +189,21 @@ int Cq::take_recv(RecvSource& src, int max, ibv_wc* out) {
     uint32_t room;
     bool ud = src.type == IBV_QPT_UD;
     bool ok = r.status <= shm::kRecvProtErr && r.opcode <= shm::kRecvWriteImm &&
-              !(ud && r.opcode != shm::kRecvSend) && (r.flags & ~(shm::kRecvImm | shm::kRecvGrh)) == 0 &&
-              !(r.flags & shm::kRecvGrh && !ud);
+              !(ud && r.opcode != shm::kRecvSend) &&
+              (r.flags & ~(shm::kRecvImm | shm::kRecvGrh | shm::kRecvInv)) == 0 &&
+              !(r.flags & shm::kRecvGrh && !ud) &&
+              !(r.flags & shm::kRecvInv && (ud || r.flags & shm::kRecvImm));
     // Only a receive that is outstanding at that index completes, once; a length it cannot
     // hold makes it a length error.
     if (ok) ok = src.recvs->complete(r.index, wr_id, room);
     if (ok && src.srq) src.srq->check_limit();
     if (ok && r.status == shm::kRecvOk && r.opcode == shm::kRecvSend && r.byte_len > room)
       r.status = shm::kRecvLenErr;
+    // SEND_WITH_INV: the window dies before its completion is seen; a key that names no type-2
+    // window of this process makes the receive fail.
+    if (ok && r.status == shm::kRecvOk && (r.flags & shm::kRecvInv) &&
+        ctx_.device().memory().invalidate_window(r.imm_data, 0) != 0)
+      r.status = shm::kRecvProtErr;
     if (!ok) {
       if (src.counters) src.counters->dropped.fetch_add(1, std::memory_order_relaxed);
       continue;
@@ -221,6 +228,10 @@ int Cq::take_recv(RecvSource& src, int max, ibv_wc* out) {
       if (r.flags & shm::kRecvImm) {
         wc.wc_flags |= IBV_WC_WITH_IMM;
         wc.imm_data = r.imm_data;
+      }
+      if (r.flags & shm::kRecvInv) {
+        wc.wc_flags |= IBV_WC_WITH_INV;
+        wc.invalidated_rkey = r.imm_data;
       }
       if (r.flags & shm::kRecvGrh) {
         // As a RoCE v2 device reports a datagram: its GRH area holds an IPv4 header, and the

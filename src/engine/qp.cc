@@ -21,7 +21,8 @@ Qp::Qp(const QpConfig& cfg)
       recv_cq_(cfg.recv_cq),
       srq_(cfg.srq),
       type_(cfg.type),
-      sq_sig_all_(cfg.sq_sig_all) {}
+      sq_sig_all_(cfg.sq_sig_all),
+      allocator_(cfg.allocator) {}
 
 Qp::~Qp() {
   Device& dev = context().device();
@@ -34,6 +35,7 @@ Qp::~Qp() {
   if (object_ && object_->notify_fd() >= 0 && recv_cq_->channel())
     recv_cq_->channel()->unwatch(object_->notify_fd());
   object_.reset();  // marks it gone for whoever still maps it
+  if (sq_mem_) allocator_.free(allocator_.owner, sq_mem_);
   if (shared_) shared_->state.store(IBV_QPS_RESET);
   if (recv_table_offset_) dev.arena().free(recv_table_offset_);
   if (sq_) dev.arena().free(shared_->sq_offset);
@@ -141,8 +143,24 @@ int Qp::init(ibv_qp_cap& cap) {
   object_->qp()->attrs.qpn = qpn_;
   recv_source_.qpn = qpn_;
 
-  pending_.resize(cap_.max_send_wr);
-  inline_buf_.resize(size_t(cap_.max_send_wr) * cap_.max_inline_data);
+  const size_t pend_bytes = size_t(cap_.max_send_wr) * sizeof(Pending);
+  const size_t inline_bytes = size_t(cap_.max_send_wr) * cap_.max_inline_data;
+  if (allocator_.alloc) {
+    void* p = allocator_.alloc(allocator_.owner, pend_bytes + inline_bytes, alignof(Pending));
+    if (!p) return ENOMEM;
+    if (p != use_default_allocator()) {
+      sq_mem_ = p;
+      memset(p, 0, pend_bytes + inline_bytes);
+      pend_ = static_cast<Pending*>(p);
+      inline_ = static_cast<uint8_t*>(p) + pend_bytes;
+    }
+  }
+  if (!pend_) {
+    pending_.resize(cap_.max_send_wr);
+    inline_buf_.resize(inline_bytes);
+    pend_ = pending_.data();
+    inline_ = inline_buf_.data();
+  }
   cap = cap_;
   dev.add_qp(this);
   return 0;
@@ -422,7 +440,8 @@ void Qp::flush_recv() {
 
 int Qp::validate(const ibv_send_wr& wr) const {
   if (wr.num_sge < 0 || static_cast<uint32_t>(wr.num_sge) > cap_.max_send_sge) return EINVAL;
-  if (!shm::opcode_allowed(type_, wr.opcode)) return EINVAL;
+  if (!shm::opcode_allowed(type_, wr.opcode) && !shm::is_local_memory_op(type_, wr.opcode))
+    return EINVAL;
   if (wr.send_flags & IBV_SEND_INLINE) {
     if (shm::returns_data(wr.opcode)) return EINVAL;
     uint64_t len = 0;
@@ -448,11 +467,11 @@ void Qp::complete(const ibv_send_wr& wr, const Result& r) {
 
 void Qp::enqueue(const ibv_send_wr& wr) {
   uint32_t idx = (pend_head_ + pend_count_) % cap_.max_send_wr;
-  Pending& p = pending_[idx];
+  Pending& p = pend_[idx];
   p.wr = wr;
   p.wr.next = nullptr;
   if (wr.send_flags & IBV_SEND_INLINE) {
-    uint8_t* buf = inline_buf_.data() + size_t(idx) * cap_.max_inline_data;
+    uint8_t* buf = inline_ + size_t(idx) * cap_.max_inline_data;
     uint32_t len = 0;
     for (int i = 0; i < wr.num_sge; ++i) {
       memcpy(buf + len, reinterpret_cast<void*>(wr.sg_list[i].addr), wr.sg_list[i].length);
@@ -540,7 +559,7 @@ int64_t Qp::retry_locked(int64_t now) {
       flush_locked();
       return -1;
     }
-    Pending& p = pending_[pend_head_];
+    Pending& p = pend_[pend_head_];
     Result r = execute(p.wr);
     if (r.block == Block::kFull) return now + 1000000;
     if (r.block == Block::kRouted) {
@@ -590,7 +609,7 @@ void Qp::set_error() {
 
 void Qp::flush_locked() {
   while (pend_count_) {
-    ibv_send_wr wr = pending_[pend_head_].wr;
+    ibv_send_wr wr = pend_[pend_head_].wr;
     pend_head_ = (pend_head_ + 1) % cap_.max_send_wr;
     --pend_count_;
     complete(wr, Result{IBV_WC_WR_FLUSH_ERR, 0, Block::kNone});

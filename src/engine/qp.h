@@ -18,6 +18,16 @@
 
 namespace vrdma {
 
+// Who provides the memory of a QP's send queue in the process (the requests waiting their turn
+// and copies of their inline data): the library's heap by default, or a parent domain's
+// allocator. alloc returns the memory, nullptr (failure) or kUseDefaultAllocator.
+struct QueueAllocator {
+  void* (*alloc)(void* owner, size_t size, size_t alignment) = nullptr;
+  void (*free)(void* owner, void* p) = nullptr;
+  void* owner = nullptr;
+};
+inline void* use_default_allocator() { return reinterpret_cast<void*>(~uintptr_t{0}); }
+
 struct QpConfig {
   Pd* pd;
   Cq* send_cq;
@@ -25,6 +35,7 @@ struct QpConfig {
   Srq* srq;
   ibv_qp_type type;
   bool sq_sig_all;
+  QueueAllocator allocator = {};
 };
 
 class Qp {
@@ -85,6 +96,8 @@ class Qp {
   void connect_destination(const ibv_qp_attr& attr);
 
   Result execute(const ibv_send_wr& wr);
+  // BIND_MW and LOCAL_INV (window_ops.cc): done here, in order with the other requests.
+  ibv_wc_status memory_op(const ibv_send_wr& wr);
   ibv_wc_status gather(const ibv_send_wr& wr, shm::Seg* local, int& nl, uint64_t& total) const;
   shm::Incoming incoming(const ibv_send_wr& wr, uint64_t total) const;
   Result route(const ibv_send_wr& wr, const shm::PeerQp& peer);  // route.cc
@@ -137,6 +150,10 @@ class Qp {
   // Work that waits: a ring of copies, oldest first.
   std::vector<Pending> pending_;
   std::vector<uint8_t> inline_buf_;
+  QueueAllocator allocator_;
+  void* sq_mem_ = nullptr;  // from allocator_, when it provided the send queue
+  Pending* pend_ = nullptr;  // pending_ or sq_mem_
+  uint8_t* inline_ = nullptr;
   uint32_t pend_head_ = 0, pend_count_ = 0;
   Block block_ = Block::kNone;
   int retries_left_ = 0;

@@ -290,7 +290,8 @@ inline constexpr uint32_t recv_entry_size(uint32_t max_sge) {
 // A receive completion as a sender reports it. It carries no wr_id: `index` is the position of
 // the receive it consumed in the receive queue (the QP's or the SRQ's), which the owner checks
 // against its private table. Everything else is validated or overridden by the owner.
-enum RecvCqeFlags : uint8_t { kRecvImm = 1, kRecvGrh = 2 };
+// kRecvInv: a SEND_WITH_INV; imm_data holds the rkey the receiver's owner is to invalidate.
+enum RecvCqeFlags : uint8_t { kRecvImm = 1, kRecvGrh = 2, kRecvInv = 4 };
 enum RecvCqeStatus : uint8_t { kRecvOk = 0, kRecvLenErr = 1, kRecvProtErr = 2 };
 enum RecvCqeOpcode : uint8_t { kRecvSend = 0, kRecvWriteImm = 1 };
 struct alignas(32) RecvCqe {

@@ -81,6 +81,9 @@ void recv_report(Placement& out, const RecvWr& rwr, const Incoming& in, uint8_t 
   if (has_immediate(in.opcode)) {
     r.flags = kRecvImm;
     r.imm_data = in.imm_data;
+  } else if (in.opcode == IBV_WR_SEND_WITH_INV) {
+    r.flags = kRecvInv;
+    r.imm_data = in.imm_data;  // the rkey to invalidate
   }
   out.recv_completion = true;
   out.solicited = in.solicited;
@@ -270,6 +273,7 @@ void admit_request(const PeerQp& dst, const Incoming& in, Placement& out) {
   switch (in.opcode) {
     case IBV_WR_SEND:
     case IBV_WR_SEND_WITH_IMM:
+    case IBV_WR_SEND_WITH_INV:
       return admit_send(dst, in, out);
     case IBV_WR_RDMA_WRITE:
     case IBV_WR_RDMA_WRITE_WITH_IMM:

@@ -16,7 +16,8 @@ inline bool is_atomic(uint32_t opcode) {
 
 // SEND and WRITE carry their payload from requester to responder.
 inline bool carries_data(uint32_t opcode) {
-  return opcode == IBV_WR_SEND || opcode == IBV_WR_SEND_WITH_IMM || opcode == IBV_WR_RDMA_WRITE ||
+  return opcode == IBV_WR_SEND || opcode == IBV_WR_SEND_WITH_IMM ||
+         opcode == IBV_WR_SEND_WITH_INV || opcode == IBV_WR_RDMA_WRITE ||
          opcode == IBV_WR_RDMA_WRITE_WITH_IMM;
 }
 
@@ -29,8 +30,8 @@ inline bool has_immediate(uint32_t opcode) {
   return opcode == IBV_WR_SEND_WITH_IMM || opcode == IBV_WR_RDMA_WRITE_WITH_IMM;
 }
 
-// Whether a QP of `qp_type` may post `opcode`: SEND everywhere, WRITE on RC and UC, READ and
-// atomics on RC only.
+// Whether a QP of `qp_type` may send `opcode` to a responder: SEND everywhere, WRITE and
+// SEND_WITH_INV on RC and UC, READ and atomics on RC only.
 inline bool opcode_allowed(uint32_t qp_type, uint32_t opcode) {
   if (qp_type == IBV_QPT_XRC_SEND) qp_type = IBV_QPT_RC;  // RC's operations, to an XRC SRQ
   else if (qp_type != IBV_QPT_RC && qp_type != IBV_QPT_UC && qp_type != IBV_QPT_UD) return false;
@@ -38,6 +39,7 @@ inline bool opcode_allowed(uint32_t qp_type, uint32_t opcode) {
     case IBV_WR_SEND:
     case IBV_WR_SEND_WITH_IMM:
       return true;
+    case IBV_WR_SEND_WITH_INV:
     case IBV_WR_RDMA_WRITE:
     case IBV_WR_RDMA_WRITE_WITH_IMM:
       return qp_type != IBV_QPT_UD;
@@ -48,6 +50,13 @@ inline bool opcode_allowed(uint32_t qp_type, uint32_t opcode) {
     default:
       return false;
   }
+}
+
+// Work requests that never leave the requester: binding a memory window (type 2) and
+// invalidating one (LOCAL_INV), on RC and UC QPs.
+inline bool is_local_memory_op(uint32_t qp_type, uint32_t opcode) {
+  return (opcode == IBV_WR_BIND_MW || opcode == IBV_WR_LOCAL_INV) &&
+         (qp_type == IBV_QPT_RC || qp_type == IBV_QPT_UC);
 }
 
 // The opcode of the requester's completion for a work request.
@@ -62,6 +71,10 @@ inline ibv_wc_opcode completion_opcode(uint32_t opcode) {
       return IBV_WC_COMP_SWAP;
     case IBV_WR_ATOMIC_FETCH_AND_ADD:
       return IBV_WC_FETCH_ADD;
+    case IBV_WR_BIND_MW:
+      return IBV_WC_BIND_MW;
+    case IBV_WR_LOCAL_INV:
+      return IBV_WC_LOCAL_INV;
     default:
       return IBV_WC_SEND;
   }

@@ -77,9 +77,12 @@ TEST_F(VerbsExTest, QueryDeviceExFillsEveryAttributeAsTheDeviceHasIt) {
   EXPECT_EQ(ax.orig_attr.phys_port_cnt, 1);
   EXPECT_EQ(ax.hca_core_clock, 1000000u);
   EXPECT_EQ(ax.completion_timestamp_mask, ~uint64_t{0});
-  EXPECT_EQ(ax.odp_caps.general_caps, 0u);
-  EXPECT_EQ(ax.odp_caps.per_transport_caps.rc_odp_caps, 0u);
-  EXPECT_EQ(ax.max_dm_size, 0u);
+  // Explicit ODP on every transport, never implicit; device memory in the process.
+  EXPECT_EQ(ax.odp_caps.general_caps, uint64_t(IBV_ODP_SUPPORT));
+  EXPECT_EQ(ax.odp_caps.per_transport_caps.rc_odp_caps,
+            uint32_t(IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE |
+                     IBV_ODP_SUPPORT_READ | IBV_ODP_SUPPORT_ATOMIC | IBV_ODP_SUPPORT_SRQ_RECV));
+  EXPECT_EQ(ax.max_dm_size, 1u << 20);
   EXPECT_EQ(ax.tso_caps.max_tso, 0u);
   EXPECT_EQ(ax.rss_caps.supported_qpts, 0u);
   EXPECT_EQ(ax.xrc_odp_caps, 0u);
@@ -673,7 +676,7 @@ TEST_F(VerbsExTest, OnlyQpsMadeWithSendOpsHaveTheInterface) {
   a.cap.max_send_wr = a.cap.max_recv_wr = a.cap.max_send_sge = a.cap.max_recv_sge = 1;
   a.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
   a.pd = pd;
-  a.send_ops_flags = IBV_QP_EX_WITH_BIND_MW;
+  a.send_ops_flags = IBV_QP_EX_WITH_ATOMIC_WRITE;
   errno = 0;
   EXPECT_EQ(ibv_create_qp_ex(ctx, &a), nullptr);
   EXPECT_EQ(errno, EOPNOTSUPP);

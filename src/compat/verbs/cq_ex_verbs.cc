@@ -106,9 +106,11 @@ ibv_cq_ex* create_cq_ex_op(ibv_context* ctx, ibv_cq_init_attr_ex* attr) {
       return fail<ibv_cq_ex>(EINVAL);
     if (attr->flags & IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN) return fail<ibv_cq_ex>(EOPNOTSUPP);
   }
-  // Parent domains do not exist here (ibv_alloc_parent_domain fails), so none can be named.
-  if ((attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_PD) && attr->parent_domain)
-    return fail<ibv_cq_ex>(EOPNOTSUPP);
+  // A CQ may name a parent domain of this context (its queue lives in the shared arena, not in
+  // memory of the domain's allocator).
+  if ((attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_PD) && attr->parent_domain &&
+      !is_parent_domain(ctx, attr->parent_domain))
+    return fail<ibv_cq_ex>(EINVAL);
   if (attr->cqe > INT32_MAX) return fail<ibv_cq_ex>(EINVAL);
   ibv_cq* cq = ibv_create_cq(ctx, static_cast<int>(attr->cqe), attr->cq_context, attr->channel,
                              static_cast<int>(attr->comp_vector));

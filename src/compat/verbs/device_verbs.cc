@@ -69,13 +69,17 @@ void fill_device_attr(ibv_context* ctx, ibv_device_attr& a) {
   a.hw_ver = 0;
   a.max_qp = 65536;
   a.max_qp_wr = 16384;
+  // Memory windows of type 1 and 2; a type-2 window is reached through any QP of its PD (the
+  // binding QP is not checked), which is neither type 2A nor 2B, so neither flag is set.
   a.device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_SRQ_RESIZE * 0 |
-                       IBV_DEVICE_PORT_ACTIVE_EVENT | IBV_DEVICE_SYS_IMAGE_GUID | IBV_DEVICE_XRC;
+                       IBV_DEVICE_PORT_ACTIVE_EVENT | IBV_DEVICE_SYS_IMAGE_GUID | IBV_DEVICE_XRC |
+                       IBV_DEVICE_MEM_WINDOW;
   a.max_sge = shm::kMaxSendSge;
   a.max_sge_rd = shm::kMaxSendSge;
   a.max_cq = 65536;
   a.max_cqe = Cq::kMaxCqe;
   a.max_mr = shm::kMrSlots - 1;
+  a.max_mw = shm::kMrSlots - 1;  // windows and MRs share the slots
   a.max_pd = 65536;
   a.max_qp_rd_atom = 16;
   a.max_res_rd_atom = 16 * 65536;
@@ -90,9 +94,9 @@ void fill_device_attr(ibv_context* ctx, ibv_device_attr& a) {
   a.phys_port_cnt = 1;
 }
 
-// The extended attributes, each as the device has it: no on-demand paging, TSO, RSS, work
-// queues, packet pacing, raw packets, tag matching, CQ moderation, device memory or PCI atomics
-// (all zero); completion timestamps from CLOCK_MONOTONIC in nanoseconds (a 1 GHz "core clock",
+// The extended attributes, each as the device has it: on-demand paging (explicit) and device
+// memory (in the process); no TSO, RSS, work queues, packet pacing, raw packets, tag matching,
+// CQ moderation or PCI atomics (all zero); completion timestamps from CLOCK_MONOTONIC in nanoseconds (a 1 GHz "core clock",
 // every bit valid); one port.
 void fill_device_attr_ex(ibv_context* ctx, ibv_device_attr_ex& a) {
   memset(&a, 0, sizeof(a));
@@ -101,7 +105,17 @@ void fill_device_attr_ex(ibv_context* ctx, ibv_device_attr_ex& a) {
   a.completion_timestamp_mask = ~uint64_t{0};
   a.hca_core_clock = 1000000;  // kHz: one tick per nanosecond
   a.device_cap_flags_ex = a.orig_attr.device_cap_flags;
-  a.max_dm_size = 0;
+  a.max_dm_size = kMaxDmSize;  // per allocation, in the process's memory (dm.cc)
+  // ODP: every operation on every transport; not implicit (memory_ops.cc says why).
+  a.odp_caps.general_caps = IBV_ODP_SUPPORT;
+  a.odp_caps.per_transport_caps.rc_odp_caps =
+      IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE | IBV_ODP_SUPPORT_READ |
+      IBV_ODP_SUPPORT_ATOMIC | IBV_ODP_SUPPORT_SRQ_RECV;
+  a.odp_caps.per_transport_caps.uc_odp_caps =
+      IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE |
+      IBV_ODP_SUPPORT_SRQ_RECV;
+  a.odp_caps.per_transport_caps.ud_odp_caps =
+      IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_SRQ_RECV;
   a.xrc_odp_caps = 0;
   a.phys_port_cnt_ex = a.orig_attr.phys_port_cnt;
 }

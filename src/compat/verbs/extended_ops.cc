@@ -14,6 +14,8 @@ void install_extended_ops(verbs_context& v) {
   v.create_cq_ex = create_cq_ex;
   v.create_qp_ex = create_qp_ex;
   install_xrc_ops(v);
+  install_window_ops(v.context);
+  install_memory_ops(v);
 }
 
 }  // namespace vrdma::compat

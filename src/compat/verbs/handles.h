@@ -5,6 +5,7 @@
 
 #include <infiniband/verbs.h>
 
+#include <atomic>
 #include <cstddef>
 
 #include "engine/objects.h"
@@ -31,12 +32,32 @@ struct ChannelHandle {
 struct PdHandle {
   ibv_pd ibv;
   Pd* engine;
+  // A parent domain (parent_domain.cc): the PD it stands for (whose engine object it shares),
+  // its thread domain, and the application's allocator, if it gave one.
+  PdHandle* parent_of;
+  ibv_td* td;
+  void* (*alloc)(ibv_pd* pd, void* pd_context, size_t size, size_t alignment,
+                 uint64_t resource_type);
+  void (*free)(ibv_pd* pd, void* pd_context, void* ptr, uint64_t resource_type);
+  void* pd_context;
 };
+
+// What a parent domain's allocator is asked for: the resource_type of each call.
+// A QP's send queue in the process: the requests waiting their turn, with their inline data.
+inline constexpr uint64_t kResourceQpSendQueue = 1;
+// The send-queue allocator of a QP created on `pd` (none unless a parent domain with one).
+QueueAllocator queue_allocator(ibv_pd* pd);
+// Whether `pd` is a parent domain of `ctx`.
+bool is_parent_domain(ibv_context* ctx, ibv_pd* pd);
 
 struct MrHandle {
   ibv_mr ibv;
   PdHandle* pd;
+  std::atomic<uint32_t>* dm;  // an MR over device memory: the count of its DM's MRs
 };
+
+// Device memory (dm.cc): the most one allocation holds (the device's max_dm_size).
+inline constexpr size_t kMaxDmSize = 1u << 20;
 
 struct CqHandle {
   ibv_cq_ex ibv;  // ibv_cq_ex_to_cq is a cast: every CQ is an ibv_cq_ex
@@ -95,6 +116,10 @@ void install_extended_ops(verbs_context& v);
 // XRC (xrc.cc): the domain, XRC SRQ operations of the verbs_context; XRC_RECV QPs.
 void install_xrc_ops(verbs_context& v);
 ibv_qp* create_xrc_recv_qp(ibv_context* ctx, ibv_qp_init_attr_ex* attr);
+// The context operations of memory windows (mw.cc), device memory (dm.cc), parent and thread
+// domains (parent_domain.cc) and ODP advice.
+void install_window_ops(ibv_context& c);
+void install_memory_ops(verbs_context& v);
 // Fills the extended-polling members of a CQ handle for the wc_flags asked for.
 int init_cq_ex(CqHandle* h, uint64_t wc_flags);
 // Frees what the ibv_wr_* interface of a QP holds (nothing for other QPs).

@@ -23,6 +23,10 @@ VRDMA_EXPORT ibv_pd* ibv_alloc_pd(ibv_context* ctx) {
 
 VRDMA_EXPORT int ibv_dealloc_pd(ibv_pd* pd) {
   auto* h = handle_of<PdHandle>(pd);
+  if (h->parent_of) {  // a parent domain: the PD it stands for stays
+    free(h);
+    return 0;
+  }
   delete h->engine;
   free(h);
   return 0;
@@ -31,6 +35,9 @@ VRDMA_EXPORT int ibv_dealloc_pd(ibv_pd* pd) {
 VRDMA_EXPORT ibv_mr* ibv_reg_mr_iova2(ibv_pd* pd, void* addr, size_t length, uint64_t iova,
                                       unsigned int access) {
   access &= ~static_cast<unsigned>(IBV_ACCESS_OPTIONAL_RANGE);
+  // Implicit ODP, the whole address space: not done (see memory_ops.cc).
+  if (!addr && length == SIZE_MAX && (access & IBV_ACCESS_ON_DEMAND))
+    return fail<ibv_mr>(EOPNOTSUPP);
   if ((access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) &&
       !(access & IBV_ACCESS_LOCAL_WRITE))
     return fail<ibv_mr>(EINVAL);
@@ -78,6 +85,7 @@ VRDMA_EXPORT int ibv_rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, siz
     return static_cast<int>(IBV_REREG_MR_ERR_INPUT);
   };
   if (!mr || flags == 0 || (flags & ~IBV_REREG_MR_FLAGS_SUPPORTED)) return bad(EINVAL);
+  if (handle_of<MrHandle>(mr)->dm) return bad(EINVAL);  // device memory stays where it is
   if ((flags & IBV_REREG_MR_CHANGE_TRANSLATION) && (!addr || length == 0)) return bad(EINVAL);
   if ((flags & IBV_REREG_MR_CHANGE_PD) && (!pd || pd->context != mr->context))
     return bad(EINVAL);
@@ -119,6 +127,7 @@ VRDMA_EXPORT int ibv_dereg_mr(ibv_mr* mr) {
   auto* h = handle_of<MrHandle>(mr);
   int e = engine_of(mr->pd)->context().device().memory().dereg(mr->lkey);
   if (e) return e;
+  if (h->dm) h->dm->fetch_sub(1);
   free(h);
   return 0;
 }

@@ -165,14 +165,20 @@ void wr_unsupported(ibv_qp_ex* qp) {
   WrBatch& b = *of(qp)->batch;
   if (!b.error) b.error = EOPNOTSUPP;
 }
-void wr_bind_mw(ibv_qp_ex* qp, ibv_mw*, uint32_t, const ibv_mw_bind_info*) {
-  wr_unsupported(qp);
+void wr_bind_mw(ibv_qp_ex* qp, ibv_mw* mw, uint32_t rkey, const ibv_mw_bind_info* info) {
+  if (ibv_send_wr* wr = begin(qp, IBV_WR_BIND_MW, IBV_QP_EX_WITH_BIND_MW)) {
+    wr->bind_mw.mw = mw;
+    wr->bind_mw.rkey = rkey;
+    if (info) wr->bind_mw.bind_info = *info;
+  }
 }
-void wr_local_inv(ibv_qp_ex* qp, uint32_t) {
-  wr_unsupported(qp);
+void wr_local_inv(ibv_qp_ex* qp, uint32_t invalidate_rkey) {
+  if (ibv_send_wr* wr = begin(qp, IBV_WR_LOCAL_INV, IBV_QP_EX_WITH_LOCAL_INV))
+    wr->invalidate_rkey = invalidate_rkey;
 }
-void wr_send_inv(ibv_qp_ex* qp, uint32_t) {
-  wr_unsupported(qp);
+void wr_send_inv(ibv_qp_ex* qp, uint32_t invalidate_rkey) {
+  if (ibv_send_wr* wr = begin(qp, IBV_WR_SEND_WITH_INV, IBV_QP_EX_WITH_SEND_WITH_INV))
+    wr->invalidate_rkey = invalidate_rkey;
 }
 void wr_send_tso(ibv_qp_ex* qp, void*, uint16_t, uint16_t) {
   wr_unsupported(qp);
@@ -239,7 +245,8 @@ void wr_set_inline_data(ibv_qp_ex* qp, void* addr, size_t length) {
 constexpr uint64_t kSupportedOps = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM |
                                    IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM |
                                    IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
-                                   IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD;
+                                   IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_BIND_MW |
+                                   IBV_QP_EX_WITH_LOCAL_INV | IBV_QP_EX_WITH_SEND_WITH_INV;
 
 // Which operations each transport has (as ibv_post_send allows them).
 uint64_t ops_of(ibv_qp_type t) {
@@ -249,7 +256,8 @@ uint64_t ops_of(ibv_qp_type t) {
       return kSupportedOps;
     case IBV_QPT_UC:
       return IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | IBV_QP_EX_WITH_SEND |
-             IBV_QP_EX_WITH_SEND_WITH_IMM;
+             IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_BIND_MW | IBV_QP_EX_WITH_LOCAL_INV |
+             IBV_QP_EX_WITH_SEND_WITH_INV;
     case IBV_QPT_UD:
       return IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM;
     default:

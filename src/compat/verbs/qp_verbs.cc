@@ -35,7 +35,8 @@ VRDMA_EXPORT ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* attr) {
                engine_of(xrc_send ? attr->send_cq : attr->recv_cq),
                attr->srq ? engine_of(attr->srq) : nullptr,
                attr->qp_type,
-               attr->sq_sig_all != 0};
+               attr->sq_sig_all != 0,
+               queue_allocator(pd)};
   auto* qp = new Qp(cfg);
   if (int e = qp->init(attr->cap)) {
     delete qp;

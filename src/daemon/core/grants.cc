@@ -192,7 +192,9 @@ int Daemon::describe_mr(const Client& owner, const KeyRecord& k, uint32_t key,
   if (total != e.map_length) return EPROTO;
   rep.slot = k.index;
   rep.gen = static_cast<uint32_t>(e.key_gen.load(std::memory_order_relaxed) >> 32);
-  rep.access = k.access;
+  // A window's rights are those of its binding, which the owner's table holds (the owner
+  // decides who reaches its own memory; vrdmad checks the pages are the owner's files).
+  rep.access = k.window ? e.access & kRemoteAccess : k.access;
   rep.pd = k.pd;
   rep.nseg = e.nseg;
   rep.iova = e.iova;
@@ -213,11 +215,19 @@ void Daemon::handle(Client& c, const Decoded& d, const proto::GetMrReq& r) {
   if (!owner || !k || k->owner != owner->id) return deny("no such key");
   auto targets = reachable(c, r.via_qpn, *owner);
   if (targets.empty()) return deny("no agreed connection");
+  uint32_t rights = k->access;
+  if (k->window) {
+    // A memory window: remote access only, with the rights of its current binding.
+    shm::MrEntry e;
+    if (!(r.access & kRemoteAccess)) return deny("a window is no receive buffer");
+    if (!owner->arena.read_mr(k->index, r.key, &e)) return deny("the window is not bound");
+    rights = e.access & kRemoteAccess;
+  }
   bool writable;
   if (r.access & kRemoteAccess) {
     // RDMA: the MR grants the rights, and belongs to the reached QP's protection domain; READ
     // and atomics need RC, WRITE RC or UC.
-    if ((k->access & r.access) != r.access) return deny("the MR does not allow it");
+    if ((rights & r.access) != r.access) return deny("the MR does not allow it");
     uint32_t rc = static_cast<uint32_t>(proto::QpType::kRc);
     uint32_t uc = static_cast<uint32_t>(proto::QpType::kUc);
     bool any = std::any_of(targets.begin(), targets.end(), [&](const QpRecord* a) {
@@ -227,7 +237,7 @@ void Daemon::handle(Client& c, const Decoded& d, const proto::GetMrReq& r) {
       return type_ok && a->pd == k->pd;
     });
     if (!any) return deny("not in the reached QP's protection domain");
-    writable = (k->access & kRemoteWrites) != 0;
+    writable = (rights & kRemoteWrites) != 0;
   } else {
     // A receive buffer: while a receive of the reached QP (or its SRQ) points into it.
     if (!(k->access & IBV_ACCESS_LOCAL_WRITE)) return deny("not writable by its owner");

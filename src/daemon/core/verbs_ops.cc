@@ -233,6 +233,18 @@ void Daemon::handle(Client& c, const Decoded& d, const proto::AllocKeyReq& r) {
     return void(send(c, Op::kAllocKey, d.seq, 0, &rep, sizeof(rep)));
   }
   if (int err = charge(c, Resource::kMrs)) return void(reply_error(c, d, err));
+  if (r.access & proto::kKeyWindow) {
+    // A memory window: counted as an MR, no bytes of its own (they are its MR's).
+    if (r.access != proto::kKeyWindow || r.length != 0 || r.replaces) {
+      release(c, Resource::kMrs);
+      return void(reply_error(c, d, EINVAL));
+    }
+    if (int err = registry_.alloc_window_key(c.id, r.index, r.pd, SIZE_MAX, &rep.key)) {
+      release(c, Resource::kMrs);
+      return void(reply_error(c, d, err));
+    }
+    return void(send(c, Op::kAllocKey, d.seq, 0, &rep, sizeof(rep)));
+  }
   if (int err = charge(c, Resource::kRegisteredBytes, r.length)) {
     release(c, Resource::kMrs);
     return void(reply_error(c, d, err));

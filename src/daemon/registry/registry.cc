@@ -171,9 +171,30 @@ int Registry::alloc_key(uint32_t owner, uint32_t index, uint32_t access, uint64_
   for (int tries = 0; tries < 1000; ++tries) {
     uint32_t k = random32();
     if (k == 0 || keys_.count(k)) continue;
+    if (auto w = keys_.find(k & ~0xFFu); w != keys_.end() && w->second.window) continue;
     keys_.emplace(k, KeyRecord{owner, index, access, length, pd});
     clients_[owner].keys.insert(k);
     *key = k;
+    return 0;
+  }
+  return ENOSPC;
+}
+
+int Registry::alloc_window_key(uint32_t owner, uint32_t index, uint32_t pd, size_t quota,
+                               uint32_t* key) {
+  if (index == 0 || index >= shm::kMrSlots) return EINVAL;
+  if (keys_of(owner).size() >= quota) return EDQUOT;
+  for (int tries = 0; tries < 1000; ++tries) {
+    uint32_t base = random32() & ~0xFFu;
+    if (base == 0) continue;
+    bool taken = false;
+    for (uint32_t low = 0; low < 256 && !taken; ++low) taken = keys_.count(base | low) != 0;
+    if (taken) continue;
+    KeyRecord rec{owner, index, 0, 0, pd};
+    rec.window = true;
+    keys_.emplace(base, rec);
+    clients_[owner].keys.insert(base);
+    *key = base;
     return 0;
   }
   return ENOSPC;
@@ -192,14 +213,16 @@ int Registry::replace_key(uint32_t requester, uint32_t key, uint32_t index, uint
                           uint64_t length, uint32_t pd) {
   if (index == 0 || index >= shm::kMrSlots) return EINVAL;
   auto it = keys_.find(key);
-  if (it == keys_.end() || it->second.owner != requester) return ENOENT;
+  if (it == keys_.end() || it->second.owner != requester || it->second.window) return ENOENT;
   it->second = KeyRecord{requester, index, access, length, pd};
   return 0;
 }
 
 const KeyRecord* Registry::find_key(uint32_t key) const {
   auto it = keys_.find(key);
-  return it == keys_.end() ? nullptr : &it->second;
+  if (it != keys_.end() && !it->second.window) return &it->second;
+  it = keys_.find(key & ~0xFFu);
+  return it != keys_.end() && it->second.window ? &it->second : nullptr;
 }
 
 const std::set<uint32_t>& Registry::qpns_of(uint32_t client) const {

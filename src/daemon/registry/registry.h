@@ -39,6 +39,9 @@ struct KeyRecord {
   uint32_t access = 0;
   uint64_t length = 0;
   uint32_t pd = 0;
+  // A memory window: the record answers for key & ~0xff and its 255 variants; the rights and
+  // range are the window's as bound, which the owner's MR table holds.
+  bool window = false;
 };
 
 // "Tell `client` that its QP `qpn` lost its peer."
@@ -97,6 +100,8 @@ class Registry {
   // MR is (`index`, the owner's slot, is kept here).
   int alloc_key(uint32_t owner, uint32_t index, uint32_t access, uint64_t length, size_t quota,
                 uint32_t* key, uint32_t pd = 0);
+  // A memory window's key family (see KeyRecord::window): a key with its low byte 0.
+  int alloc_window_key(uint32_t owner, uint32_t index, uint32_t pd, size_t quota, uint32_t* key);
   // Only the owner may free; for anyone else a key is as unknown as a key that does not exist
   // (ENOENT), so that FreeKey cannot be used to probe for other clients' keys.
   int free_key(uint32_t requester, uint32_t key);
