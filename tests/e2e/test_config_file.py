@@ -209,6 +209,10 @@ def check_tenant(d, t):
     t.assertEqual(own_client(d.status(NETNS))["tenant"], "red")
 
 
+def check_allow(d, t):
+    t.assertEqual(d.status()["daemon"].get("allow"), ["red->blue"])
+
+
 def check_platform_tenants(d, t):
     t.assertEqual(own_client(d.status(NETNS))["tenant"], "green")
 
@@ -289,6 +293,7 @@ ROWS = [
     ("socket-group", "nogroup", {}, check_socket_group),
     ("tenant", ["red=10.99.8.0/24"], {}, check_tenant),
     ("platform-tenants", "@TMP@/tenants", {}, check_platform_tenants),
+    ("allow", ["red->blue"], {}, check_allow),
     ("allow-host-clients", True, {}, check_allow_host_clients),
     ("log-level", "debug", {}, check_log_level),
     ("netns-dir", "@TMP@/empty", {}, check_netns_dir),
