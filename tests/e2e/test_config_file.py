@@ -525,6 +525,27 @@ class ConfigFileTest(unittest.TestCase):
         finally:
             d.stop()
 
+    def test_reload_applies_allow_rules(self):
+        sock = os.path.join(TMP, "vrdmad.sock")
+        path = write_config("allow.yaml", {"socket": sock, "allow": ["red->blue"]})
+        d = Daemon(path)
+        try:
+            d.wait_serving()
+            self.assertEqual(d.status()["daemon"]["allow"], ["red->blue"])
+            write_config("allow.yaml", {"socket": sock, "allow": ["red->blue", "blue->red"]})
+            r = sh(VRDMA, "reload", "--socket", sock, check=False)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertIn("allow: red->blue -> [red->blue, blue->red] (applied)", r.stdout)
+            self.assertEqual(d.status()["daemon"]["allow"], ["red->blue", "blue->red"])
+            # A bad rule is refused with the file; the rules in force stay.
+            write_config("allow.yaml", {"socket": sock, "allow": ["red->red"]})
+            r = sh(VRDMA, "reload", "--socket", sock, check=False)
+            self.assertNotEqual(r.returncode, 0, r.stdout)
+            self.assertIn("allow", r.stdout + r.stderr)
+            self.assertEqual(d.status()["daemon"]["allow"], ["red->blue", "blue->red"])
+        finally:
+            d.stop()
+
     def test_reload_applies_tenants_to_new_connections(self):
         sock = os.path.join(TMP, "vrdmad.sock")
         path = write_config("tenants.yaml", {"socket": sock, "tenant": ["red=10.99.8.0/24"]})
