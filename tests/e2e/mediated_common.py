@@ -89,6 +89,13 @@ class MediatedCases:
                 rows = bw_rows(cout)
                 self.assertEqual([r[0] for r in rows], [65536], cout)
                 self.assertGreater(rows[0][3], 0.0, cout)
+        # UD: datagrams between the pair (through the router, checked there).
+        sout, cout = self.check_both(
+            pair(self.SB, self.BLUE, self.RED, ["ib_send_bw", "-c", "UD", *gid],
+                 ["ib_send_bw", "-c", "UD", *gid, ip]), "ib_send_bw -c UD")
+        rows = bw_rows(cout)
+        self.assertEqual([r[0] for r in rows], [4096], cout)
+        self.assertGreater(rows[0][3], 0.0, cout)
         sout, cout = self.check_both(
             pair(self.SB, self.BLUE, self.RED, ["ib_send_lat", "-s", "8", *gid],
                  ["ib_send_lat", "-s", "8", *gid, ip]), "ib_send_lat")
