@@ -167,8 +167,8 @@ TEST(TenantPolicy, ParsesFromArrowTo) {
   ASSERT_TRUE(a) << error;
   EXPECT_EQ(a->from, "red");
   EXPECT_EQ(a->to, "blue");
-  for (const char* bad : {"red", "red->", "->blue", "red->red", "r@d->blue", "red=>blue",
-                          "red->blue->green", ""}) {
+  for (const char* bad :
+       {"red", "red->", "->blue", "red->red", "r@d->blue", "red=>blue", "red->blue->green", ""}) {
     error.clear();
     EXPECT_FALSE(parse_tenant_allow(bad, &error)) << bad;
     EXPECT_FALSE(error.empty()) << bad;

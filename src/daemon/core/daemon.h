@@ -148,8 +148,8 @@ class Daemon : private CmPort {
   // mediated: the destination is a local QP of another tenant that policy lets this client's
   // tenant pair with; the connection goes through the router's link to this host itself
   // (mediated.cc), never through shared memory.
-  void connect_routed(Client& c, const Decoded& d, const proto::ConnectQpReq& r,
-                      uint32_t dest_ipv4, bool mediated = false);
+  void connect_routed(Client& c, const Decoded& d, const proto::ConnectQpReq& r, uint32_t dest_ipv4,
+                      bool mediated = false);
   // The router for the mediated path: the cluster's, or one made for this host alone (null
   // when it cannot be made).
   Router* mediation_router();

@@ -3,10 +3,10 @@
 #include <errno.h>
 #include <fcntl.h>
 
-#include "common/address.h"
-#include "common/log.h"
 #include <algorithm>
 
+#include "common/address.h"
+#include "common/log.h"
 #include "daemon/core/daemon.h"
 
 namespace vrdma::daemon {
