@@ -717,7 +717,10 @@ def parse_args(argv):
                "recorded as errors when a short probe across hosts fails.\n\n"
                "Environment: VRDMA_BIN, VRDMA_DAEMON, VRDMA_LIBDIR (which vrdma, vrdmad and "
                "drop-in libraries to use), VRDMA_BENCH_TOOLS (directory of vrdma-bench-conn "
-               "and vrdma-bench-memcpy).")
+               "and vrdma-bench-memcpy).\n\n"
+               "vrdma bench --mediated [--rounds N] [--quick] [--json FILE]: the mediated "
+               "path between tenants on one host against the direct path and TCP "
+               "(bench/mediated.py).")
     ap.add_argument("--quick", action="store_true",
                     help="fewer sizes, pairs and iterations: at most about 2 minutes "
                          "(a full run takes up to 15)")
@@ -734,7 +737,12 @@ def parse_args(argv):
 
 
 def main(argv=None):
-    args = parse_args(sys.argv[1:] if argv is None else argv)
+    argv = sys.argv[1:] if argv is None else argv
+    if "--mediated" in argv:  # the mediated path between tenants on one host (mediated.py)
+        import mediated
+        mediated.main([a for a in argv if a != "--mediated"])
+        return 0
+    args = parse_args(argv)
     if os.geteuid() != 0:
         sys.exit("vrdma bench: run as root (it creates network namespaces)")
     for prog in ("ib_write_bw", "ucx_perftest", "iperf3", "sockperf"):

@@ -12,6 +12,11 @@ raw_control.py COMMAND ...); the socket is $VRDMA_SOCKET. Each command prints on
     probe [--own K] QPN...              K QPs of its own, then ConnectQp to each QPN
     hello                               one verbs Hello: status and what the reply says
     status                              a status-only client's view (the daemon's JSON)
+    grant IP PORT --owner ID            a QP of its own connected, as a legitimate peer, to a
+                                        vrdma_bad_rkey server (its QPN, rkey and address swapped
+                                        over TCP; the server's RTR names it); then asks for the
+                                        server's MR (GetMr with its rkey) and for each of its fd
+                                        ids (GetFd) over that QP: what vrdmad answers to each
     reuse                               connect from a child that then exits; print its pid,
                                         wait for a line on stdin, then send Hello on that
                                         connection (the pid-reuse attack)
@@ -31,8 +36,8 @@ import time
 
 MAGIC = 0x31445256
 HEADER = struct.Struct("<IHHIiI")
-OP = {"hello": 1, "putfd": 2, "alloc_qpn": 4, "connect_qp": 6, "alloc_key": 7, "status": 9,
-      "cm_listen": 11}
+OP = {"hello": 1, "putfd": 2, "get_fd": 3, "alloc_qpn": 4, "connect_qp": 6, "alloc_key": 7,
+      "status": 9, "cm_listen": 11, "get_mr": 20}
 KIND_VERBS, KIND_CLI = 1, 2
 FD_ARENA, FD_EVENT, FD_QP_OBJECT = 1, 3, 4
 QP_RC = 2
@@ -143,8 +148,8 @@ class Conn:
                                 QP_BASE + slot * QP_SLOT, self.qp_object, 0, 0, 1))
         return status, (struct.unpack("<I", rep[:4])[0] if status == 0 and len(rep) >= 4 else 0)
 
-    def connect_qp(self, local, dest):
-        status, _ = self.call(OP["connect_qp"], struct.pack("<II", local, dest) + bytes(16))
+    def connect_qp(self, local, dest, gid=bytes(16)):
+        status, _ = self.call(OP["connect_qp"], struct.pack("<II", local, dest) + gid)
         return status
 
     def alloc_key(self, index, length):
@@ -246,6 +251,44 @@ def cmd_probe(args):
     return {"own": own, "answers": answers}
 
 
+def ipv4_gid(ip):
+    """The GID of an IPv4 address: ::ffff:a.b.c.d."""
+    return bytes(10) + b"\xff\xff" + socket.inet_aton(ip)
+
+
+def cmd_grant(args):
+    c = Conn()
+    status, info = c.hello()
+    if status != 0 or c.put_arena() != 0:
+        return {"error": f"hello: {errno_name(status)}"}
+    s, qpn = c.alloc_qpn(0)
+    if s != 0:
+        return {"error": f"alloc_qpn: {errno_name(s)}"}
+    # vrdma_bad_rkey's hello: qpn, rkey, addr, gid; then one byte each way (both ready).
+    hello = struct.Struct("<IIQ16s")
+    tcp = socket.create_connection((args.ip, args.port), timeout=10)
+    tcp.sendall(hello.pack(qpn, 0, 0, ipv4_gid(info["ip"])))
+    data = b""
+    while len(data) < hello.size:
+        chunk = tcp.recv(hello.size - len(data))
+        if not chunk:
+            return {"error": "the server went away"}
+        data += chunk
+    peer_qpn, rkey, addr, gid = hello.unpack(data)
+    tcp.sendall(b"\1")
+    tcp.recv(1)
+    out = {"qpn": qpn, "peer_qpn": peer_qpn,
+           "connect": errno_name(c.connect_qp(qpn, peer_qpn, gid))}
+    # IBV_ACCESS_REMOTE_WRITE: what an RDMA WRITE to it would need.
+    st, _ = c.call(OP["get_mr"], struct.pack("<IIII", args.owner, qpn, rkey, 2))
+    out["get_mr"] = errno_name(st)
+    out["get_fd"] = {str(i): errno_name(c.call(OP["get_fd"], struct.pack(
+        "<IIII", args.owner, i, qpn, 0))[0]) for i in range(0, 8)}
+    tcp.sendall(b"\1")  # done: the server exits
+    tcp.close()
+    return out
+
+
 def cmd_hello(args):
     try:
         c = Conn()
@@ -295,6 +338,10 @@ def main():
     p.add_argument("n", type=int)
     p.add_argument("--conns", type=int, default=1)
     p.add_argument("--length", type=int, default=4096)
+    p = sub.add_parser("grant")
+    p.add_argument("ip")
+    p.add_argument("port", type=int)
+    p.add_argument("--owner", type=int, required=True)
     p = sub.add_parser("probe")
     p.add_argument("--own", type=int, default=1)
     p.add_argument("qpns", type=lambda x: int(x, 0), nargs="*")
@@ -303,7 +350,7 @@ def main():
     sub.add_parser("reuse")
     args = ap.parse_args()
     out = {"connections": cmd_connections, "alloc": cmd_alloc, "probe": cmd_probe,
-           "hello": cmd_hello, "status": cmd_status, "reuse": cmd_reuse}[args.cmd](args)
+           "grant": cmd_grant, "hello": cmd_hello, "status": cmd_status, "reuse": cmd_reuse}[args.cmd](args)
     print(json.dumps(out), flush=True)
 
 

@@ -209,6 +209,10 @@ def check_tenant(d, t):
     t.assertEqual(own_client(d.status(NETNS))["tenant"], "red")
 
 
+def check_allow(d, t):
+    t.assertEqual(d.status()["daemon"].get("allow"), ["red->blue"])
+
+
 def check_platform_tenants(d, t):
     t.assertEqual(own_client(d.status(NETNS))["tenant"], "green")
 
@@ -289,6 +293,7 @@ ROWS = [
     ("socket-group", "nogroup", {}, check_socket_group),
     ("tenant", ["red=10.99.8.0/24"], {}, check_tenant),
     ("platform-tenants", "@TMP@/tenants", {}, check_platform_tenants),
+    ("allow", ["red->blue"], {}, check_allow),
     ("allow-host-clients", True, {}, check_allow_host_clients),
     ("log-level", "debug", {}, check_log_level),
     ("netns-dir", "@TMP@/empty", {}, check_netns_dir),
@@ -517,6 +522,27 @@ class ConfigFileTest(unittest.TestCase):
             self.assertEqual(r.returncode, 1, r.stdout)
             self.assertIn(f"{path}:", r.stdout + r.stderr)
             d.status()
+        finally:
+            d.stop()
+
+    def test_reload_applies_allow_rules(self):
+        sock = os.path.join(TMP, "vrdmad.sock")
+        path = write_config("allow.yaml", {"socket": sock, "allow": ["red->blue"]})
+        d = Daemon(path)
+        try:
+            d.wait_serving()
+            self.assertEqual(d.status()["daemon"]["allow"], ["red->blue"])
+            write_config("allow.yaml", {"socket": sock, "allow": ["red->blue", "blue->red"]})
+            r = sh(VRDMA, "reload", "--socket", sock, check=False)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertIn("allow: red->blue -> [red->blue, blue->red] (applied)", r.stdout)
+            self.assertEqual(d.status()["daemon"]["allow"], ["red->blue", "blue->red"])
+            # A bad rule is refused with the file; the rules in force stay.
+            write_config("allow.yaml", {"socket": sock, "allow": ["red->red"]})
+            r = sh(VRDMA, "reload", "--socket", sock, check=False)
+            self.assertNotEqual(r.returncode, 0, r.stdout)
+            self.assertIn("allow", r.stdout + r.stderr)
+            self.assertEqual(d.status()["daemon"]["allow"], ["red->blue", "blue->red"])
         finally:
             d.stop()
 

@@ -1,12 +1,20 @@
 // vrdma_bad_rkey: provokes IBV_WC_REM_ACCESS_ERR, the way a buggy program would.
 //
 //   vrdma_bad_rkey [--port N]             the server: one RC QP, one MR allowing REMOTE_WRITE
-//   vrdma_bad_rkey SERVER_IP [--port N]   the client: connects, then RDMA WRITEs to the
-//                                         server's buffer with a key the server never gave
+//   vrdma_bad_rkey SERVER_IP [--port N] [--mode M]
+//                                         the client: connects, then, by M:
+//                                         rkey (default): RDMA WRITEs to the server's buffer
+//                                           with a key the server never gave
+//                                         bounds: WRITEs with the server's key across the end
+//                                           of its MR (half inside, half past it)
+//                                         read: READs with the server's key from an MR that
+//                                           does not allow REMOTE_READ
 //
 // The two swap QP number, GID, rkey and address over TCP and connect one RC QP with a GRH
 // (dgid = the peer's GID). The client prints "bad_rkey: status=<ibv_wc_status_str>" and exits
-// 0 when its write completed with REM_ACCESS_ERR, 1 otherwise. Every wait is bounded (10 s).
+// 0 when its write completed with REM_ACCESS_ERR, 1 otherwise. The server, once the client is
+// done, prints "bad_rkey: server buffer untouched" and exits 0 when no byte of its MR changed
+// ("... CHANGED" and 1 otherwise). Every wait is bounded (10 s).
 #include <arpa/inet.h>
 #include <infiniband/verbs.h>
 #include <netinet/in.h>
@@ -80,12 +88,15 @@ int tcp(const char* server, int port) {
 int main(int argc, char** argv) {
   const char* server = nullptr;
   int port = 18620;
+  std::string mode = "rkey";
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--port" && i + 1 < argc)
       port = std::atoi(argv[++i]);
+    else if (a == "--mode" && i + 1 < argc)
+      mode = argv[++i];
     else if (a == "-h" || a == "--help") {
-      std::printf("usage: vrdma_bad_rkey [SERVER_IP] [--port N]\n");
+      std::printf("usage: vrdma_bad_rkey [SERVER_IP] [--port N] [--mode rkey|bounds|read]\n");
       return 0;
     } else if (!server && a[0] != '-')
       server = argv[i];
@@ -107,6 +118,7 @@ int main(int argc, char** argv) {
       cq ? ibv_reg_mr(pd, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE)
          : nullptr;
   if (!mr) die("cannot allocate PD, CQ or MR");
+  if (mode != "rkey" && mode != "bounds" && mode != "read") die("--mode: rkey, bounds or read");
   ibv_qp_init_attr qa{};
   qa.send_cq = qa.recv_cq = cq;
   qa.qp_type = IBV_QPT_RC;
@@ -160,12 +172,13 @@ int main(int argc, char** argv) {
     std::memset(buf, 'x', 64);
     ibv_sge sge{reinterpret_cast<uintptr_t>(buf), 64, mr->lkey};
     ibv_send_wr wr{}, *bad = nullptr;
-    wr.opcode = IBV_WR_RDMA_WRITE;
+    wr.opcode = mode == "read" ? IBV_WR_RDMA_READ : IBV_WR_RDMA_WRITE;
     wr.sg_list = &sge;
     wr.num_sge = 1;
     wr.send_flags = IBV_SEND_SIGNALED;
-    wr.wr.rdma.remote_addr = peer.addr;
-    wr.wr.rdma.rkey = peer.rkey ^ 0x5a5a5a5au;  // a key the server never gave out
+    wr.wr.rdma.remote_addr = mode == "bounds" ? peer.addr + kBuf - 32 : peer.addr;
+    // rkey: a key the server never gave out; otherwise its own.
+    wr.wr.rdma.rkey = mode == "rkey" ? peer.rkey ^ 0x5a5a5a5au : peer.rkey;
     if (ibv_post_send(qp, &wr, &bad)) die("ibv_post_send failed");
     ibv_wc wc{};
     auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(kWaitMs);
@@ -180,6 +193,10 @@ int main(int argc, char** argv) {
     // The server waits for the client's word that it is done (or for it to go away).
     if (wait_fd(fd, POLLIN)) ::recv(fd, &one, 1, 0);
     std::printf("bad_rkey: server done\n");
+    bool untouched = true;
+    for (size_t i = 0; i < kBuf; ++i) untouched &= buf[i] == 0;
+    std::printf("bad_rkey: server buffer %s\n", untouched ? "untouched" : "CHANGED");
+    rc = untouched ? 0 : 1;
   }
   ::close(fd);
   ibv_destroy_qp(qp);

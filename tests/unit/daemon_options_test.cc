@@ -32,6 +32,7 @@ const std::map<std::string, std::vector<std::string>> kExamples = {
     {"socket", {"/run/vrdma-test/vrdmad.sock"}},
     {"tenant", {"red=10.77.0.0/24", "blue=10.77.1.0/24"}},
     {"platform-tenants", {"/etc/vrdma/tenants"}},
+    {"allow", {"red->blue", "blue->green"}},
     {"log-level", {"debug"}},
     {"socket-group", {"0"}},
     {"router-listen", {"10.76.0.1:7471"}},

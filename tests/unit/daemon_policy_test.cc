@@ -9,6 +9,7 @@
 #include "daemon/core/quotas.h"
 #include "daemon/core/status.h"
 #include "daemon/identity/admission.h"
+#include "daemon/identity/tenant_policy.h"
 
 namespace vrdma::daemon {
 namespace {
@@ -158,6 +159,38 @@ TEST(DaemonStatus, KeysOfOtherContainersAndQuotaUse) {
   EXPECT_EQ(j["containers"][0]["container"], "h0c0");
   EXPECT_EQ(j["containers"][0]["quota"]["qps"], nlohmann::json::array({3, 64}));
   EXPECT_EQ(j["containers"][0]["quota"].size(), kResourceCount);
+}
+
+TEST(TenantPolicy, ParsesFromArrowTo) {
+  std::string error;
+  auto a = parse_tenant_allow("red->blue", &error);
+  ASSERT_TRUE(a) << error;
+  EXPECT_EQ(a->from, "red");
+  EXPECT_EQ(a->to, "blue");
+  for (const char* bad :
+       {"red", "red->", "->blue", "red->red", "r@d->blue", "red=>blue", "red->blue->green", ""}) {
+    error.clear();
+    EXPECT_FALSE(parse_tenant_allow(bad, &error)) << bad;
+    EXPECT_FALSE(error.empty()) << bad;
+  }
+}
+
+TEST(TenantPolicy, OneWayToInitiateEitherWayToPair) {
+  TenantPolicy p(std::vector<TenantAllow>{{"red", "blue"}});
+  EXPECT_TRUE(p.may_initiate("red", "red"));  // the same tenant, as without rules
+  EXPECT_TRUE(p.may_initiate("red", "blue"));
+  EXPECT_FALSE(p.may_initiate("blue", "red"));
+  EXPECT_FALSE(p.may_initiate("green", "blue"));
+  EXPECT_FALSE(p.may_initiate("", "blue"));
+  EXPECT_TRUE(p.may_pair("red", "blue"));
+  EXPECT_TRUE(p.may_pair("blue", "red"));
+  EXPECT_FALSE(p.may_pair("red", "red"));  // the same tenant is not mediated
+  EXPECT_FALSE(p.may_pair("red", "green"));
+  EXPECT_FALSE(p.may_pair("", "blue"));
+  TenantPolicy none;
+  EXPECT_TRUE(none.empty());
+  EXPECT_FALSE(none.may_pair("red", "blue"));
+  EXPECT_FALSE(none.may_initiate("red", "blue"));
 }
 
 }  // namespace

@@ -128,7 +128,7 @@ void CmService::remote_connect(uint32_t host, uint32_t sender_conn, const uint8_
   const CmListener* l = table_.listener(r.dst_ipv4, r.dst_port);
   std::string tenant;
   if (!l || !port_.cm_client_tenant(l->client, &tenant)) return refuse("no listener");
-  if (tenant != port_.cm_tenant_of(rc.src_ipv4)) return refuse("tenant");
+  if (!port_.cm_may_initiate(port_.cm_tenant_of(rc.src_ipv4), tenant)) return refuse("tenant");
   CmConnection* conn = table_.add_from_host(host, sender_conn, r.local_qpn, l->client, r.qp_type);
   if (!conn) {
     LOG_WARN("cm: host %u is over its quota of %zu connections: request refused", host,

@@ -74,7 +74,7 @@ void CmService::on_request(const CmCaller& c, const proto::CmConnectReq& r) {
     LOG_DEBUG("client %u: connect to %s refused: no listener", c.client, where.c_str());
     return void(port_.cm_reply(c, ECONNREFUSED, nullptr, 0));
   }
-  if (tenant != c.tenant) {
+  if (!port_.cm_may_initiate(c.tenant, tenant)) {
     LOG_INFO("client %u: connect to %s refused: tenant %s -> %s", c.client, where.c_str(),
              c.tenant.c_str(), tenant.c_str());
     return void(port_.cm_reply(c, ECONNREFUSED, nullptr, 0));

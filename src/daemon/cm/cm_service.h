@@ -38,6 +38,10 @@ class CmPort {
   virtual bool cm_client_tenant(uint32_t client, std::string* tenant) = 0;
   // The tenant an address of another host belongs to, by this host's rules.
   virtual std::string cm_tenant_of(uint32_t ipv4) = 0;
+  // Whether a container of tenant `from` may connect to a listener of tenant `to`.
+  virtual bool cm_may_initiate(const std::string& from, const std::string& to) {
+    return from == to;
+  }
   // Whether `qpn` is a QP of `client`, and its type.
   virtual bool cm_qp_of(uint32_t client, uint32_t qpn, uint32_t* type) = 0;
   // The host that owns an address on another host: 0, or the errno to answer with

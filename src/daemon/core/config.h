@@ -11,6 +11,7 @@
 #include "daemon/directory/directory.h"
 #include "daemon/identity/admission.h"
 #include "daemon/identity/client_identity.h"
+#include "daemon/identity/tenant_policy.h"
 #include "daemon/identity/tenants.h"
 #include "daemon/router/router_config.h"
 
@@ -51,6 +52,9 @@ struct DaemonConfig {
   // Tenants from the platform (platform_tenants.h): the file that maps pods' network
   // namespaces to tenants, read when a client connects; "" for none. Exclusive with `tenants`.
   std::string platform_tenants;
+  // Pairs of tenants whose containers may reach each other through the mediated path
+  // (tenant_policy.h): "A->B" lets A initiate connections to B.
+  std::vector<TenantAllow> allow;
   // The host's own processes (the daemon's network namespace) get a device without a tenant
   // rule covering the host's address (tenant "@host").
   bool allow_host_clients = false;

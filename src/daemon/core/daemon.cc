@@ -62,6 +62,7 @@ Daemon::Daemon(DaemonConfig config)
     : cfg_(std::move(config)),
       identity_(cfg_.identity_options()),
       quotas_(cfg_.quotas),
+      allow_(cfg_.allow),
       wake_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)),
       reload_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)),
       boot_(random64()),

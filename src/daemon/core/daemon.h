@@ -80,6 +80,8 @@ class Daemon : private CmPort {
   // by them, and so are requests from other hosts (the tenant of their source address). A
   // connected client keeps the tenant it was admitted with until it reconnects.
   void set_tenant_rules(std::vector<TenantRule> rules);
+  // New --allow rules (mediated.cc), in the event loop: for connections made from now on.
+  void set_tenant_allow(std::vector<TenantAllow> rules);
 
   const DaemonConfig& config() const { return cfg_; }
   uint64_t boot_id() const { return boot_; }
@@ -157,8 +159,17 @@ class Daemon : private CmPort {
   int router_grant(uint32_t owner, uint32_t key, shm::MrGrant& out);
   uint8_t* router_kept_mapping(uint32_t owner, uint32_t fd_id, uint64_t& size);
   // A ConnectQp whose destination is on another host: through the router (async reply).
-  void connect_routed(Client& c, const Decoded& d, const proto::ConnectQpReq& r,
-                      uint32_t dest_ipv4);
+  // mediated: the destination is a local QP of another tenant that policy lets this client's
+  // tenant pair with; the connection goes through the router's link to this host itself
+  // (mediated.cc), never through shared memory.
+  void connect_routed(Client& c, const Decoded& d, const proto::ConnectQpReq& r, uint32_t dest_ipv4,
+                      bool mediated = false);
+  // The router for the mediated path: the cluster's, or one made for this host alone (null
+  // when it cannot be made).
+  Router* mediation_router();
+  // The tenant of an address for requests that reach the router: a local client's, else as
+  // remote_tenant_of says.
+  std::string tenant_of_address(uint32_t ipv4);
 
   // The metrics endpoint (metrics_view.cc): the page, its server in this loop.
   int start_metrics();
@@ -181,6 +192,7 @@ class Daemon : private CmPort {
   void cm_event(uint32_t client, proto::Op op, const void* payload, size_t len) override;
   bool cm_client_tenant(uint32_t client, std::string* tenant) override;
   std::string cm_tenant_of(uint32_t ipv4) override;
+  bool cm_may_initiate(const std::string& from, const std::string& to) override;
   // The tenant of another host's container address: by the --tenant rules, or with tenants
   // from the platform, as its host published it in the directory ("" when none).
   std::string remote_tenant_of(uint32_t ipv4);
@@ -198,7 +210,8 @@ class Daemon : private CmPort {
   size_t refused_pending_ = 0;  // refused connections waiting for their Hello
   std::unique_ptr<Directory> directory_;
   std::unique_ptr<CmService> cm_;
-  std::unique_ptr<Router> router_;  // only with cfg_.router_listen
+  std::unique_ptr<Router> router_;  // with cfg_.router_listen, or made for the mediated path
+  TenantPolicy allow_;              // cfg_.allow
   std::unique_ptr<metrics::MetricsServer> metrics_;  // only with cfg_.metrics_listen
   metrics::CounterLedger metrics_ledger_;
   std::map<uint32_t, NetnsId> idle_addresses_;  // address -> its container's namespace

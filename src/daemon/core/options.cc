@@ -7,6 +7,7 @@
 #include "daemon/core/reload.h"
 #include "daemon/core/socket_group.h"
 #include "daemon/directory/directory.h"
+#include "daemon/identity/tenant_policy.h"
 #include "daemon/identity/tenants.h"
 
 namespace vrdma::daemon {
@@ -43,6 +44,15 @@ CLI::Validator tenant_rule() {
         return parse_tenant_rule(s, &error) ? "" : error;
       },
       "NAME=CIDR");
+}
+
+CLI::Validator tenant_allow() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        std::string error;
+        return parse_tenant_allow(s, &error) ? "" : error;
+      },
+      "FROM->TO");
 }
 
 CLI::Validator peer() {
@@ -109,6 +119,14 @@ void add_options(CLI::App& app, DaemonOptions& opts) {
                  "runtime's pod sandboxes, read when a client connects. Only root (or vrdmad's "
                  "user) may write the file and its directory, or it is ignored. A container "
                  "it does not name is a tenant of its own. Exclusive with --tenant");
+  app.add_option("--allow", opts.allow,
+                 "FROM->TO: containers of tenant FROM may connect to containers of tenant TO "
+                 "through vrdmad (the mediated path: no memory shared, every request checked "
+                 "by vrdmad's router). One-way for initiating rdma_cm connections; QPs of an "
+                 "allowed pair connect to each other, each end naming the other, and carry "
+                 "work both ways. Give the same rules on every host (repeatable)")
+      ->allow_extra_args(false)
+      ->check(tenant_allow());
   app.add_flag("--allow-host-clients", cfg.allow_host_clients,
                "Give a device to the host's own processes (vrdmad's network namespace) without "
                "a --tenant rule covering the host's address; their tenant is \"@host\"");
@@ -231,6 +249,13 @@ std::string check_options(DaemonOptions* opts) {
     auto rule = parse_tenant_rule(t, &error);
     if (!rule) return "--tenant: " + error;
     cfg.tenants.push_back(*rule);
+  }
+  cfg.allow.clear();
+  for (const auto& a : opts->allow) {
+    std::string error;
+    auto rule = parse_tenant_allow(a, &error);
+    if (!rule) return "--allow: " + error;
+    cfg.allow.push_back(*rule);
   }
   cfg.pod_cidrs.clear();
   for (const auto& c : opts->pod_cidrs) {

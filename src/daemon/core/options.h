@@ -19,6 +19,7 @@ inline constexpr const char* kDefaultConfigFile = "/etc/vrdma/vrdmad.yaml";
 struct DaemonOptions {
   DaemonConfig cfg;
   std::vector<std::string> tenants;    // NAME=CIDR
+  std::vector<std::string> allow;      // FROM->TO
   std::vector<std::string> pod_cidrs;  // CIDR
   std::string log_level = "info";
   bool no_peer_pidfd = false;

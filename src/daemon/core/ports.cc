@@ -3,6 +3,8 @@
 #include <errno.h>
 #include <fcntl.h>
 
+#include <algorithm>
+
 #include "common/address.h"
 #include "common/log.h"
 #include "daemon/core/daemon.h"
@@ -50,7 +52,16 @@ Router::Hooks Daemon::router_hooks() {
   h.names_peer = [this](uint32_t qpn, uint32_t ipv4, uint32_t peer_qpn) {
     return registry_.names_peer(qpn, ipv4, peer_qpn);
   };
-  h.tenant_of = [this](uint32_t ipv4) { return remote_tenant_of(ipv4); };
+  h.tenant_of = [this](uint32_t ipv4) { return tenant_of_address(ipv4); };
+  h.tenants_pair = [this](const std::string& a, const std::string& b) {
+    return a == b || allow_.may_pair(a, b);
+  };
+  h.local_address = [this](uint32_t ipv4) {
+    return std::any_of(clients_.begin(), clients_.end(), [&](const auto& kv) {
+      return !kv.second->doomed && kv.second->identified && !kv.second->ident.host &&
+             kv.second->ident.ipv4 == ipv4;
+    });
+  };
   h.on_cm = [this](uint32_t host, const wire::Cm& m) { cm_->on_remote(host, m); };
   h.cm_connections_with = [this](uint32_t host) {
     return cm_->table().connections_with(host).size();

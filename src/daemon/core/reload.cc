@@ -26,10 +26,18 @@ std::string apply_tenants(Daemon& daemon, const DaemonOptions& now) {
   return "";
 }
 
+// Allowed pairs of tenants decide when QPs connect and when rdma_cm connections are asked
+// for: new rules apply to connections made from now on; connections already made stay.
+std::string apply_allow(Daemon& daemon, const DaemonOptions& now) {
+  daemon.set_tenant_allow(now.cfg.allow);
+  return "";
+}
+
 // The keys a reload applies. Add an entry to make a setting reloadable.
 constexpr ReloadHook kHooks[] = {
     {"log-level", apply_log_level},
     {"tenant", apply_tenants},
+    {"allow", apply_allow},
 };
 
 std::string value_text(const CLI::App& app, const std::string& key,

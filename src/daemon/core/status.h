@@ -69,6 +69,8 @@ struct StatusInput {
     std::string security;  // "plaintext", "tls" (user space) or "ktls" (the kernel encrypts)
   };
   std::vector<Link> links;
+  // Pairs of tenants allowed to reach each other ("A->B"; the administrator sees them).
+  std::vector<std::string> allow;
 };
 
 const char* qp_type_name(uint32_t type);

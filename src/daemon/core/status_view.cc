@@ -40,6 +40,8 @@ std::string Daemon::status_text(const Client& viewer) {
         in.links.push_back({l.host_id, l.outbound, l.connected, l.addr, l.bytes_in, l.bytes_out,
                             !l.tls ? "plaintext" : l.ktls ? "ktls" : "tls"});
   }
+  if (all)
+    for (const auto& a : cfg_.allow) in.allow.push_back(a.from + "->" + a.to);
   in.scope = all                     ? "all"
              : viewer.tenant.empty() ? "container:" + viewer.ident.container
                                      : "tenant:" + viewer.tenant;

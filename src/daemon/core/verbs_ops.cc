@@ -123,8 +123,9 @@ void Daemon::handle(Client& c, const Decoded& d, const proto::FreeQpnReq& r) {
 }
 
 void Daemon::connect_routed(Client& c, const Decoded& d, const proto::ConnectQpReq& r,
-                          uint32_t dest_ipv4) {
-  if (!router_) return void(reply_error(c, d, EHOSTUNREACH));
+                          uint32_t dest_ipv4, bool mediated) {
+  Router* router = mediated ? mediation_router() : router_.get();
+  if (!router) return void(reply_error(c, d, EHOSTUNREACH));
   const QpRecord* local = registry_.find_qp(r.local_qpn);
   if (local->type != static_cast<uint32_t>(proto::QpType::kUd))
     registry_.set_peer(r.local_qpn, dest_ipv4, r.dest_qpn);
@@ -134,7 +135,8 @@ void Daemon::connect_routed(Client& c, const Decoded& d, const proto::ConnectQpR
   q.type = local->type;
   q.ipv4 = c.ident.ipv4;
   q.tenant = c.tenant;
-  router_->connect_qp(
+  auto connect = mediated ? &Router::connect_local : &Router::connect_qp;
+  (router->*connect)(
       r.local_qpn, q, dest_ipv4, r.dest_qpn,
       [this, id = c.id, seq = d.seq, op = d.op, qpn = r.local_qpn](int status, uint32_t type) {
         Client* cl = find_live(id);
@@ -184,6 +186,12 @@ void Daemon::handle(Client& c, const Decoded& d, const proto::ConnectQpReq& r) {
   Client* owner = dest ? find_live(dest->owner) : nullptr;
   if (!dest || !owner) return void(reply_error(c, d, ENOENT));
   if (by_gid && owner->ident.ipv4 != gid_ip) return void(reply_error(c, d, ENOENT));
+  if (owner->tenant != c.tenant && allow_.may_pair(c.tenant, owner->tenant)) {
+    // Tenants that policy lets pair share no memory: through the router (mediated.cc).
+    LOG_DEBUG("client %u: QP 0x%x -> 0x%x: mediated (tenant %s -> %s)", c.id, r.local_qpn,
+              r.dest_qpn, c.tenant.c_str(), owner->tenant.c_str());
+    return connect_routed(c, d, r, owner->ident.ipv4, true);
+  }
   if (owner->tenant != c.tenant) {
     // As unknown as a QPN that does not exist: ConnectQp tells no one which QPNs are live in
     // other tenants.

@@ -38,6 +38,10 @@ Router::~Router() = default;
 
 int Router::start(int epoll_fd) {
   epoll_ = epoll_fd;
+  if (cfg_.local_only) {
+    LOG_INFO("router: for this host's mediated connections only (no links to other hosts)");
+    return 0;
+  }
   if (cfg_.plaintext) {
     LOG_WARN("router: --router-plaintext: links between hosts are neither authenticated nor "
              "encrypted (anyone who reaches the router port can pose as a host)");
@@ -249,12 +253,17 @@ void Router::connect_qp(uint32_t qpn, const LocalQp& qp, uint32_t dst_ipv4, uint
     LOG_WARN("router: no link to host %u: %s", h.host_id, strerror(err));
     return done(err, 0);
   }
+  send_connect(*link, qpn, qp, dst_ipv4, dst_qpn, std::move(done));
+}
+
+void Router::send_connect(Link& link, uint32_t qpn, const LocalQp& qp, uint32_t dst_ipv4,
+                          uint32_t dst_qpn, ConnectDone done) {
   uint64_t id = next_req_++;
   wire::Connect c{id, qp.ipv4, dst_ipv4, qpn, dst_qpn, qp.type, 0};
-  if (!link->send(wire::Type::kConnect, &c, sizeof(c))) return done(EAGAIN, 0);
-  link->last_used_ns = now_ns();
-  connects_[id] = PendingConnect{link->id(), dst_ipv4, qpn,
-                                 qp,         dst_qpn,  now_ns() + kConnectReplyNs,
+  if (!link.send(wire::Type::kConnect, &c, sizeof(c))) return done(EAGAIN, 0);
+  link.last_used_ns = now_ns();
+  connects_[id] = PendingConnect{link.id(), dst_ipv4, qpn,
+                                 qp,        dst_qpn,  now_ns() + kConnectReplyNs,
                                  std::move(done)};
 }
 

@@ -78,6 +78,12 @@ class Router : public LinkHandler {
     std::function<bool(uint32_t qpn, uint32_t ipv4, uint32_t peer_qpn)> names_peer;
     // The tenant of an address by this host's rules.
     std::function<std::string(uint32_t ipv4)> tenant_of;
+    // Whether QPs of these two tenants may be connected (the same tenant, or a pair policy
+    // allows: the mediated path). Unset: the same tenant only.
+    std::function<bool(const std::string& a, const std::string& b)> tenants_pair;
+    // Whether an address is one of this host's clients (the source of requests on the link to
+    // this host itself).
+    std::function<bool(uint32_t ipv4)> local_address;
     // An rdma_cm message from another host (wire::Cm); `host` is the sender's authenticated
     // host id.
     std::function<void(uint32_t host, const wire::Cm& m)> on_cm;
@@ -111,6 +117,11 @@ class Router : public LinkHandler {
   using ConnectDone = std::function<void(int status, uint32_t qp_type)>;
   void connect_qp(uint32_t qpn, const LocalQp& qp, uint32_t dst_ipv4, uint32_t dst_qpn,
                   ConnectDone done);
+  // The same, for a destination QP of this host (the mediated path between tenants): through
+  // a link from this router to itself (router_self.cc), whose far end checks every request as
+  // it checks another host's.
+  void connect_local(uint32_t qpn, const LocalQp& qp, uint32_t dst_ipv4, uint32_t dst_qpn,
+                     ConnectDone done);
   void qp_freed(uint32_t qpn);
   void client_gone(uint32_t client);
   // Sends an rdma_cm message to the host that owns dst_ipv4 (0 or an errno) / to a host.
@@ -161,6 +172,13 @@ class Router : public LinkHandler {
 
   // Links (router.cc, router_links.cc).
   Link* outbound_link(uint32_t host_id, int* err);
+  // The link to this host itself (made on first use; router_self.cc), or null (*err).
+  Link* self_link(int* err);
+  // Sends a Connect for local QP `qpn` on `link` and waits for its ConnectRep.
+  void send_connect(Link& link, uint32_t qpn, const LocalQp& qp, uint32_t dst_ipv4,
+                    uint32_t dst_qpn, ConnectDone done);
+  // Whether QPs of the tenants of `src_ipv4` and `dst_tenant` may be connected.
+  bool tenants_pair(uint32_t src_ipv4, const std::string& dst_tenant) const;
   Link* find_link(uint32_t id);
   void accept_links(int64_t now);
   // Why a connection from `ipv4` cannot be a link (nullptr: it can).

@@ -32,6 +32,9 @@ struct RouterConfig {
   std::string listen;  // "a.b.c.d:port" this host's router accepts links on
   TlsFiles tls;        // the cluster CA, this host's certificate and key
   bool plaintext = false;  // no TLS between routers (insecure: benchmarks, trusted networks)
+  // A router for this host alone (the mediated path between tenants): no listener, no TLS,
+  // no links but the one to itself.
+  bool local_only = false;
   RouterLimits limits;
 };
 

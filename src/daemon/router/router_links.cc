@@ -295,7 +295,7 @@ void Router::check_links(int64_t now) {
       doom(id, "idle");
       continue;
     }
-    if (!dir_check) continue;
+    if (!dir_check || link.self) continue;
     HostEntry e;
     switch (dir_.host_by_id(link.host_id, &e)) {
       case Lookup::kUnavailable:
@@ -328,6 +328,7 @@ bool Router::agreed_and_alone(const Inbound& in) const {
 }
 
 bool Router::owns_address(const Link& link, uint32_t ipv4) const {
+  if (link.self) return hooks_.local_address && hooks_.local_address(ipv4);
   const uint32_t ip = ntohl(ipv4);
   for (const auto& c : link.peer_cidrs)
     if (c.contains(ip)) return true;
@@ -352,6 +353,7 @@ void Router::close_link(Link& link, const char* why) {
   const uint32_t id = link.id();
   const uint32_t host = link.host_id;
   const bool known = link.outbound() || link.authenticated;
+  const bool self = link.self;
   if (known) {
     LOG_WARN("router: link %u (host %u, %s) closed: %s", id, host,
              link.outbound() ? "outbound" : "inbound", why);
@@ -401,7 +403,7 @@ void Router::close_link(Link& link, const char* why) {
   ::epoll_ctl(epoll_, EPOLL_CTL_DEL, link.fd(), nullptr);
   links_.erase(id);
   // What rdma_cm had with that host went with it (an idle link had nothing).
-  if (known && hooks_.host_gone) hooks_.host_gone(host);
+  if (known && !self && hooks_.host_gone) hooks_.host_gone(host);
 }
 
 }  // namespace vrdma::daemon

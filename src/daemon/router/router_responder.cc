@@ -63,13 +63,13 @@ const shm::PeerQp* Router::ud_target(Link& link, const wire::Request& r) {
   if (it != ud_targets_.end() && shm::peer_qp_ready(it->second)) {
     LocalQp q;
     if (hooks_.find_qp(r.dst_qpn, &q) && q.ipv4 == r.dst_ipv4 &&
-        q.owner == it->second.peer->client_id() && hooks_.tenant_of(r.src_ipv4) == q.tenant)
+        q.owner == it->second.peer->client_id() && tenants_pair(r.src_ipv4, q.tenant))
       return &it->second;
     return nullptr;
   }
   LocalQp q;
   if (!hooks_.find_qp(r.dst_qpn, &q) || q.type != IBV_QPT_UD || q.ipv4 != r.dst_ipv4 ||
-      hooks_.tenant_of(r.src_ipv4) != q.tenant)
+      !tenants_pair(r.src_ipv4, q.tenant))
     return nullptr;
   shm::PeerQp t;
   if (!target(r.dst_qpn, t)) return nullptr;
@@ -84,7 +84,7 @@ void Router::on_connect(Link& link, const wire::Connect& c) {
     refused = "the source address is not the sending host's";
   } else if (!hooks_.find_qp(c.dst_qpn, &q) || q.ipv4 != c.dst_ipv4) {
     refused = "no such QP at that address";
-  } else if (hooks_.tenant_of(c.src_ipv4) != q.tenant) {
+  } else if (!tenants_pair(c.src_ipv4, q.tenant)) {
     refused = "another tenant";
   } else if (q.type != c.qp_type) {
     refused = "another QP type";

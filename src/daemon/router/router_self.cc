@@ -1,0 +1,81 @@
+// The link from this router to itself: the mediated path between tenants of one host.
+//
+// Two containers of different tenants that policy lets pair never share memory: instead of
+// mapping each other's queues they are connected as if they were on two hosts. The two ends of
+// a Unix socket pair inside vrdmad are an outbound and an inbound link; the requester gathers
+// the sender's data on one end, the responder on the other checks the connection (source
+// address, destination QP, tenants, consent) and every request (rkey, bounds, access flags)
+// exactly as it checks another host's, and places the data in the destination's memory. No TLS:
+// both ends are this process.
+#include <errno.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "common/clock.h"
+#include "common/log.h"
+#include "daemon/router/router.h"
+
+namespace vrdma::daemon {
+
+Link* Router::self_link(int* err) {
+  if (auto it = host_links_.find(cfg_.host_id); it != host_links_.end())
+    if (Link* l = find_link(it->second); l && l->self) return l;
+  if (links_.size() + 2 > lim_.max_links) {
+    *err = EAGAIN;
+    return nullptr;
+  }
+  int fds[2];
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, fds) < 0) {
+    *err = errno;
+    return nullptr;
+  }
+  // Large buffers, as a TCP link's: a 64 KiB payload should not take many passes.
+  for (int fd : fds) {
+    int size = 4 << 20;
+    setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &size, sizeof(size));
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, sizeof(size));
+  }
+  const int64_t now = now_ns();
+  const uint32_t out_id = next_link_id_++, in_id = next_link_id_++;
+  auto out = std::make_unique<Link>(out_id, UniqueFd(fds[0]), true);
+  auto in = std::make_unique<Link>(in_id, UniqueFd(fds[1]), false);
+  for (Link* l : {out.get(), in.get()}) {
+    l->self = true;
+    l->host_id = cfg_.host_id;
+    l->peer_addr = "this host";
+    l->peer_boot = boot_;
+    l->opened_ns = now;
+    l->last_used_ns = now;
+    l->last_rx_ns = now;
+  }
+  out->tcp_connected();  // open at once: no handshake with ourselves
+  in->authenticated = true;
+  watch(*out);
+  watch(*in);
+  Link* l = out.get();
+  links_.emplace(out_id, std::move(out));
+  links_.emplace(in_id, std::move(in));
+  host_links_[cfg_.host_id] = out_id;
+  ++link_connects_[cfg_.host_id];
+  LOG_INFO("router: links %u and %u: this host to itself (mediated connections)", out_id, in_id);
+  return l;
+}
+
+void Router::connect_local(uint32_t qpn, const LocalQp& qp, uint32_t dst_ipv4, uint32_t dst_qpn,
+                           ConnectDone done) {
+  int err = 0;
+  Link* link = self_link(&err);
+  if (!link) {
+    LOG_WARN("router: no link to this host itself: %s", strerror(err));
+    return done(err, 0);
+  }
+  send_connect(*link, qpn, qp, dst_ipv4, dst_qpn, std::move(done));
+}
+
+bool Router::tenants_pair(uint32_t src_ipv4, const std::string& dst_tenant) const {
+  const std::string src = hooks_.tenant_of(src_ipv4);
+  if (hooks_.tenants_pair) return hooks_.tenants_pair(src, dst_tenant);
+  return src == dst_tenant;
+}
+
+}  // namespace vrdma::daemon
