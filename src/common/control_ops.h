@@ -33,7 +33,8 @@ inline constexpr char kHello[] = "Hello", kPutFd[] = "PutFd", kGetFd[] = "GetFd"
                       kCmResolve[] = "CmResolve", kCmConnect[] = "CmConnect",
                       kCmAccept[] = "CmAccept", kCmReject[] = "CmReject", kCmRtu[] = "CmRtu",
                       kCmDisconnect[] = "CmDisconnect", kSetQpObject[] = "SetQpObject",
-                      kGetMr[] = "GetMr", kReload[] = "Reload", kQpFatal[] = "QpFatal",
+                      kGetMr[] = "GetMr",  kReload[] = "Reload", kMcastAttach[] = "McastAttach",
+                      kMcastDetach[] = "McastDetach", kMcastMembers[] = "McastMembers", kQpFatal[] = "QpFatal",
                       kCmRequest[] = "CmRequest", kCmReply[] = "CmReply",
                       kCmRejected[] = "CmRejected", kCmEstablished[] = "CmEstablished",
                       kCmDisconnected[] = "CmDisconnected";
@@ -82,6 +83,12 @@ template <>
 struct OpSpec<Op::kGetMr> : Spec<GetMrReq, 0, op_names::kGetMr> {};
 template <>
 struct OpSpec<Op::kReload> : Spec<ReloadReq, 0, op_names::kReload> {};
+template <>
+struct OpSpec<Op::kMcastAttach> : Spec<McastReq, 0, op_names::kMcastAttach> {};
+template <>
+struct OpSpec<Op::kMcastDetach> : Spec<McastReq, 0, op_names::kMcastDetach> {};
+template <>
+struct OpSpec<Op::kMcastMembers> : Spec<McastReq, 0, op_names::kMcastMembers> {};
 // Events (daemon -> client, seq 0).
 template <>
 struct OpSpec<Op::kQpFatal> : Spec<QpFatalEvent, 0, op_names::kQpFatal> {};
@@ -103,7 +110,8 @@ using RequestOps =
     OpList<Op::kHello, Op::kPutFd, Op::kGetFd, Op::kAllocQpn, Op::kFreeQpn, Op::kConnectQp,
            Op::kAllocKey, Op::kFreeKey, Op::kStatus, Op::kDropFd, Op::kCmListen, Op::kCmUnlisten,
            Op::kCmResolve, Op::kCmConnect, Op::kCmAccept, Op::kCmReject, Op::kCmRtu,
-           Op::kCmDisconnect, Op::kSetQpObject, Op::kGetMr, Op::kReload>;
+           Op::kCmDisconnect, Op::kSetQpObject, Op::kGetMr, Op::kReload,
+           Op::kMcastAttach, Op::kMcastDetach, Op::kMcastMembers>;
 using EventOps = OpList<Op::kQpFatal, Op::kCmRequest, Op::kCmReply, Op::kCmRejected,
                         Op::kCmEstablished, Op::kCmDisconnected>;
 

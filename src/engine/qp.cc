@@ -303,6 +303,7 @@ int Qp::modify(const ibv_qp_attr& attr, int mask) {
     peer_wanted_ = false;
     routed_ = false;
     ud_peers_.clear();
+    mcast_groups_.clear();
   }
   set_state(next);
   if (next == IBV_QPS_ERR) {
