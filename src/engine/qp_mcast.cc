@@ -78,6 +78,14 @@ Qp::Result Qp::execute_mcast(const ibv_send_wr& wr) {
       }
     }
   }
+  // The router's queue must have room before anyone receives a copy: a request that waits for
+  // room is executed again, and no member may receive it twice.
+  if (m.routed &&
+      sq_->tail.load(std::memory_order_relaxed) - sq_->done.load(std::memory_order_acquire) >=
+          cap_.max_send_wr) {
+    res.block = Block::kFull;
+    return res;
+  }
   const shm::Incoming in = incoming(wr, total);
   for (uint32_t qpn : m.qpns) {
     const shm::PeerQp* peer = local_ud_peer(qpn);
