@@ -1,6 +1,7 @@
 """UD multicast with rdmacm-utils' unmodified `mckey`: one sender and two receivers of one
 tenant in three containers (on one host, or across two: VRDMA_E2E_TOPOLOGY=cross), every
-message counted, and a receiver of another tenant that joins the same group and gets nothing."""
+message counted, and a receiver of another tenant that joins the same group and gets nothing;
+and a member (mcast_member.py, over pyverbs' rdma_cm) that receives nothing once it left."""
 
 import os
 import subprocess
@@ -27,6 +28,7 @@ setUpModule = SB.up
 tearDownModule = SB.down
 
 GROUP = "224.1.2.3"
+MEMBER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "mcast_member.py")
 COUNT = 20
 
 
@@ -105,6 +107,24 @@ class Mckey(unittest.TestCase):
         finally:
             for r in started:
                 r.finish(0)
+
+
+    def test_leaving_stops_delivery(self):
+        # Across hosts the member is on the other host than the sender.
+        where = RECEIVERS[-1]
+        member = Streamed(where, "/usr/bin/python3", MEMBER, container_ip(where), GROUP, "5")
+        try:
+            self.assertTrue(member.wait_for("joined", 60), member.text())
+            first = mckey(SENDER, "-s", "-C", "5")
+            self.assertEqual(first.finish(60), 0, first.text())
+            self.assertTrue(member.wait_for("left", 60), member.text())
+            self.assertIn("got 5", member.lines)
+            second = mckey(SENDER, "-s", "-C", "5")
+            self.assertEqual(second.finish(60), 0, second.text())
+            self.assertIsNone(member.finish(2), f"the member stopped:\n{member.text()}")
+            self.assertNotIn("late", member.lines, "a datagram came after the member left")
+        finally:
+            member.finish(0)
 
 
 if __name__ == "__main__":
