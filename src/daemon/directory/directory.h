@@ -23,7 +23,7 @@ namespace vrdma::daemon {
 struct ContainerInfo {
   std::string name;
   std::string tenant;
-  // The IPv4 multicast groups (network order, ascending) its UD QPs are attached to, so that a
+  // The IPv4 multicast groups (network order, sorted) its UD QPs are attached to, so that a
   // host sends a group's datagrams only to the hosts that have members.
   std::vector<uint32_t> groups;
   bool operator==(const ContainerInfo&) const = default;
