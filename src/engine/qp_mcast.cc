@@ -26,9 +26,13 @@ int mcast_call(Qp& qp, proto::Op op, const uint8_t* gid) {
 
 }  // namespace
 
-int Qp::attach_mcast(const uint8_t* gid) { return mcast_call(*this, proto::Op::kMcastAttach, gid); }
+int Qp::attach_mcast(const uint8_t* gid) {
+  return mcast_call(*this, proto::Op::kMcastAttach, gid);
+}
 
-int Qp::detach_mcast(const uint8_t* gid) { return mcast_call(*this, proto::Op::kMcastDetach, gid); }
+int Qp::detach_mcast(const uint8_t* gid) {
+  return mcast_call(*this, proto::Op::kMcastDetach, gid);
+}
 
 const shm::PeerQp* Qp::local_ud_peer(uint32_t qpn) {
   // Keyed as ud_peer() keys a destination named without a GID (address 0).

@@ -63,7 +63,7 @@ TEST_F(McastTest, AttachAndDetachErrors) {
   ibv_cq* c = cq();
   ibv_qp* rc = qp(c, c, IBV_QPT_RC);
   ibv_qp* ud = ud_qp(c);
-  const ibv_gid g = group_gid(0xe0010203);  // 224.1.2.3
+  const ibv_gid g = group_gid(0xe0010203);         // 224.1.2.3
   EXPECT_EQ(ibv_attach_mcast(rc, &g, 0), EINVAL);  // only UD QPs join groups
   ibv_gid unicast{};
   ASSERT_EQ(ibv_query_gid(ctx, 1, 0, &unicast), 0);

@@ -6,9 +6,8 @@
 // GID ::ffff:a.b.c.d (RoCEv2); an AF_INET6 or AF_IB address names its GID itself.
 #include <arpa/inet.h>
 #include <errno.h>
-#include <string.h>
-
 #include <infiniband/ib.h>
+#include <string.h>
 
 #include <algorithm>
 #include <map>
@@ -48,8 +47,8 @@ bool group_of(const sockaddr* addr, ibv_gid* mgid) {
       return mgid->raw[0] == 0xff;
     case AF_IB:
       memcpy(mgid->raw, &reinterpret_cast<const sockaddr_ib*>(addr)->sib_addr, 16);
-      return mgid->raw[0] == 0xff || (mgid->raw[10] == 0xff && mgid->raw[11] == 0xff &&
-                                       (mgid->raw[12] & 0xf0) == 0xe0);
+      return mgid->raw[0] == 0xff ||
+             (mgid->raw[10] == 0xff && mgid->raw[11] == 0xff && (mgid->raw[12] & 0xf0) == 0xe0);
     default:
       return false;
   }
@@ -122,8 +121,8 @@ VRDMA_EXPORT int rdma_join_multicast(struct rdma_cm_id* id, struct sockaddr* add
   return join(id, addr, RDMA_MC_JOIN_FLAG_FULLMEMBER, context);
 }
 
-VRDMA_EXPORT int rdma_join_multicast_ex(struct rdma_cm_id* id,
-                                        struct rdma_cm_join_mc_attr_ex* attr, void* context) {
+VRDMA_EXPORT int rdma_join_multicast_ex(struct rdma_cm_id* id, struct rdma_cm_join_mc_attr_ex* attr,
+                                        void* context) {
   if (!attr) return fail(EINVAL);
   if (attr->comp_mask & ~uint32_t(RDMA_CM_JOIN_MC_ATTR_RESERVED - 1)) return fail(EINVAL);
   if (!(attr->comp_mask & RDMA_CM_JOIN_MC_ATTR_ADDRESS) || !attr->addr) return fail(EINVAL);

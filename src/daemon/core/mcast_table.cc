@@ -6,7 +6,8 @@
 
 namespace vrdma::daemon {
 
-int McastTable::attach(uint32_t client, const std::string& tenant, uint32_t qpn, const McastGid& gid) {
+int McastTable::attach(uint32_t client, const std::string& tenant, uint32_t qpn,
+                       const McastGid& gid) {
   auto key = std::make_pair(tenant, gid);
   auto it = groups_.find(key);
   if (it != groups_.end() &&
@@ -69,7 +70,8 @@ std::set<std::string> McastTable::client_gone(uint32_t client) {
   return remove_if([client](uint32_t, uint32_t c) { return c == client; });
 }
 
-const std::vector<uint32_t>* McastTable::members(const std::string& tenant, const McastGid& gid) const {
+const std::vector<uint32_t>* McastTable::members(const std::string& tenant,
+                                                 const McastGid& gid) const {
   auto it = groups_.find(std::make_pair(tenant, gid));
   return it == groups_.end() ? nullptr : &it->second.qpns;
 }

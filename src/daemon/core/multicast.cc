@@ -16,8 +16,7 @@ namespace vrdma::daemon {
 void Daemon::mcast_changed(const std::set<std::string>& tenants) {
   if (tenants.empty()) return;
   for (auto& [id, cl] : clients_)
-    if (!cl->doomed && cl->arena.mapped() && tenants.count(cl->tenant))
-      cl->arena.bump_mcast_gen();
+    if (!cl->doomed && cl->arena.mapped() && tenants.count(cl->tenant)) cl->arena.bump_mcast_gen();
 }
 
 ContainerInfo Daemon::container_info(const Client& c) const {

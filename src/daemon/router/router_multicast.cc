@@ -22,7 +22,9 @@ namespace {
 constexpr uint32_t kMcastQpn = 0xffffff;
 constexpr uint32_t kMaxUdPayload = 4096;
 
-bool ipv4_multicast(uint32_t ipv4_net) { return (ntohl(ipv4_net) & 0xf0000000u) == 0xe0000000u; }
+bool ipv4_multicast(uint32_t ipv4_net) {
+  return (ntohl(ipv4_net) & 0xf0000000u) == 0xe0000000u;
+}
 
 }  // namespace
 
