@@ -86,4 +86,10 @@ bool gid_is_zero(const uint8_t* gid) {
   return std::all_of(gid, gid + 16, [](uint8_t b) { return b == 0; });
 }
 
+bool gid_is_multicast(const uint8_t* gid) {
+  if (gid[0] == 0xff) return true;
+  uint32_t ip;
+  return gid_to_ipv4(gid, &ip) && (ntohl(ip) & 0xf0000000u) == 0xe0000000u;
+}
+
 }  // namespace vrdma

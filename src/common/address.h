@@ -37,5 +37,8 @@ bool gid_to_ipv4(const uint8_t* gid, uint32_t* ipv4);
 // ::ffff:a.b.c.d.
 void ipv4_to_gid(uint32_t ipv4, uint8_t* gid);
 bool gid_is_zero(const uint8_t* gid);
+// A multicast GID: IPv6 multicast (ff00::/8) or IPv4-mapped multicast (::ffff:224.0.0.0/4), as
+// the kernel's rdma_is_multicast_addr decides.
+bool gid_is_multicast(const uint8_t* gid);
 
 }  // namespace vrdma

@@ -35,7 +35,8 @@ inline constexpr char kHello[] = "Hello", kPutFd[] = "PutFd", kGetFd[] = "GetFd"
                       kCmDisconnect[] = "CmDisconnect", kSetQpObject[] = "SetQpObject",
                       kGetMr[] = "GetMr", kReload[] = "Reload", kOpenXrcd[] = "OpenXrcd",
                       kCloseXrcd[] = "CloseXrcd", kSetQpXrcd[] = "SetQpXrcd",
-                      kQpFatal[] = "QpFatal",
+                      kMcastAttach[] = "McastAttach", kMcastDetach[] = "McastDetach",
+                      kMcastMembers[] = "McastMembers", kQpFatal[] = "QpFatal",
                       kCmRequest[] = "CmRequest", kCmReply[] = "CmReply",
                       kCmRejected[] = "CmRejected", kCmEstablished[] = "CmEstablished",
                       kCmDisconnected[] = "CmDisconnected";
@@ -90,6 +91,12 @@ template <>
 struct OpSpec<Op::kCloseXrcd> : Spec<CloseXrcdReq, 0, op_names::kCloseXrcd> {};
 template <>
 struct OpSpec<Op::kSetQpXrcd> : Spec<SetQpXrcdReq, 0, op_names::kSetQpXrcd> {};
+template <>
+struct OpSpec<Op::kMcastAttach> : Spec<McastReq, 0, op_names::kMcastAttach> {};
+template <>
+struct OpSpec<Op::kMcastDetach> : Spec<McastReq, 0, op_names::kMcastDetach> {};
+template <>
+struct OpSpec<Op::kMcastMembers> : Spec<McastReq, 0, op_names::kMcastMembers> {};
 // Events (daemon -> client, seq 0).
 template <>
 struct OpSpec<Op::kQpFatal> : Spec<QpFatalEvent, 0, op_names::kQpFatal> {};
@@ -112,7 +119,8 @@ using RequestOps =
            Op::kAllocKey, Op::kFreeKey, Op::kStatus, Op::kDropFd, Op::kCmListen, Op::kCmUnlisten,
            Op::kCmResolve, Op::kCmConnect, Op::kCmAccept, Op::kCmReject, Op::kCmRtu,
            Op::kCmDisconnect, Op::kSetQpObject, Op::kGetMr, Op::kReload, Op::kOpenXrcd,
-           Op::kCloseXrcd, Op::kSetQpXrcd>;
+           Op::kCloseXrcd, Op::kSetQpXrcd, Op::kMcastAttach, Op::kMcastDetach,
+           Op::kMcastMembers>;
 using EventOps = OpList<Op::kQpFatal, Op::kCmRequest, Op::kCmReply, Op::kCmRejected,
                         Op::kCmEstablished, Op::kCmDisconnected>;
 

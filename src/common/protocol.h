@@ -53,6 +53,10 @@ enum class Op : uint16_t {
   kOpenXrcd = 22,   // OpenXrcdReq + 1 fd -> OpenXrcdRep
   kCloseXrcd = 23,  // CloseXrcdReq -> (empty)
   kSetQpXrcd = 24,  // SetQpXrcdReq -> (empty)
+  // UD multicast (McastReq): attach, detach, and the group's members on this host.
+  kMcastAttach = 40,   // McastReq -> (empty)
+  kMcastDetach = 41,   // McastReq -> (empty)
+  kMcastMembers = 42,  // McastReq -> McastMembersRep
   kQpFatal = 100,  // daemon -> client, seq 0: QpFatalEvent
   // daemon -> client, seq 0, connection manager events.
   kCmRequest = 101,       // CmRequestEvent, to the listener's client
@@ -242,6 +246,29 @@ struct CloseXrcdReq {
 struct SetQpXrcdReq {
   uint32_t qpn;
   uint32_t xrcd;
+};
+
+// UD multicast: a local UD QP and a multicast GID (ff00::/8, or ::ffff:224.0.0.0/4). A group
+// is the tenant's: members of other tenants never share it.
+struct McastReq {
+  uint32_t qpn;
+  uint32_t reserved;
+  uint8_t gid[16];
+};
+// The device's multicast limits (ibv_device_attr), which vrdmad enforces: QPs of one tenant
+// attached to one group on this host (max_mcast_qp_attach), groups a client's QPs are attached to
+// (max_mcast_grp), and attachments of a client (max_total_mcast_qp_attach).
+inline constexpr uint32_t kMaxMcastMembers = 64;
+inline constexpr uint32_t kMaxMcastGroups = 256;
+inline constexpr uint32_t kMaxMcastAttaches = 1024;
+// The UD QPs of this host (the caller's tenant) attached to the group. The caller reads its
+// arena's mcast_gen before asking: a change after that bumps it again. `routed`: the host has a
+// router, which carries each datagram to the other hosts with members (the caller's QP hands it
+// its work, as to a routed destination; the reply carries the router's doorbell eventfd).
+struct McastMembersRep {
+  uint32_t count;
+  uint32_t routed;
+  uint32_t qpn[kMaxMcastMembers];
 };
 
 // Keys are 32 random bits; nothing in a key says where its MR is.

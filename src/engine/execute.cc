@@ -104,6 +104,10 @@ shm::Incoming Qp::incoming(const ibv_send_wr& wr, uint64_t total) const {
 
 Qp::Result Qp::execute(const ibv_send_wr& wr) {
   Result res;
+  if (type_ == IBV_QPT_UD) {
+    const Ah* ah = reinterpret_cast<const Ah*>(wr.wr.ud.ah);
+    if (ah->attr.is_global && gid_is_multicast(ah->attr.grh.dgid.raw)) return execute_mcast(wr);
+  }
   if (shm::is_local_memory_op(type_, wr.opcode)) {
     res.status = memory_op(wr);
     return res;

@@ -339,6 +339,7 @@ int Qp::modify(const ibv_qp_attr& attr, int mask) {
     ud_peers_.clear();
     xrc_srqs_.clear();
     xrc_target_ = shm::PeerQp{};
+    mcast_groups_.clear();
   }
   set_state(next);
   if (next == IBV_QPS_ERR) {

@@ -4,8 +4,10 @@
 
 #include <infiniband/verbs.h>
 
+#include <array>
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <unordered_map>
 #include <vector>
@@ -50,6 +52,9 @@ class Qp {
   void query(ibv_qp_attr& attr, ibv_qp_init_attr& init) const;
   int post_send(ibv_send_wr* wr, ibv_send_wr** bad);
   int post_recv(ibv_recv_wr* wr, ibv_recv_wr** bad);
+  // UD multicast (qp_mcast.cc): 0 or an errno, as ibv_attach_mcast/ibv_detach_mcast answer.
+  int attach_mcast(const uint8_t* gid);
+  int detach_mcast(const uint8_t* gid);
 
   uint32_t qpn() const { return qpn_; }
   ibv_qp_state state() const {
@@ -98,6 +103,8 @@ class Qp {
   Result execute(const ibv_send_wr& wr);
   // BIND_MW and LOCAL_INV (window_ops.cc): done here, in order with the other requests.
   ibv_wc_status memory_op(const ibv_send_wr& wr);
+  Result execute_mcast(const ibv_send_wr& wr);  // qp_mcast.cc
+  const shm::PeerQp* local_ud_peer(uint32_t qpn);
   ibv_wc_status gather(const ibv_send_wr& wr, shm::Seg* local, int& nl, uint64_t& total) const;
   shm::Incoming incoming(const ibv_send_wr& wr, uint64_t total) const;
   Result route(const ibv_send_wr& wr, const shm::PeerQp& peer);  // route.cc
@@ -146,6 +153,14 @@ class Qp {
   // XRC_SEND: the SRQs reached so far (by number), and the last request's destination.
   std::unordered_map<uint32_t, shm::PeerQp> xrc_srqs_;
   shm::PeerQp xrc_target_;
+  // Multicast groups sent to: the members on this host, as of the arena's mcast_gen `gen`.
+  struct McastMembers {
+    uint32_t gen = 0;
+    bool known = false;
+    bool routed = false;  // the router carries a copy to the other hosts with members
+    std::vector<uint32_t> qpns;
+  };
+  std::map<std::array<uint8_t, 16>, McastMembers> mcast_groups_;
 
   // Work that waits: a ring of copies, oldest first.
   std::vector<Pending> pending_;

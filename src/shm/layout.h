@@ -67,6 +67,9 @@ struct alignas(kCacheLine) ArenaHeader {
   uint32_t owner_client;
   uint32_t owner_pid;
   std::atomic<uint32_t> dead;  // set by vrdmad when the owner is gone
+  // Bumped by vrdmad whenever a multicast membership of the owner's tenant changes on this
+  // host: the owner's cached member lists are stale.
+  std::atomic<uint32_t> mcast_gen;
 };
 
 // One piece of an MR's backing: `length` bytes of memfd `fd_id` at `fd_offset`.

@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 
 #include "daemon/directory/directory_view.h"
@@ -214,6 +215,45 @@ TEST(DirectoryView, KnowsValidHostsAndTheirContainers) {
   v.settle();
   EXPECT_FALSE(v.host_by_id(1));
   EXPECT_EQ(owner(v, "10.77.1.10"), 999u) << "a container of an unknown host counts for nothing";
+}
+
+TEST(DirectoryEntries, ContainerGroups) {
+  std::string why;
+  ContainerInfo in{"h1c0", "red", {net("239.1.1.1"), net("224.1.2.3")}};
+  auto info = parse_container_value(container_value(in), &why);
+  ASSERT_TRUE(info) << why;
+  std::vector<uint32_t> want{net("224.1.2.3"), net("239.1.1.1")};
+  std::sort(want.begin(), want.end());  // as parsed: sorted, duplicates removed
+  EXPECT_EQ(info->groups, want);
+  EXPECT_EQ(parse_container_value(R"({"name":"a","groups":["224.0.0.1","224.0.0.1"]})", &why)
+                ->groups.size(),
+            1u);
+  for (std::string bad : {R"({"groups":"224.1.2.3"})", R"({"groups":["10.0.0.1"]})",
+                          R"({"groups":[5]})", R"({"groups":["224.1.2"]})"})
+    EXPECT_FALSE(parse_container_value(bad, &why)) << bad;
+  std::string many = R"({"groups":[)";
+  for (int i = 0; i <= 128; ++i) many += (i ? ",\"224.0.1." : "\"224.0.1.") + std::to_string(i) + "\"";
+  EXPECT_FALSE(parse_container_value(many + "]}", &why));
+}
+
+TEST(DirectoryView, KnowsWhichHostsHaveGroupMembers) {
+  DirectoryView v(host(0, {"10.77.0.0/24"}));
+  publish(v, host(1, {"10.77.1.0/24"}), 5);
+  publish(v, host(2, {"10.77.2.0/24"}), 5);
+  v.apply(put(container_key(1, net("10.77.1.10")),
+              container_value({"h1c0", "red", {net("224.1.2.3")}}), 6));
+  v.apply(put(container_key(2, net("10.77.2.10")), container_value({"h2c0", "red", {}}), 6));
+  // Outside its host's networks: refused, and so are its groups.
+  v.apply(put(container_key(2, net("10.77.1.11")),
+              container_value({"x", "red", {net("224.1.2.3")}}), 6));
+  v.settle();
+  const auto* m = v.group_members(net("224.1.2.3"));
+  ASSERT_NE(m, nullptr);
+  EXPECT_EQ(*m, (std::vector<std::pair<uint32_t, uint32_t>>{{1, hostorder("10.77.1.10")}}));
+  EXPECT_EQ(v.group_members(net("224.9.9.9")), nullptr);
+  v.apply(put(container_key(1, net("10.77.1.10")), container_value({"h1c0", "red", {}}), 6));
+  v.settle();
+  EXPECT_EQ(v.group_members(net("224.1.2.3")), nullptr);
 }
 
 TEST(DirectoryView, MalformedEntriesAreIgnoredNotFatal) {

@@ -198,6 +198,7 @@ VRDMA_EXPORT int rdma_destroy_id(struct rdma_cm_id* cid) {
     call(Op::kCmUnlisten, u);
   }
   send_disconnect(id);
+  forget_multicast(id);
   {
     std::lock_guard lock(table_mu());
     unregister_id(id);
@@ -236,7 +237,10 @@ VRDMA_EXPORT int rdma_resolve_addr(struct rdma_cm_id* cid, struct sockaddr* src_
   fill_gid(cid->route.addr.addr.ibaddr.dgid, dst.sin_addr.s_addr);
   vrdma::proto::CmResolveReq req{dst.sin_addr.s_addr};
   vrdma::proto::CmResolveRep rep{};
-  int err = call(Op::kCmResolve, req, &rep, sizeof(rep));
+  // A multicast group needs no owner: the source is the container's address.
+  const bool group = IN_MULTICAST(ntohl(dst.sin_addr.s_addr));
+  if (group) rep.src_ipv4 = sh->ipv4;
+  int err = group ? 0 : call(Op::kCmResolve, req, &rep, sizeof(rep));
   Event* e;
   {
     std::lock_guard lock(table_mu());

@@ -1,5 +1,5 @@
 // Failing stubs for the parts of the rdma_* connection-manager API that vrdma does not
-// implement yet: multicast, SRQs on ids, ECE (prototypes from <rdma/rdma_cma.h> and
+// implement yet: SRQs on ids, ECE (prototypes from <rdma/rdma_cma.h> and
 // <rdma/rdma_verbs.h>). Every call fails with errno = ENOSYS (-1 for int-returning
 // functions, NULL for pointer-returning ones); void functions do nothing.
 // Version nodes come from librdmacm.map.
@@ -31,15 +31,6 @@ extern "C" {
 
 // ---- RDMACM_1.0 --------------------------------------------------------
 
-VRDMA_EXPORT int rdma_join_multicast(struct rdma_cm_id * /*id*/, struct sockaddr * /*addr*/,
-                                     void * /*context*/) {
-  return fail_int();
-}
-
-VRDMA_EXPORT int rdma_leave_multicast(struct rdma_cm_id * /*id*/, struct sockaddr * /*addr*/) {
-  return fail_int();
-}
-
 VRDMA_EXPORT int rdma_create_srq(struct rdma_cm_id * /*id*/, struct ibv_pd * /*pd*/,
                                  struct ibv_srq_init_attr * /*attr*/) {
   return fail_int();
@@ -54,11 +45,6 @@ VRDMA_EXPORT void rdma_destroy_srq(struct rdma_cm_id * /*id*/) {}
 
 // ---- RDMACM_1.1 --------------------------------------------------------
 
-VRDMA_EXPORT int rdma_join_multicast_ex(struct rdma_cm_id * /*id*/,
-                                        struct rdma_cm_join_mc_attr_ex * /*mc_join_attr*/,
-                                        void * /*context*/) {
-  return fail_int();
-}
 
 // ---- RDMACM_1.2 --------------------------------------------------------
 

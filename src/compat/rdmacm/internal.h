@@ -148,5 +148,7 @@ int qp_to_rts(Id* id);
 // The attributes for the given qp_state (rdma_init_qp_attr).
 int init_qp_attr(Id* id, ibv_qp_attr* attr, int* mask);
 void send_disconnect(Id* id);   // tells the daemon, once, that this side leaves
+// Leaves the id's multicast groups (multicast.cc); rdma_destroy_id does.
+void forget_multicast(Id* id);
 
 }  // namespace vrdma::cm

@@ -90,6 +90,9 @@ void fill_device_attr(ibv_context* ctx, ibv_device_attr& a) {
   a.max_srq_wr = 16384;
   a.max_srq_sge = shm::kMaxRecvSge;
   a.max_pkeys = 1;
+  a.max_mcast_grp = proto::kMaxMcastGroups;
+  a.max_mcast_qp_attach = proto::kMaxMcastMembers;
+  a.max_total_mcast_qp_attach = proto::kMaxMcastAttaches;
   a.local_ca_ack_delay = 15;
   a.phys_port_cnt = 1;
 }

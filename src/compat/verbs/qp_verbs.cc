@@ -99,12 +99,6 @@ VRDMA_EXPORT int ibv_set_ece(ibv_qp*, ibv_ece*) {
   return EOPNOTSUPP;
 }
 
-VRDMA_EXPORT int ibv_attach_mcast(ibv_qp*, const ibv_gid*, uint16_t) {
-  return EOPNOTSUPP;
-}
-VRDMA_EXPORT int ibv_detach_mcast(ibv_qp*, const ibv_gid*, uint16_t) {
-  return EOPNOTSUPP;
-}
 
 // ---- address handles ------------------------------------------------------------
 

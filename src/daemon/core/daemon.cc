@@ -440,6 +440,10 @@ void Daemon::drop(Client& c, const std::string& why, bool notify_peers) {
     }
   }
   // 3. Forget everything it had (its rdma_cm peers are told, unless the daemon is stopping).
+  if (auto changed = mcast_.client_gone(id); !changed.empty()) {
+    publish_groups(c);
+    mcast_changed(changed);
+  }
   if (router_) router_->client_gone(id);
   if (cm_) cm_->client_gone(id, notify_peers);
   // 4. The last verbs client of a container's address gone: the address is withdrawn when the

@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <set>
 #include <memory>
 #include <span>
 #include <string>
@@ -33,6 +34,7 @@
 #include "daemon/core/client.h"
 #include "daemon/core/config.h"
 #include "daemon/core/decode.h"
+#include "daemon/core/mcast_table.h"
 #include "daemon/core/quotas.h"
 #include "daemon/directory/directory.h"
 #include "daemon/identity/client_identity.h"
@@ -148,6 +150,13 @@ class Daemon : private CmPort {
                        const QpRecord& local, const QpRecord& dest);
   void reachable_xrc(const Client& req, const QpRecord& via, uint32_t via_qpn,
                      const Client& owner, std::vector<const QpRecord*>& out) const;
+  // UD multicast (multicast.cc).
+  void handle(Client& c, const Decoded& d, const proto::McastReq& r);
+  void mcast_changed(const std::set<std::string>& tenants);
+  // What the directory holds of the client's container: its name, tenant and the IPv4 groups
+  // the QPs of every client at its address joined; and publishing it again after a change.
+  ContainerInfo container_info(const Client& c) const;
+  void publish_groups(const Client& c);
 
   // Grants (grants.cc): what a client may get of another client's shared memory.
   int accept_fd(Client& c, const proto::PutFdReq& r, UniqueFd& fd, ClientFd& out);
@@ -206,6 +215,7 @@ class Daemon : private CmPort {
   IdentityResolver identity_;
   Registry registry_;
   XrcdTable xrcds_;
+  McastTable mcast_;
   ContainerQuotas quotas_;
   size_t refused_pending_ = 0;  // refused connections waiting for their Hello
   std::unique_ptr<Directory> directory_;

@@ -2,6 +2,7 @@
 // (CmPort). Each answer comes from the daemon's own tables, never from what a client said.
 #include <errno.h>
 #include <fcntl.h>
+#include <string.h>
 
 #include <algorithm>
 
@@ -67,6 +68,11 @@ Router::Hooks Daemon::router_hooks() {
     return cm_->table().connections_with(host).size();
   };
   h.host_gone = [this](uint32_t host) { cm_->host_gone(host); };
+  h.mcast_members = [this](const std::string& tenant, const uint8_t* gid) {
+    McastGid g;
+    memcpy(g.data(), gid, 16);
+    return mcast_.members(tenant, g);
+  };
   return h;
 }
 

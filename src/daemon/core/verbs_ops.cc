@@ -56,7 +56,7 @@ void Daemon::handle(Client& c, const Decoded& d, const proto::HelloReq& r) {
   // Again for every program: the platform may have moved the container to another tenant
   // (publishing what is already published costs nothing).
   if (verbs && c.ident.ipv4 && !c.ident.host)
-    directory_->publish_container(c.ident.ipv4, {c.ident.container, c.tenant});
+    directory_->publish_container(c.ident.ipv4, container_info(c));
   proto::HelloRep rep{};
   rep.version = proto::kVersion;
   rep.client_id = c.id;
@@ -119,6 +119,11 @@ void Daemon::handle(Client& c, const Decoded& d, const proto::FreeQpnReq& r) {
   int err = registry_.free_qpn(c.id, r.qpn);
   if (err == 0) release(c, Resource::kQps);
   if (err == 0 && router_) router_->qp_freed(r.qpn);
+  if (err == 0) {
+    auto changed = mcast_.qp_gone(r.qpn);
+    if (!changed.empty()) publish_groups(c);
+    mcast_changed(changed);
+  }
   send(c, Op::kFreeQpn, d.seq, err, nullptr, 0);
 }
 

@@ -23,6 +23,9 @@ namespace vrdma::daemon {
 struct ContainerInfo {
   std::string name;
   std::string tenant;
+  // The IPv4 multicast groups (network order, sorted) its UD QPs are attached to, so that a
+  // host sends a group's datagrams only to the hosts that have members.
+  std::vector<uint32_t> groups;
   bool operator==(const ContainerInfo&) const = default;
 };
 
@@ -76,6 +79,13 @@ class Directory {
   // kFound with *tenant; kNotFound when no other host's accepted entry holds the address or the
   // entry names no tenant. The embedded directory knows no other host's containers.
   virtual Lookup tenant_of(uint32_t ipv4_net, std::string* tenant) = 0;
+
+  // Other hosts' containers whose QPs joined IPv4 multicast group `group_net` (network order):
+  // (host id, container address in network order) each, appended to *out; the caller weighs
+  // their tenants. A directory that knows no other host's containers names each host that may
+  // have members with address 0 (its router decides who receives).
+  virtual void group_members(uint32_t /*group_net*/,
+                             std::vector<std::pair<uint32_t, uint32_t>>* /*out*/) {}
 
   // For status: backend, health, number of hosts known.
   virtual std::string describe() const = 0;

@@ -49,6 +49,13 @@ class EmbeddedDirectory final : public Directory {
     return Lookup::kFound;
   }
 
+  // Its peers are fixed hosts whose containers it does not know: any may have members.
+  void group_members(uint32_t, std::vector<std::pair<uint32_t, uint32_t>>* out) override {
+    std::lock_guard lock(mu_);
+    for (const auto& [id, h] : peers_)
+      if (!h.router.empty()) out->emplace_back(id, 0);
+  }
+
   // Its peers are fixed hosts whose containers it does not know.
   Lookup tenant_of(uint32_t, std::string*) override { return Lookup::kNotFound; }
 

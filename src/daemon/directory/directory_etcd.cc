@@ -147,6 +147,14 @@ class EtcdDirectory final : public Directory {
     return Lookup::kFound;
   }
 
+  void group_members(uint32_t group_net,
+                     std::vector<std::pair<uint32_t, uint32_t>>* out) override {
+    std::lock_guard lock(mu_);
+    if (const auto* m = view_.group_members(group_net))
+      for (const auto& [host, ip] : *m)
+        if (host != self_.host_id) out->emplace_back(host, htonl(ip));
+  }
+
   Lookup tenant_of(uint32_t ipv4_net, std::string* tenant) override {
     std::lock_guard lock(mu_);
     if (!available_) return Lookup::kUnavailable;

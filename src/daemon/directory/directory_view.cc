@@ -112,6 +112,7 @@ std::vector<std::string> DirectoryView::settle() {
   accepted_.clear();
   blocks_.clear();
   owners_.clear();
+  groups_.clear();
   std::set<std::string> refusals;
 
   // The accepted blocks overlapping [first, last]: since blocks are disjoint, those from the
@@ -211,7 +212,10 @@ std::vector<std::string> DirectoryView::settle() {
                         ": refused");
       }
     }
-    if (winner) owners_[ip] = winner->first;
+    if (winner) {
+      owners_[ip] = winner->first;
+      for (uint32_t g : winner->second.info.groups) groups_[g].emplace_back(winner->first, ip);
+    }
   }
 
   std::vector<std::string> fresh;

@@ -56,6 +56,12 @@ class DirectoryView {
   std::optional<HostEntry> host_of(uint32_t ipv4_host) const;
   // The accepted container entry for an address: what its owner published.
   const ContainerInfo* container(uint32_t ipv4_host) const;
+  // The accepted container entries that joined IPv4 multicast group `group_net` (network
+  // order): (host, container address in host order) each.
+  const std::vector<std::pair<uint32_t, uint32_t>>* group_members(uint32_t group_net) const {
+    auto it = groups_.find(group_net);
+    return it == groups_.end() ? nullptr : &it->second;
+  }
   // The host (this one or an accepted one) whose router listens at this IPv4 address (network
   // order; any port).
   const HostEntry* host_by_router(uint32_t ipv4_net) const {
@@ -88,6 +94,8 @@ class DirectoryView {
   std::map<uint32_t, HostEntry> accepted_;  // hosts with only their accepted networks
   std::map<uint32_t, Block> blocks_;        // first address -> accepted network (disjoint)
   std::map<uint32_t, uint32_t> owners_;     // address -> host of the accepted container entry
+  // multicast group (network order) -> (host, address) of the accepted entries that joined it
+  std::map<uint32_t, std::vector<std::pair<uint32_t, uint32_t>>> groups_;
   std::set<std::string> refusals_;          // as of the last settle()
 };
 

@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 
+#include <algorithm>
 #include <charconv>
 #include <nlohmann/json.hpp>
 
@@ -86,6 +87,11 @@ std::string container_value(const ContainerInfo& info) {
   // Names come from this host's own namespaces; replace what JSON cannot hold as text.
   json j{{"name", info.name}};
   if (!info.tenant.empty()) j["tenant"] = info.tenant;
+  if (!info.groups.empty()) {
+    json groups = json::array();
+    for (uint32_t g : info.groups) groups.push_back(ipv4_text(g));
+    j["groups"] = std::move(groups);
+  }
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 std::string listener_value() {
@@ -218,6 +224,24 @@ std::optional<ContainerInfo> parse_container_value(std::string_view value, std::
   ContainerInfo info;
   if (!text_field(j, "name", &info.name, why) || !text_field(j, "tenant", &info.tenant, why))
     return std::nullopt;
+  if (auto g = j.find("groups"); g != j.end()) {
+    if (!g->is_array() || g->size() > kMaxGroupsPerContainer) {
+      *why = "\"groups\" is not an array of at most " + std::to_string(kMaxGroupsPerContainer) +
+             " addresses";
+      return std::nullopt;
+    }
+    for (const auto& e : *g) {
+      uint32_t ip = 0;
+      if (!e.is_string() || !parse_ipv4(e.get<std::string>(), &ip) ||
+          (ntohl(ip) & 0xf0000000u) != 0xe0000000u) {
+        *why = "\"groups\" holds something that is not an IPv4 multicast address";
+        return std::nullopt;
+      }
+      info.groups.push_back(ip);
+    }
+    std::sort(info.groups.begin(), info.groups.end());
+    info.groups.erase(std::unique(info.groups.begin(), info.groups.end()), info.groups.end());
+  }
   return info;
 }
 

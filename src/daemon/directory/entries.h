@@ -7,7 +7,7 @@
 //   key under /vrdma/hosts/<id>/    value
 //   info                            {"router": "a.b.c.d:port"}
 //   networks/<a.b.c.d>/<len>        {}                  a container network the host owns
-//   containers/<a.b.c.d>            {"name": "h1c0", "tenant": "team-a"}
+//   containers/<a.b.c.d>            {"name": "h1c0", "tenant": "team-a", "groups": ["224.1.2.3"]}
 //   listeners/<a.b.c.d>:<port>      {}
 //
 // The host an entry speaks for is the <id> of its key, never a field of its value. Each
@@ -29,6 +29,8 @@ inline constexpr std::string_view kHostsRoot = "/vrdma/hosts/";
 inline constexpr size_t kMaxValueBytes = 4096;
 inline constexpr size_t kMaxCidrsPerHost = 16;
 inline constexpr size_t kMaxNameBytes = 253;
+// Multicast groups a container entry may list (its value stays under kMaxValueBytes).
+inline constexpr size_t kMaxGroupsPerContainer = 128;
 // A host's network is at most a /8: a broader claim is refused, not believed.
 inline constexpr int kMinPrefixLen = 8;
 

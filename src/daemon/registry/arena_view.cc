@@ -80,6 +80,16 @@ bool ArenaView::mark_dead() {
       base_);
 }
 
+bool ArenaView::bump_mcast_gen() {
+  if (!base_) return false;
+  return guarded(
+      [](void* b) {
+        at<shm::ArenaHeader>(static_cast<unsigned char*>(b), 0)
+            ->mcast_gen.fetch_add(1, std::memory_order_release);
+      },
+      base_);
+}
+
 bool ArenaView::mark_qp_gone(uint64_t offset) {
   if (!qp_offset_ok(offset)) return false;
   return guarded(

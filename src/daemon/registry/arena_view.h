@@ -43,6 +43,7 @@ class ArenaView {
   // Each returns false when the access faulted (the client shrank its memfd) or the offset
   // is invalid.
   bool mark_dead();
+  bool bump_mcast_gen();  // the owner's tenant's multicast memberships changed
   // Whether the CQ at `offset` (a CqShared) overflowed; false also when it cannot be read.
   bool cq_overflowed(uint64_t offset) const;
   bool mark_qp_gone(uint64_t offset);

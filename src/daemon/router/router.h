@@ -91,6 +91,9 @@ class Router : public LinkHandler {
     std::function<size_t(uint32_t host)> cm_connections_with;
     // A link with `host` closed: what rdma_cm had with it is gone.
     std::function<void(uint32_t host)> host_gone;
+    // The local UD QPs of `tenant` attached to multicast group `gid` (nullptr: none).
+    std::function<const std::vector<uint32_t>*(const std::string& tenant, const uint8_t* gid)>
+        mcast_members;
   };
 
   Router(const RouterConfig& cfg, Directory& dir, Hooks hooks, uint64_t boot);
@@ -123,6 +126,9 @@ class Router : public LinkHandler {
   void connect_local(uint32_t qpn, const LocalQp& qp, uint32_t dst_ipv4, uint32_t dst_qpn,
                      ConnectDone done);
   void qp_freed(uint32_t qpn);
+  // Local UD QP `qpn` sends to multicast groups: its work comes to the router, which carries
+  // one copy to each other host with members (router_multicast.cc). 0 or an errno.
+  int attach_multicast(uint32_t qpn, const LocalQp& qp);
   void client_gone(uint32_t client);
   // Sends an rdma_cm message to the host that owns dst_ipv4 (0 or an errno) / to a host.
   int send_cm_to_ip(uint32_t dst_ipv4, const wire::Cm& m);
@@ -218,6 +224,12 @@ class Router : public LinkHandler {
   void on_response(Link& link, const wire::Response& r, uint32_t payload, PayloadDest& dest);
   void check_timeouts(int64_t now);
   Link* ud_link(Outbound& o, const uint8_t* dgid);
+  // Multicast (router_multicast.cc).
+  bool send_multicast(Outbound& o, const Wqe& w, int64_t now);
+  static bool is_multicast_request(const wire::Request& r);
+  void on_mcast_datagram(Link& link, const wire::Request& r, uint32_t payload, PayloadDest& dest,
+                         RxFrame& f);
+  void deliver_multicast(RxFrame& f);
 
   // Responder (router_responder.cc, router_hold.cc).
   void on_request(Link& link, const wire::Request& r, uint32_t payload, PayloadDest& dest);
@@ -260,6 +272,9 @@ class Router : public LinkHandler {
   // Mappings of clients that died while a link may still send from them; dropped once idle.
   std::vector<std::shared_ptr<shm::Peer>> graveyard_;
   std::unordered_map<uint32_t, shm::PeerQp> ud_targets_;  // local UD QPs reached from elsewhere
+  // send_multicast's scratch lists (kept: no allocation per datagram once grown).
+  std::vector<std::pair<uint32_t, uint32_t>> mcast_hosts_;
+  std::vector<uint32_t> mcast_links_;
   int64_t now_ = 0;
   int64_t next_check_ns_ = 0;      // check_links
   int64_t next_dir_check_ns_ = 0;  // the directory still knows the links' hosts

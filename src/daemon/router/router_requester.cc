@@ -161,6 +161,7 @@ Link* Router::ud_link(Outbound& o, const uint8_t* dgid) {
 // Sends one request. Returns false when it has to wait (no room on the link).
 bool Router::send_wqe(Outbound& o, const Wqe& w, int64_t now) {
   const bool ud = o.info.type == IBV_QPT_UD;
+  if (ud && gid_is_multicast(w.dgid)) return send_multicast(o, w, now);
   Link* link = ud ? ud_link(o, w.dgid) : find_link(o.link_id);
   if (!link) {
     if (ud) {  // nobody there: the datagram is lost

@@ -225,6 +225,7 @@ void Router::on_request(Link& link, const wire::Request& r, uint32_t payload, Pa
 void Router::on_datagram(Link& link, const wire::Request& r, uint32_t payload, PayloadDest& dest,
                          RxFrame& f) {
   // A datagram needs no connection: the destination's Q_Key decides (admit_request).
+  if (is_multicast_request(r)) return on_mcast_datagram(link, r, payload, dest, f);
   const shm::PeerQp* t = ud_target(link, r);
   if (!t) return;
   shm::admit_request(*t, incoming_of(r, IBV_QPT_UD), f.pl);
@@ -272,6 +273,9 @@ void Router::on_payload(Link& link) {
     }
     case RxFrame::Kind::kDiscardReply:
       respond(link, f.req, f.status, 0, 0, nullptr, 0);
+      break;
+    case RxFrame::Kind::kMcast:
+      deliver_multicast(f);
       break;
     case RxFrame::Kind::kReadData: {
       auto it = outbound_.find(f.qpn);

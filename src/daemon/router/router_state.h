@@ -2,6 +2,8 @@
 // router_responder.cc and router_hold.cc.
 #pragma once
 
+#include <array>
+
 #include "daemon/router/router.h"
 #include "shm/rings.h"
 
@@ -88,7 +90,7 @@ struct Router::Inbound {
 
 // The frame whose payload a link is receiving.
 struct Router::RxFrame {
-  enum class Kind { kNone, kPlace, kHold, kDiscardReply, kReadData } kind = Kind::kNone;
+  enum class Kind { kNone, kPlace, kHold, kDiscardReply, kReadData, kMcast } kind = Kind::kNone;
   wire::Request req{};
   shm::PeerQp target;                     // kPlace
   shm::Placement pl;                      // kPlace
@@ -100,6 +102,8 @@ struct Router::RxFrame {
   uint32_t qpn = 0;
   uint64_t seq = 0;
   uint64_t byte_len = 0;
+  // kMcast: a datagram to a multicast group, copied to each member once it is all here.
+  std::array<uint8_t, 4096> mcast_data{};
 };
 
 inline uint64_t inbound_key(uint32_t link_id, uint32_t src_qpn) {
