@@ -25,9 +25,11 @@
 // QP's attributes say; held payloads are stored as they arrive, within per-connection,
 // per-link and per-host bounds.
 //
-// Everything runs on the daemon's event-loop thread: no locks. The daemon calls poll() while
-// there is traffic and sleeps in epoll when prepare_sleep() says every queue is empty (QPs then
-// ring their client's doorbell eventfd after posting).
+// Everything runs on the router's own thread (router_thread.h), apart from vrdmad's control
+// loop: no locks in here. That thread calls poll() while there is traffic and sleeps in epoll
+// when prepare_sleep() says every queue is empty (QPs then ring their client's doorbell
+// eventfd after posting). The hooks run on that thread too: the daemon answers them under its
+// own state lock, or queues what they tell it for its control thread.
 #pragma once
 
 #include <cstdint>
@@ -85,6 +87,9 @@ class Router : public LinkHandler {
     std::function<size_t(uint32_t host)> cm_connections_with;
     // A link with `host` closed: what rdma_cm had with it is gone.
     std::function<void(uint32_t host)> host_gone;
+    // No frame in flight points into a client's memory now (optional): mappings the daemon
+    // gave up may go (router_thread.h).
+    std::function<void()> reclaimed;
   };
 
   Router(const RouterConfig& cfg, Directory& dir, Hooks hooks, uint64_t boot);
