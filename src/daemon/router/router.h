@@ -204,6 +204,7 @@ class Router : public LinkHandler {
   void abort_qp(Outbound& o, ibv_wc_status first, bool tell_owner);
   void on_response(Link& link, const wire::Response& r, uint32_t payload, PayloadDest& dest);
   void check_timeouts(int64_t now);
+  bool link_silent(Link& l, int64_t now, int64_t bound);
   Link* ud_link(Outbound& o, const uint8_t* dgid);
 
   // Responder (router_responder.cc, router_hold.cc).

@@ -1,6 +1,8 @@
 // The requester side of the router: work requests of local QPs whose destination is on
 // another host, from their SendQueue to a link, and their completions.
 #include <string.h>
+#include <linux/sockios.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -342,6 +344,22 @@ void Router::on_response(Link& link, const wire::Response& r, uint32_t payload, 
   o.oldest_ns = now_;
 }
 
+// Whether the link has heard from its peer or got something to it lately: a request waiting
+// behind others in this host's queues has not left yet, and a peer that takes what we send or
+// answers is alive. Time the link's queues drain counts as the peer's (the transport's
+// timeout), not the scheduler's of this host.
+bool Router::link_silent(Link& l, int64_t now, int64_t bound) {
+  if (now - l.last_rx_ns <= bound) return false;
+  if (l.tx_pending() && (l.tx_stalled_ns == 0 || now - l.tx_stalled_ns <= bound)) return false;
+  // What the kernel still holds to send: draining, the peer reads.
+  int outq = 0;
+  if (::ioctl(l.fd(), SIOCOUTQ, &outq) == 0 && outq > 0 && outq != l.last_outq) {
+    l.last_outq = outq;
+    l.last_outq_ns = now;
+  }
+  return outq <= 0 || now - l.last_outq_ns > bound;
+}
+
 void Router::check_timeouts(int64_t now) {
   std::vector<uint32_t> silent;
   for (auto& [qpn, op] : outbound_) {
@@ -358,7 +376,7 @@ void Router::check_timeouts(int64_t now) {
     if (t == 0) continue;  // infinite
     int64_t bound = shm::ack_timeout_ns(t) * (int64_t(o.qp->retry_cnt.load() & 7) + 1);
     bound = std::max(bound, kMinSilenceNs);
-    if (now - o.oldest_ns > bound && now - l->last_rx_ns > bound) {
+    if (now - o.oldest_ns > bound && link_silent(*l, now, bound)) {
       LOG_WARN("router: QP 0x%x: no answer from host %u for %lld ms (timeout %u, retry_cnt %u)",
                o.qpn, l->host_id, static_cast<long long>((now - l->last_rx_ns) / 1000000), t,
                o.qp->retry_cnt.load() & 7);
