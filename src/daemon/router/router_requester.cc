@@ -344,20 +344,18 @@ void Router::on_response(Link& link, const wire::Response& r, uint32_t payload, 
   o.oldest_ns = now_;
 }
 
-// Whether the link has heard from its peer or got something to it lately: a request waiting
-// behind others in this host's queues has not left yet, and a peer that takes what we send or
-// answers is alive. Time the link's queues drain counts as the peer's (the transport's
-// timeout), not the scheduler's of this host.
+// Whether the link has heard nothing from its peer lately: no frame received (responses,
+// pongs), and nothing of what this host sent acknowledged by the peer's TCP (the kernel's send
+// queue not shrinking). A request waiting behind others in this host's queues has not left it;
+// while the peer takes what we send, the time those queues take to drain is the transport's,
+// not a silence. Bytes the kernel merely accepted from us are no sign of the peer.
 bool Router::link_silent(Link& l, int64_t now, int64_t bound) {
-  if (now - l.last_rx_ns <= bound) return false;
-  if (l.tx_pending() && (l.tx_stalled_ns == 0 || now - l.tx_stalled_ns <= bound)) return false;
-  // What the kernel still holds to send: draining, the peer reads.
   int outq = 0;
-  if (::ioctl(l.fd(), SIOCOUTQ, &outq) == 0 && outq > 0 && outq != l.last_outq) {
+  if (now - l.last_rx_ns > 1'000'000 && ::ioctl(l.fd(), SIOCOUTQ, &outq) == 0) {
+    if (outq < l.last_outq) l.last_outq_ns = now;
     l.last_outq = outq;
-    l.last_outq_ns = now;
   }
-  return outq <= 0 || now - l.last_outq_ns > bound;
+  return now - l.last_rx_ns > bound && now - l.last_outq_ns > bound;
 }
 
 void Router::check_timeouts(int64_t now) {
