@@ -82,8 +82,12 @@ def main():
     targets = [
         ("ib_write_bw 64 KiB >= 1.0x container TCP throughput (iperf3)",
          med["vrdma_write_bw_64k"] / med["tcp_bw"], 1.0),
+        ("ib_write_bw 64 KiB >= 0.8x UCX over TCP (tag_bw)",
+         med["vrdma_write_bw_64k"] / med["ucx_tcp_bw_64k"], 0.8),
         ("ib_write_lat 8 B <= 1.0x container TCP latency (sockperf p50 / vrdma p50)",
          med["tcp_lat_8"] / med["vrdma_write_lat_8"], 1.0),
+        ("ib_send_lat 8 B p50 <= 2x UCX over TCP (tag_lat p50; ratio 2 x UCX / vrdma)",
+         2 * med["ucx_tcp_lat_8"] / med["vrdma_send_lat_8"], 1.0),
     ]
     print("\ntargets:")
     for name, ratio, goal in targets:

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <utility>
@@ -23,6 +24,8 @@ struct ClientFd {
   // Memory sealed against new writable mappings: the daemon's own writable mapping, made before
   // the seal, for its router.
   void* kept = nullptr;
+  // Who unmaps `kept` once the router can no longer be using it (null: unmapped at once).
+  std::function<void(void*, size_t)> unmap_kept;
   ObjectView object;  // QP objects: the daemon's mapping
   ClientFd() = default;
   ClientFd(ClientFd&& o) noexcept
@@ -30,6 +33,7 @@ struct ClientFd {
         kind(o.kind),
         size(o.size),
         kept(std::exchange(o.kept, nullptr)),
+        unmap_kept(std::move(o.unmap_kept)),
         object(std::move(o.object)) {}
   ClientFd& operator=(ClientFd&&) = delete;
   ~ClientFd();

@@ -26,19 +26,21 @@ namespace {
 
 // The event loop's sources, by the high 32 bits of their epoll tag (the low bits: a client's
 // id, or a router's or metrics server's own number): 1 the listener, 2 the wake-up, 3 the
-// router's, 4 the reload signal, 5 the metrics server's.
+// router's (its listening socket, before its thread runs: none), 4 the reload signal, 5 the
+// metrics server's, 6 the router thread's queue of tasks for this loop.
 constexpr uint64_t kListenTag = 1ull << 32;
 constexpr uint64_t kWakeTag = 2ull << 32;
 constexpr uint64_t kReloadTag = 4ull << 32;
+constexpr uint64_t kRouterTasksTag = 6ull << 32;
 static_assert(Router::kTagBase == 3ull << 32 && metrics::MetricsServer::kTagBase == 5ull << 32,
               "each source of the event loop has a tag of its own");
 constexpr int kPacketsPerWakeup = 64;  // then let other clients have a turn
 constexpr int kAcceptsPerWakeup = 64;
 // How often the namespaces of containers without clients are looked for (check_idle_addresses).
 constexpr int64_t kIdleCheckNs = 1'000'000'000;
-// How long the loop keeps polling after routed work before it sleeps. Hosts whose cores are
-// all busy (the sandbox runs every host on one machine) do better sleeping at once: a woken
-// router preempts spinning applications, a spinning one competes with them.
+// How long the router thread keeps polling after routed work before it sleeps. Hosts whose
+// cores are all busy (the sandbox runs every host on one machine) do better sleeping at once:
+// a woken router preempts spinning applications, a spinning one competes with them.
 int64_t linger_ns() {
   static const int64_t v = [] {
     const char* e = getenv("VRDMA_ROUTER_LINGER_US");
@@ -157,10 +159,21 @@ int Daemon::start_services() {
   cm_ = std::make_unique<CmService>(static_cast<CmPort&>(*this), *directory_);
   cm_->set_remote_timeout(int64_t(cfg_.cm_remote_timeout_s) * 1'000'000'000);
   if (cfg_.router_listen.empty()) return 0;
-  router_ = std::make_unique<Router>(cfg_.router_config(), *directory_, router_hooks(), boot_);
+  return make_router(cfg_.router_config());
+}
+
+int Daemon::make_router(const RouterConfig& rc) {
+  router_dir_ = std::make_unique<LockedDirectory>(*directory_, state_mu_);
+  router_ = std::make_unique<RouterThread>(rc, *router_dir_, router_hooks(), boot_, linger_ns());
+  // The router's thread inherits the priority (nice is per thread on Linux).
   if (cfg_.router_nice && ::setpriority(PRIO_PROCESS, 0, cfg_.router_nice) < 0)
     LOG_WARN("router: cannot set priority %d: %s", cfg_.router_nice, strerror(errno));
-  return router_->start(epoll_.get());
+  if (int err = router_->start()) return err;
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u64 = kRouterTasksTag;
+  if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, router_->control_fd(), &ev) < 0) return errno;
+  return 0;
 }
 
 void Daemon::stop() {
@@ -174,33 +187,31 @@ int Daemon::run() {
   epoll_event events[64];
   int result = 0;
   bool stopping = false;
-  // While routed traffic flows the loop polls without sleeping; after kLingerNs without work
-  // it sleeps in epoll (QPs then ring the router's doorbell).
-  int64_t last_work = 0;
+  // The daemon's state is this thread's while it handles events; the router thread takes it
+  // (ports.cc) while this one sleeps in epoll.
+  std::unique_lock<std::mutex> state(state_mu_);
+  state_gen_.fetch_add(1, std::memory_order_release);  // odd: held
+  if (router_) {
+    if (int err = router_->run()) return err;
+  }
   int64_t next_cm_tick = 0;
   while (!stopping) {
     int timeout = -1;
     if (router_) {
       int64_t now = now_ns();
-      if (now - last_work < linger_ns()) {
-        timeout = 0;
-      } else if (!router_->prepare_sleep()) {
-        timeout = 0;
-        last_work = now;
-      } else {
-        int64_t dl = router_->next_deadline(now);
-        int64_t cm = cm_->next_deadline(now);
-        if (cm >= 0 && (dl < 0 || cm < dl)) dl = cm;
-        if (dl >= 0)
-          timeout = static_cast<int>(std::max<int64_t>(1, (dl - now + 999999) / 1000000));
-      }
+      if (int64_t dl = cm_->next_deadline(now); dl >= 0)
+        timeout = static_cast<int>(std::max<int64_t>(1, (dl - now + 999999) / 1000000));
     }
     if (!idle_addresses_.empty()) {
       const int idle_ms = static_cast<int>(kIdleCheckNs / 1000000);
       timeout = timeout < 0 ? idle_ms : std::min(timeout, idle_ms);
     }
     if (metrics_) timeout = metrics_timeout(timeout);
+    state_gen_.fetch_add(1, std::memory_order_release);  // even: free
+    state.unlock();
     int n = ::epoll_wait(epoll_.get(), events, 64, timeout);
+    state.lock();
+    state_gen_.fetch_add(1, std::memory_order_release);  // odd: held
     if (n < 0) {
       if (errno == EINTR) continue;
       result = errno;
@@ -221,8 +232,8 @@ int Daemon::run() {
         reload();
       } else if (tag == kListenTag) {
         accept_clients();
-      } else if (Router::is_tag(tag)) {
-        if (router_) router_->on_event(tag, now_ns());
+      } else if (tag == kRouterTasksTag) {
+        if (router_) router_->run_control_tasks();
       } else if (metrics::MetricsServer::is_tag(tag)) {
         if (metrics_) metrics_->on_event(tag, events[i].events, now_ns());
       } else {
@@ -234,7 +245,6 @@ int Daemon::run() {
     if (metrics_) metrics_->expire(now_ns());
     if (router_) {
       int64_t now = now_ns();
-      if (router_->poll(now)) last_work = now;
       if (int64_t dl = cm_->next_deadline(now); dl >= 0 && now >= next_cm_tick) {
         cm_->tick(now);
         next_cm_tick = dl;
@@ -243,6 +253,12 @@ int Daemon::run() {
     }
   }
   LOG_INFO("stopping: %zu client(s) connected", clients_.size());
+  // The router thread may be waiting for the state: let it have it while it stops.
+  state_gen_.fetch_add(1, std::memory_order_release);
+  state.unlock();
+  if (router_) router_->stop();
+  state.lock();
+  if (router_) router_->run_control_tasks();  // what it left for this loop
   metrics_.reset();
   shutdown_all();
   router_.reset();

@@ -1,5 +1,7 @@
-// vrdmad: the per-host trusted control-path daemon. One thread, one epoll loop, no timers:
-// an idle daemon sleeps in epoll_wait.
+// vrdmad: the per-host trusted control-path daemon. One control thread, one epoll loop, no
+// timers: an idle daemon sleeps in epoll_wait. The router (across hosts) runs on a thread of
+// its own (router/router_thread.h); the control thread holds state_mu_ while it handles
+// events, and the router's questions about the daemon's state (ports.cc) take it too.
 //
 //   daemon.cc       the event loop: clients connect, send requests, go away
 //   dispatch.cc     one request: decoded (decode.h), checked, handed to its handler
@@ -17,12 +19,14 @@
 //   d.stop(); t.join();
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <set>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <vector>
@@ -35,6 +39,7 @@
 #include "daemon/core/config.h"
 #include "daemon/core/decode.h"
 #include "daemon/core/mcast_table.h"
+#include "daemon/core/locked_directory.h"
 #include "daemon/core/quotas.h"
 #include "daemon/directory/directory.h"
 #include "daemon/identity/client_identity.h"
@@ -43,6 +48,7 @@
 #include "daemon/registry/registry.h"
 #include "daemon/registry/xrcd_table.h"
 #include "daemon/router/router.h"
+#include "daemon/router/router_thread.h"
 
 namespace vrdma::daemon {
 
@@ -109,7 +115,7 @@ class Daemon : private CmPort {
   Client* find_live(uint32_t id);
 
   // Who a new connection is and what it may do (client_admission.cc).
-  bool admit_client(Client& c);    // false: close it at once
+  bool admit_client(Client& c);  // false: close it at once
   // The tenant the platform's file gives a client's namespace ("" for none, or without one).
   std::string platform_tenant(const Identity& id) const;
   void release_client(Client& c);  // gives back everything the client counted, at its drop
@@ -175,7 +181,9 @@ class Daemon : private CmPort {
                       bool mediated = false);
   // The router for the mediated path: the cluster's, or one made for this host alone (null
   // when it cannot be made).
-  Router* mediation_router();
+  RouterThread* mediation_router();
+  // Makes router_ with `rc`, starts it and watches its control queue. 0 or an errno.
+  int make_router(const RouterConfig& rc);
   // The tenant of an address for requests that reach the router: a local client's, else as
   // remote_tenant_of says.
   std::string tenant_of_address(uint32_t ipv4);
@@ -212,6 +220,12 @@ class Daemon : private CmPort {
   int cm_send_to_host(uint32_t host, const wire::Cm& m) override;
 
   DaemonConfig cfg_;
+  // The daemon's state (clients, registry, directory, rdma_cm, configuration): the control
+  // thread holds it while it handles events; the router thread takes it for its hooks.
+  std::mutex state_mu_;
+  // Odd while the control thread holds state_mu_, bumped at each take and release: what the
+  // router thread cached of the state at an even value still holds while it is unchanged.
+  std::atomic<uint64_t> state_gen_{0};
   IdentityResolver identity_;
   Registry registry_;
   XrcdTable xrcds_;
@@ -220,8 +234,10 @@ class Daemon : private CmPort {
   size_t refused_pending_ = 0;  // refused connections waiting for their Hello
   std::unique_ptr<Directory> directory_;
   std::unique_ptr<CmService> cm_;
-  std::unique_ptr<Router> router_;  // with cfg_.router_listen, or made for the mediated path
-  TenantPolicy allow_;              // cfg_.allow
+  std::unique_ptr<LockedDirectory> router_dir_;  // the directory, for the router thread
+  // With cfg_.router_listen, or made for the mediated path (mediation_router()).
+  std::unique_ptr<RouterThread> router_;
+  TenantPolicy allow_;  // cfg_.allow
   std::unique_ptr<metrics::MetricsServer> metrics_;  // only with cfg_.metrics_listen
   metrics::CounterLedger metrics_ledger_;
   std::map<uint32_t, NetnsId> idle_addresses_;  // address -> its container's namespace

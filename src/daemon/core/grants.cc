@@ -36,7 +36,11 @@ bool is_eventfd(int fd) {
 }  // namespace
 
 ClientFd::~ClientFd() {
-  if (kept) ::munmap(kept, size);
+  if (!kept) return;
+  if (unmap_kept)
+    unmap_kept(kept, size);
+  else
+    ::munmap(kept, size);
 }
 
 // ---- handing descriptors over ------------------------------------------------------------
@@ -67,6 +71,8 @@ int Daemon::accept_fd(Client& c, const proto::PutFdReq& r, UniqueFd& fd, ClientF
           return EPERM;
         }
         out.kept = p;
+        if (router_)
+          out.unmap_kept = [r = router_.get()](void* a, size_t n) { r->unmap_when_idle(a, n); };
       }
       return 0;
     case proto::FdKind::kQpObject:
@@ -151,8 +157,8 @@ void Daemon::handle(Client& c, const Decoded& d, const proto::GetFdReq& r) {
   if (!allowed) {
     // Unknown and refused look the same: the ids of another client's descriptors are not for
     // probing.
-    LOG_DEBUG("client %u: GetFd of client %u fd %u over QP 0x%x denied", c.id, owner->id,
-              r.fd_id, r.via_qpn);
+    LOG_DEBUG("client %u: GetFd of client %u fd %u over QP 0x%x denied", c.id, owner->id, r.fd_id,
+              r.via_qpn);
     return void(reply_error(c, d, EACCES));
   }
   int fd = it->second.fd.get();
@@ -169,8 +175,8 @@ void Daemon::handle(Client& c, const Decoded& d, const proto::GetFdReq& r) {
 
 // The MR `key` of `owner` as its arena describes it, every segment checked against the files
 // the owner handed over. 0 or a positive errno.
-int Daemon::describe_mr(const Client& owner, const KeyRecord& k, uint32_t key,
-                        proto::GetMrRep& rep, const ClientFd** files) const {
+int Daemon::describe_mr(const Client& owner, const KeyRecord& k, uint32_t key, proto::GetMrRep& rep,
+                        const ClientFd** files) const {
   shm::MrEntry e;
   if (!owner.arena.read_mr(k.index, key, &e)) return ENOENT;
   if (e.nseg == 0 || e.nseg > shm::kMaxMrSegments || e.map_length == 0 ||
@@ -250,8 +256,7 @@ void Daemon::handle(Client& c, const Decoded& d, const proto::GetMrReq& r) {
   proto::GetMrRep rep{};
   const ClientFd* files[shm::kMaxMrSegments] = {};
   if (int err = describe_mr(*owner, *k, r.key, rep, files)) {
-    LOG_DEBUG("client %u: GetMr of client %u key 0x%x: %s", c.id, owner->id, r.key,
-              strerror(err));
+    LOG_DEBUG("client %u: GetMr of client %u key 0x%x: %s", c.id, owner->id, r.key, strerror(err));
     return void(reply_error(c, d, err == EPROTO ? EACCES : err));
   }
   rep.writable = writable;

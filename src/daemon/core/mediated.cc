@@ -12,18 +12,20 @@ void Daemon::set_tenant_allow(std::vector<TenantAllow> rules) {
   cfg_.allow = std::move(rules);
 }
 
-Router* Daemon::mediation_router() {
+RouterThread* Daemon::mediation_router() {
   if (router_) return router_.get();
-  // A host without a cluster router: one for its own mediated connections.
+  // A host without a cluster router: one for its own mediated connections. Made while the
+  // control loop runs (a client's connect), so its thread starts at once.
   RouterConfig rc = cfg_.router_config();
   rc.listen.clear();
   rc.local_only = true;
-  auto r = std::make_unique<Router>(rc, *directory_, router_hooks(), boot_);
-  if (int err = r->start(epoll_.get())) {
+  int err = make_router(rc);
+  if (!err) err = router_->run();
+  if (err) {
     LOG_ERROR("router for mediated connections: cannot start: %s", strerror(err));
+    router_.reset();
     return nullptr;
   }
-  router_ = std::move(r);
   return router_.get();
 }
 

@@ -76,12 +76,20 @@ void Daemon::handle(Client& c, const Decoded& d, const proto::McastReq& r) {
         q.type = qp->type;
         q.ipv4 = c.ident.ipv4;
         q.tenant = c.tenant;
-        int fd = router_->attach_multicast(r.qpn, q) == 0 ? router_->doorbell_for(c.id) : -1;
-        if (fd >= 0) {
-          rep.routed = 1;
-          return void(send(c, d.op, d.seq, 0, &rep, sizeof(rep), std::span<const int>(&fd, 1)));
-        }
-        LOG_WARN("client %u: QP 0x%x: multicast to other hosts unavailable", c.id, r.qpn);
+        // The answer waits for the router thread (the client is alive when its reply is sent:
+        // its death reaches the router after this).
+        router_->attach_multicast(
+            r.qpn, q, [this, id = c.id, op = d.op, seq = d.seq, qpn = r.qpn, rep](int fd) mutable {
+              Client* cl = find_live(id);
+              if (!cl) return;
+              if (fd >= 0) {
+                rep.routed = 1;
+                return void(send(*cl, op, seq, 0, &rep, sizeof(rep), std::span<const int>(&fd, 1)));
+              }
+              LOG_WARN("client %u: QP 0x%x: multicast to other hosts unavailable", id, qpn);
+              send(*cl, op, seq, 0, &rep, sizeof(rep));
+            });
+        return;
       }
       return void(send(c, d.op, d.seq, 0, &rep, sizeof(rep)));
     }

@@ -128,8 +128,8 @@ void Daemon::handle(Client& c, const Decoded& d, const proto::FreeQpnReq& r) {
 }
 
 void Daemon::connect_routed(Client& c, const Decoded& d, const proto::ConnectQpReq& r,
-                          uint32_t dest_ipv4, bool mediated) {
-  Router* router = mediated ? mediation_router() : router_.get();
+                            uint32_t dest_ipv4, bool mediated) {
+  RouterThread* router = mediated ? mediation_router() : router_.get();
   if (!router) return void(reply_error(c, d, EHOSTUNREACH));
   const QpRecord* local = registry_.find_qp(r.local_qpn);
   if (local->type != static_cast<uint32_t>(proto::QpType::kUd))
@@ -140,29 +140,30 @@ void Daemon::connect_routed(Client& c, const Decoded& d, const proto::ConnectQpR
   q.type = local->type;
   q.ipv4 = c.ident.ipv4;
   q.tenant = c.tenant;
-  auto connect = mediated ? &Router::connect_local : &Router::connect_qp;
-  (router->*connect)(
-      r.local_qpn, q, dest_ipv4, r.dest_qpn,
-      [this, id = c.id, seq = d.seq, op = d.op, qpn = r.local_qpn](int status, uint32_t type) {
-        Client* cl = find_live(id);
-        if (!cl) return;
-        if (status) {
-          LOG_DEBUG("client %u: routed connect of QP 0x%x failed: %s", id, qpn, strerror(status));
-          send(*cl, op, seq, status, nullptr, 0);
-          return;
-        }
-        // Each client its own doorbell: what one client does with its eventfd (read it, never
-        // ring it) concerns its own QPs alone.
-        int fd = router_->doorbell_for(id);
-        if (fd < 0) {
-          send(*cl, op, seq, EMFILE, nullptr, 0);
-          return;
-        }
-        proto::ConnectQpRep rep{};
-        rep.peer_qp_type = type;
-        rep.routed = 1;
-        send(*cl, op, seq, 0, &rep, sizeof(rep), std::span<const int>(&fd, 1));
-      });
+  router->connect_qp(mediated, r.local_qpn, q, dest_ipv4, r.dest_qpn,
+                      [this, id = c.id, seq = d.seq, op = d.op, qpn = r.local_qpn](
+                          int status, uint32_t type, int fd) {
+                        Client* cl = find_live(id);
+                        if (!cl) return;
+                        if (status) {
+                          LOG_DEBUG("client %u: routed connect of QP 0x%x failed: %s", id, qpn,
+                                    strerror(status));
+                          send(*cl, op, seq, status, nullptr, 0);
+                          return;
+                        }
+                        // Each client its own doorbell: what one client does with its eventfd (read
+                        // it, never ring it) concerns its own QPs alone. The router thread keeps it
+                        // open while the client lives, and the client is alive here (its death
+                        // reaches the router after this).
+                        if (fd < 0) {
+                          send(*cl, op, seq, EMFILE, nullptr, 0);
+                          return;
+                        }
+                        proto::ConnectQpRep rep{};
+                        rep.peer_qp_type = type;
+                        rep.routed = 1;
+                        send(*cl, op, seq, 0, &rep, sizeof(rep), std::span<const int>(&fd, 1));
+                      });
 }
 
 void Daemon::handle(Client& c, const Decoded& d, const proto::ConnectQpReq& r) {

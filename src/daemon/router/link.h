@@ -91,6 +91,8 @@ class Link : private FrameSink {
   int64_t last_ping_ns = 0;
   int64_t last_used_ns = 0;     // the last time a frame other than a ping passed
   int64_t tx_stalled_ns = 0;    // since when queued frames make no progress (0: they do)
+  int last_outq = 0;            // bytes the kernel held unacknowledged when last looked at
+  int64_t last_outq_ns = 0;     // the last time that was seen shrinking
   bool rx_paused = false;       // not read while its responses have no room
   uint32_t routed_qps = 0;      // local RC/UC QPs whose requests go out on this link
   uint64_t held_bytes = 0;      // payload bytes held for requests that came on it

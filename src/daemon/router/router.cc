@@ -146,6 +146,7 @@ void Router::reclaim_mappings() {
   for (auto& [id, f] : rx_)
     if (f->kind == RxFrame::Kind::kPlace || f->kind == RxFrame::Kind::kReadData) return;
   for (auto& [client, p] : peers_) p->reclaim();
+  if (hooks_.reclaimed) hooks_.reclaimed();
 }
 
 bool Router::poll(int64_t now) {

@@ -25,9 +25,11 @@
 // QP's attributes say; held payloads are stored as they arrive, within per-connection,
 // per-link and per-host bounds.
 //
-// Everything runs on the daemon's event-loop thread: no locks. The daemon calls poll() while
-// there is traffic and sleeps in epoll when prepare_sleep() says every queue is empty (QPs then
-// ring their client's doorbell eventfd after posting).
+// Everything runs on the router's own thread (router_thread.h), apart from vrdmad's control
+// loop: no locks in here. That thread calls poll() while there is traffic and sleeps in epoll
+// when prepare_sleep() says every queue is empty (QPs then ring their client's doorbell
+// eventfd after posting). The hooks run on that thread too: the daemon answers them under its
+// own state lock, or queues what they tell it for its control thread.
 #pragma once
 
 #include <cstdint>
@@ -91,9 +93,12 @@ class Router : public LinkHandler {
     std::function<size_t(uint32_t host)> cm_connections_with;
     // A link with `host` closed: what rdma_cm had with it is gone.
     std::function<void(uint32_t host)> host_gone;
-    // The local UD QPs of `tenant` attached to multicast group `gid` (nullptr: none).
-    std::function<const std::vector<uint32_t>*(const std::string& tenant, const uint8_t* gid)>
+    // The local UD QPs of `tenant` attached to multicast group `gid` (a copy: the hook runs on the router thread).
+    std::function<std::vector<uint32_t>(const std::string& tenant, const uint8_t* gid)>
         mcast_members;
+    // No frame in flight points into a client's memory now (optional): mappings the daemon
+    // gave up may go (router_thread.h).
+    std::function<void()> reclaimed;
   };
 
   Router(const RouterConfig& cfg, Directory& dir, Hooks hooks, uint64_t boot);
@@ -223,6 +228,7 @@ class Router : public LinkHandler {
   void abort_qp(Outbound& o, ibv_wc_status first, bool tell_owner);
   void on_response(Link& link, const wire::Response& r, uint32_t payload, PayloadDest& dest);
   void check_timeouts(int64_t now);
+  bool link_silent(Link& l, int64_t now, int64_t bound);
   Link* ud_link(Outbound& o, const uint8_t* dgid);
   // Multicast (router_multicast.cc).
   bool send_multicast(Outbound& o, const Wqe& w, int64_t now);

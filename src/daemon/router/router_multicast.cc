@@ -117,9 +117,9 @@ void Router::on_mcast_datagram(Link& link, const wire::Request& r, uint32_t payl
   uint8_t gid[16];
   ipv4_to_gid(r.dst_ipv4, gid);
   const std::string tenant = hooks_.tenant_of(r.src_ipv4);
-  const std::vector<uint32_t>* members =
-      hooks_.mcast_members ? hooks_.mcast_members(tenant, gid) : nullptr;
-  if (!members || members->empty()) return;
+  const std::vector<uint32_t> members =
+      hooks_.mcast_members ? hooks_.mcast_members(tenant, gid) : std::vector<uint32_t>{};
+  if (members.empty()) return;
   f.reply = false;
   if (!payload) return deliver_multicast(f);
   f.kind = RxFrame::Kind::kMcast;
@@ -133,9 +133,9 @@ void Router::deliver_multicast(RxFrame& f) {
   uint8_t gid[16];
   ipv4_to_gid(r.dst_ipv4, gid);
   const std::string tenant = hooks_.tenant_of(r.src_ipv4);
-  const std::vector<uint32_t>* members =
-      hooks_.mcast_members ? hooks_.mcast_members(tenant, gid) : nullptr;
-  if (!members) return;
+  const std::vector<uint32_t> members =
+      hooks_.mcast_members ? hooks_.mcast_members(tenant, gid) : std::vector<uint32_t>{};
+  if (members.empty()) return;
   shm::Incoming in;
   in.opcode = r.opcode;
   in.qp_type = IBV_QPT_UD;
@@ -147,7 +147,7 @@ void Router::deliver_multicast(RxFrame& f) {
   in.src_ipv4 = r.src_ipv4;
   in.dst_ipv4 = r.dst_ipv4;
   const shm::Seg src{f.mcast_data.data(), r.length};
-  for (uint32_t qpn : *members) {
+  for (uint32_t qpn : members) {
     auto it = ud_targets_.find(qpn);
     if (it == ud_targets_.end() || !shm::peer_qp_ready(it->second)) {
       shm::PeerQp t;

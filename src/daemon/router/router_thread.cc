@@ -1,0 +1,244 @@
+// The router's thread and the queues between it and the control thread (router_thread.h).
+#include "daemon/router/router_thread.h"
+
+#include <errno.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "common/clock.h"
+#include "common/log.h"
+
+namespace vrdma::daemon {
+
+namespace {
+
+// The router thread's epoll: its wake-up eventfd, and the Router's own tags (Router::kTagBase).
+constexpr uint64_t kWakeTag = 7ull << 32;
+static_assert(Router::kTagBase != kWakeTag, "the wake-up has a tag of its own");
+// While passes do work, epoll is looked at (doorbells drained, links accepted) every so many.
+constexpr int kBusyPassesPerEpoll = 16;
+// The snapshot status reads is refreshed at most this often while the router works.
+constexpr int64_t kPublishNs = 50'000'000;
+
+void drain_eventfd(int fd) {
+  uint64_t v;
+  [[maybe_unused]] ssize_t n = ::read(fd, &v, sizeof(v));
+}
+
+void ring(int fd) {
+  uint64_t one = 1;
+  [[maybe_unused]] ssize_t n = ::write(fd, &one, sizeof(one));
+}
+
+}  // namespace
+
+RouterThread::RouterThread(const RouterConfig& cfg, Directory& dir, Router::Hooks hooks,
+                           uint64_t boot, int64_t linger_ns)
+    : linger_ns_(linger_ns),
+      epoll_(::epoll_create1(EPOLL_CLOEXEC)),
+      wake_fd_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)),
+      to_control_fd_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
+  hooks.reclaimed = [this] { reclaim_point(); };
+  router_ = std::make_unique<Router>(cfg, dir, std::move(hooks), boot);
+}
+
+RouterThread::~RouterThread() {
+  stop();
+  router_.reset();
+  for (auto& [p, n] : unmaps_) ::munmap(p, n);
+}
+
+int RouterThread::start() {
+  if (!epoll_ || !wake_fd_ || !to_control_fd_) return EMFILE;
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u64 = kWakeTag;
+  if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, wake_fd_.get(), &ev) < 0) return errno;
+  if (int err = router_->start(epoll_.get())) return err;
+  tls_ = router_->tls();
+  return 0;
+}
+
+int RouterThread::run() {
+  if (running_) return EALREADY;
+  stopping_.store(false);
+  try {
+    thread_ = std::thread([this] { loop(); });
+  } catch (const std::system_error& e) {
+    LOG_ERROR("router: cannot start its thread: %s", e.what());
+    return EAGAIN;
+  }
+  running_ = true;
+  return 0;
+}
+
+void RouterThread::stop() {
+  if (!running_) return;
+  stopping_.store(true);
+  ring(wake_fd_.get());
+  thread_.join();
+  running_ = false;
+}
+
+void RouterThread::wake() {
+  ring(wake_fd_.get());
+}
+
+void RouterThread::post(std::function<void(Router&)> t) {
+  if (tasks_.push([this, t = std::move(t)] { t(*router_); })) wake();
+}
+
+void RouterThread::run_control_tasks() {
+  drain_eventfd(to_control_fd_.get());
+  std::vector<Task> ts;
+  if (!control_.take(ts)) return;
+  for (auto& t : ts) t();
+}
+
+void RouterThread::flush_outbox() {
+  if (control_.push_all(outbox_)) ring(to_control_fd_.get());
+}
+
+void RouterThread::connect_qp(bool local, uint32_t qpn, const LocalQp& qp, uint32_t dst_ipv4,
+                              uint32_t dst_qpn, ConnectDone done) {
+  post([this, local, qpn, qp, dst_ipv4, dst_qpn, done = std::move(done)](Router& r) mutable {
+    uint32_t owner = qp.owner;
+    auto connect = local ? &Router::connect_local : &Router::connect_qp;
+    (r.*connect)(qpn, qp, dst_ipv4, dst_qpn,
+                 [this, owner, done = std::move(done)](int status, uint32_t type) {
+                   // The doorbell is made here, on the router thread, which owns it.
+                   int fd = status == 0 ? router_->doorbell_for(owner) : -1;
+                   post_to_control([done, status, type, fd] { done(status, type, fd); });
+                 });
+  });
+}
+
+void RouterThread::attach_multicast(uint32_t qpn, const LocalQp& qp,
+                                    std::function<void(int fd)> done) {
+  post([this, qpn, qp, done = std::move(done)](Router& r) mutable {
+    int fd = r.attach_multicast(qpn, qp) == 0 ? r.doorbell_for(qp.owner) : -1;
+    post_to_control([done, fd] { done(fd); });
+  });
+}
+
+void RouterThread::qp_freed(uint32_t qpn) {
+  post([qpn](Router& r) { r.qp_freed(qpn); });
+}
+
+void RouterThread::client_gone(uint32_t client) {
+  post([client](Router& r) { r.client_gone(client); });
+}
+
+void RouterThread::send_cm_to_host(uint32_t host_id, const wire::Cm& m,
+                                   std::function<void(int err)> unreachable) {
+  post([this, host_id, m, unreachable = std::move(unreachable)](Router& r) {
+    int err = r.send_cm_to_host(host_id, m);
+    if (err && unreachable) post_to_control([unreachable, err] { unreachable(err); });
+  });
+}
+
+void RouterThread::unmap_when_idle(void* addr, size_t size) {
+  if (!running_) {
+    ::munmap(addr, size);
+    return;
+  }
+  post([this, addr, size](Router&) { unmaps_.emplace_back(addr, size); });
+}
+
+void RouterThread::reclaim_point() {
+  for (auto& [p, n] : unmaps_) ::munmap(p, n);
+  unmaps_.clear();
+}
+
+void RouterThread::publish(int64_t now) {
+  Snapshot s;
+  s.links = router_->links();
+  s.link_connects = router_->link_connects();
+  s.held = router_->held_by_owner();
+  s.routed_qps = router_->routed_qps();
+  {
+    std::lock_guard<std::mutex> g(snap_mu_);
+    snap_ = std::move(s);
+  }
+  published_ns_ = now;
+  changed_ = false;
+}
+
+std::vector<Router::LinkInfo> RouterThread::links() const {
+  std::lock_guard<std::mutex> g(snap_mu_);
+  return snap_.links;
+}
+
+std::map<uint32_t, uint64_t> RouterThread::link_connects() const {
+  std::lock_guard<std::mutex> g(snap_mu_);
+  return snap_.link_connects;
+}
+
+std::map<uint32_t, std::pair<uint64_t, uint64_t>> RouterThread::held_by_owner() const {
+  std::lock_guard<std::mutex> g(snap_mu_);
+  return snap_.held;
+}
+
+size_t RouterThread::routed_qps() const {
+  std::lock_guard<std::mutex> g(snap_mu_);
+  return snap_.routed_qps;
+}
+
+void RouterThread::loop() {
+  epoll_event events[64];
+  std::vector<Task> ts;
+  int64_t last_work = 0;
+  int busy_passes = 0;
+  while (!stopping_.load(std::memory_order_relaxed)) {
+    if (tasks_.take(ts)) {
+      for (auto& t : ts) t();
+      ts.clear();
+      changed_ = true;
+    }
+    int64_t now = now_ns();
+    bool work = router_->poll(now);
+    int timeout = 0;
+    bool sleeping = false;
+    if (work) {
+      last_work = now;
+      changed_ = true;
+    } else if (now - last_work < linger_ns_) {
+      // Polling on a little longer: more work is likely to follow.
+    } else if (!router_->prepare_sleep()) {
+      last_work = now;
+    } else {
+      sleeping = true;
+      timeout = -1;
+      if (int64_t dl = router_->next_deadline(now); dl >= 0)
+        timeout = static_cast<int>(std::max<int64_t>(1, (dl - now + 999999) / 1000000));
+    }
+    // The control thread hears of what happened before the router sleeps, and status sees it.
+    if ((changed_ && (sleeping || now - published_ns_ >= kPublishNs)) || !outbox_.empty())
+      publish(now);
+    flush_outbox();
+    if (timeout == 0 && work && ++busy_passes < kBusyPassesPerEpoll) continue;
+    busy_passes = 0;
+    int n = ::epoll_wait(epoll_.get(), events, 64, timeout);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      LOG_ERROR("router: epoll_wait: %s", strerror(errno));
+      break;
+    }
+    if (n > 0) changed_ = true;
+    now = now_ns();
+    for (int i = 0; i < n; ++i) {
+      uint64_t tag = events[i].data.u64;
+      if (tag == kWakeTag)
+        drain_eventfd(wake_fd_.get());
+      else
+        router_->on_event(tag, now);
+    }
+  }
+  publish(now_ns());
+  flush_outbox();
+}
+
+}  // namespace vrdma::daemon

@@ -1,0 +1,125 @@
+// The router's own thread: the Router (router.h) runs there, with an epoll of its own, apart
+// from vrdmad's control loop. Nothing but that thread touches the Router once it runs.
+//
+// The control thread never waits for the router:
+//   - what it asks of the router (connect a QP, a QP freed, a client gone, an rdma_cm message)
+//     is queued as a task the router thread runs on its next pass (an eventfd wakes it);
+//   - what the router tells the daemon (a connect's result, a QP failed, an rdma_cm message, a
+//     host gone) is queued the other way, and run by the control thread when its epoll sees
+//     control_fd() readable (run_control_tasks());
+//   - what status and metrics read of the router (links, held requests, routed QPs) is a
+//     snapshot the router thread publishes while it works and before it sleeps.
+// The router's questions about the daemon's state (Router::Hooks: find_qp, names_peer, ...) are
+// answered synchronously by the daemon under its state lock, which the control thread holds
+// while it handles events and never while it waits for the router: no lock-order cycle.
+//
+// The loop: every pass takes the queued tasks, then Router::poll(); while a pass did work the
+// next one follows at once (epoll looked at without waiting now and then); once a pass finds
+// nothing, the loop keeps polling for `linger_ns`, then arms the doorbells and sleeps in epoll
+// until a doorbell, a link, a task or the router's next deadline: an idle router uses no CPU.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "common/unique_fd.h"
+#include "daemon/router/router.h"
+#include "daemon/router/task_queue.h"
+
+namespace vrdma::daemon {
+
+class RouterThread {
+ public:
+  using Task = TaskQueue::Task;
+  // A connect's result, on the control thread: 0 or an errno, the peer QP's type, and the
+  // doorbell eventfd of the QP owner's routed QPs (status 0 only; the router keeps it).
+  using ConnectDone = std::function<void(int status, uint32_t qp_type, int doorbell_fd)>;
+
+  RouterThread(const RouterConfig& cfg, Directory& dir, Router::Hooks hooks, uint64_t boot,
+               int64_t linger_ns);
+  ~RouterThread();  // stops the thread
+  RouterThread(const RouterThread&) = delete;
+  RouterThread& operator=(const RouterThread&) = delete;
+
+  // Loads TLS and listens (Router::start), on the calling thread. 0 or a positive errno.
+  int start();
+  // Starts the thread / stops it (waits for it). Tasks queued after stop() never run.
+  int run();
+  void stop();
+
+  // Control thread side. Readable when the router queued tasks for the control thread.
+  int control_fd() const { return to_control_fd_.get(); }
+  void run_control_tasks();
+  // Router thread side (from its hooks): `t` runs on the control thread.
+  void post_to_control(Task t) { outbox_.push_back(std::move(t)); }
+  // Runs `t` on the router thread, with the Router (any thread).
+  void post(std::function<void(Router&)> t);
+
+  // What the control thread asks (router.h says what each does); answers come back through
+  // the control thread's queue.
+  // `local`: a QP of this host through the router itself (the mediated path, router_self.cc).
+  void connect_qp(bool local, uint32_t qpn, const LocalQp& qp, uint32_t dst_ipv4,
+                  uint32_t dst_qpn, ConnectDone done);
+  // A UD QP's multicast sends go through the router too (router_multicast.cc); `done` gets the
+  // doorbell eventfd of the owner's routed QPs, or -1.
+  void attach_multicast(uint32_t qpn, const LocalQp& qp, std::function<void(int fd)> done);
+  void qp_freed(uint32_t qpn);
+  void client_gone(uint32_t client);
+  // An rdma_cm message to a host; `unreachable` runs on the control thread when no link to it
+  // can be had.
+  void send_cm_to_host(uint32_t host_id, const wire::Cm& m,
+                       std::function<void(int err)> unreachable);
+  // A mapping the daemon no longer needs but the router may still be reading or writing (a
+  // client's memory, sealed, that the router was given): unmapped by the router thread once no
+  // frame in flight can point into it.
+  void unmap_when_idle(void* addr, size_t size);
+
+  // The last snapshot (status, metrics).
+  std::vector<Router::LinkInfo> links() const;
+  std::map<uint32_t, uint64_t> link_connects() const;
+  std::map<uint32_t, std::pair<uint64_t, uint64_t>> held_by_owner() const;
+  size_t routed_qps() const;
+  bool tls() const { return tls_; }
+
+  // The Router's hook for reclaim points: the router thread frees what unmap_when_idle() got.
+  void reclaim_point();
+
+ private:
+  struct Snapshot {
+    std::vector<Router::LinkInfo> links;
+    std::map<uint32_t, uint64_t> link_connects;
+    std::map<uint32_t, std::pair<uint64_t, uint64_t>> held;
+    size_t routed_qps = 0;
+  };
+  void loop();
+  void wake();  // the router thread
+  void publish(int64_t now);
+  void flush_outbox();
+
+  std::unique_ptr<Router> router_;
+  int64_t linger_ns_;
+  bool tls_ = false;
+  UniqueFd epoll_;
+  UniqueFd wake_fd_;          // the router thread's: tasks queued, stop
+  UniqueFd to_control_fd_;    // the control thread's: tasks queued for it
+  TaskQueue tasks_;           // for the router thread
+  TaskQueue control_;         // for the control thread
+  std::vector<Task> outbox_;  // router thread: tasks for the control thread, sent once a pass
+  std::vector<std::pair<void*, size_t>> unmaps_, unmaps_ready_;  // router thread
+  std::thread thread_;
+  std::atomic<bool> stopping_{false};
+  bool running_ = false;
+  mutable std::mutex snap_mu_;
+  Snapshot snap_;
+  int64_t published_ns_ = 0;
+  bool changed_ = true;
+};
+
+}  // namespace vrdma::daemon
