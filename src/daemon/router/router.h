@@ -106,6 +106,17 @@ class Router : public LinkHandler {
   // The doorbell eventfd of a client's routed QPs (one per client, made on first use), or -1.
   int doorbell_for(uint32_t client);
 
+  // Transport seam: takes `fd`, a connected stream socket (e.g. one end of a
+  // socketpair(AF_UNIX)) as an open, plaintext link to host `host_id` that the caller has
+  // already authenticated: no TCP connect, no TLS, no Hello. `outbound`: this router's link to
+  // that host (requests go out on it, responses come back); otherwise a link that host opened
+  // (requests come in). The host must be in the directory (its router address and container
+  // networks, which the link is checked against as any other). Frames then flow as on a TCP
+  // link, so two routers in one process, each given one end of a pair in each direction, carry
+  // work between their QPs with no network (the unit tests' fake transport). 0 or a positive
+  // errno (EHOSTUNREACH: not a host of the directory; EEXIST: an outbound link to it exists).
+  int adopt_link(UniqueFd fd, uint32_t host_id, bool outbound, int64_t now);
+
   // Control path. Connects local QP `qpn` to `dst_qpn` at `dst_ipv4` on another host; `done`
   // gets 0 or an errno (EHOSTUNREACH, ECONNREFUSED, ETIMEDOUT, EAGAIN: directory down).
   using ConnectDone = std::function<void(int status, uint32_t qp_type)>;

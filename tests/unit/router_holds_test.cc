@@ -1,0 +1,1 @@
+#include "router_fake.h"
