@@ -207,7 +207,11 @@ class Router : public LinkHandler {
   bool read_wqe(const Outbound& o, uint64_t pos, Wqe& w) const;
   bool send_wqe(Outbound& o, const Wqe& w, int64_t now);
   void complete(Outbound& o, const Wqe& w, ibv_wc_status st, uint32_t byte_len);
-  void abort_qp(Outbound& o, ibv_wc_status first, bool tell_owner);
+  // Moves the QP to error: its oldest outstanding request completes with `first`, the rest
+  // with WR_FLUSH_ERR. The owner is told `why` (kRouted: its work failed, as a completion error
+  // on a fabric; kPeerGone: its peer went away).
+  void abort_qp(Outbound& o, ibv_wc_status first, bool tell_owner,
+                proto::FatalReason why = proto::FatalReason::kRouted);
   void on_response(Link& link, const wire::Response& r, uint32_t payload, PayloadDest& dest);
   void check_timeouts(int64_t now);
   Link* ud_link(Outbound& o, const uint8_t* dgid);
