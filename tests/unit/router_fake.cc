@@ -13,6 +13,7 @@
 
 #include "common/address.h"
 #include "common/clock.h"
+#include "common/log.h"
 #include "shm/shared_file.h"
 
 namespace vrdma::daemon::testing {
@@ -461,6 +462,8 @@ void FakeHost::client_gone(FakeClient& c) {
 // ---- two hosts -----------------------------------------------------------------------------
 
 RouterPair::RouterPair() {
+  // Every failure a test provokes would log a warning; VRDMA_TEST_LOG=1 shows them.
+  set_log_level(getenv("VRDMA_TEST_LOG") ? LogLevel::kDebug : LogLevel::kError);
   dir.add_host(1, "10.0.0.1:7000", "10.1.0.0/16");
   dir.add_host(2, "10.0.0.2:7000", "10.2.0.0/16");
   now = now_ns();
@@ -529,6 +532,69 @@ void RouterPair::connect(FakeQp& a, FakeQp& b) {
 
 void RouterPair::cut_links() {
   for (int fd : link_fds_) ::shutdown(fd, SHUT_RDWR);
+}
+
+// ---- a connected RC pair -----------------------------------------------------------------
+
+void RoutedRc::SetUp() {
+  start();
+  c1 = &h1->client("10.1.0.5");
+  c2 = &h2->client("10.2.0.5");
+  m1 = &c1->reg_mr(2 << 20, kAllAccess);
+  m2 = &c2->reg_mr(2 << 20, kAllAccess);
+  auto [x, y] = new_pair();
+  a = x;
+  b = y;
+}
+
+std::pair<FakeQp*, FakeQp*> RoutedRc::new_pair(FakeQp::Options oa, FakeQp::Options ob,
+                                               bool connect_now) {
+  FakeQp* x = &h1->qp(*c1, IBV_QPT_RC, oa);
+  FakeQp* y = &h2->qp(*c2, IBV_QPT_RC, ob);
+  if (connect_now) connect(*x, *y);
+  return {x, y};
+}
+
+std::vector<ibv_wc> RoutedRc::send_completions(FakeQp& q, size_t n, int passes, int64_t dt) {
+  std::vector<ibv_wc> got;
+  run_until(
+      [&] {
+        for (auto& wc : q.poll_send()) got.push_back(wc);
+        return got.size() >= n;
+      },
+      passes, dt);
+  return got;
+}
+
+std::vector<RecvCompletion> RoutedRc::recv_completions(FakeQp& q, size_t n, int passes) {
+  std::vector<RecvCompletion> got;
+  run_until(
+      [&] {
+        for (auto& c : q.poll_recv()) got.push_back(c);
+        return got.size() >= n;
+      },
+      passes);
+  return got;
+}
+
+void RoutedRc::post_rdma(FakeQp& q, uint64_t wr_id, ibv_wr_opcode op, ibv_sge sge,
+                         uint64_t raddr, uint32_t rkey, uint32_t flags) {
+  ibv_send_wr wr = make_wr(wr_id, op, &sge, 1, flags);
+  if (op == IBV_WR_ATOMIC_CMP_AND_SWP || op == IBV_WR_ATOMIC_FETCH_AND_ADD) {
+    wr.wr.atomic.remote_addr = raddr;
+    wr.wr.atomic.rkey = rkey;
+    wr.wr.atomic.compare_add = 1;
+  } else {
+    wr.wr.rdma.remote_addr = raddr;
+    wr.wr.rdma.rkey = rkey;
+  }
+  q.post_send(wr);
+}
+
+bool RoutedRc::has_fatal(FakeHost& h, uint32_t qpn, proto::FatalReason why) const {
+  for (const Fatal& f : h.fatals)
+    if (f.qpn == qpn && f.why == why) return true;
+  return false;
 }
 
 }  // namespace vrdma::daemon::testing

@@ -217,6 +217,31 @@ class RouterPair : public ::testing::Test {
   std::vector<int> link_fds_;  // h1's ends: [0] outbound to h2, [1] inbound from h2
 };
 
+inline constexpr uint32_t kAllAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+                                      IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
+
+// Client 10.1.0.5 on host 1 with RC QP `a`, client 10.2.0.5 on host 2 with RC QP `b`,
+// connected; a 2 MiB MR on each side.
+class RoutedRc : public RouterPair {
+ protected:
+  void SetUp() override;
+  // Another pair of QPs between the same clients, connected unless `connect_now` is false.
+  std::pair<FakeQp*, FakeQp*> new_pair(FakeQp::Options oa = {}, FakeQp::Options ob = {},
+                                       bool connect_now = true);
+  // Waits for `n` completions.
+  std::vector<ibv_wc> send_completions(FakeQp& q, size_t n, int passes = 20000,
+                                       int64_t dt = 1000);
+  std::vector<RecvCompletion> recv_completions(FakeQp& q, size_t n, int passes = 20000);
+  // Posts a WRITE / READ / atomic naming remote memory.
+  void post_rdma(FakeQp& q, uint64_t wr_id, ibv_wr_opcode op, ibv_sge sge, uint64_t raddr,
+                 uint32_t rkey, uint32_t flags = IBV_SEND_SIGNALED);
+  bool has_fatal(FakeHost& h, uint32_t qpn, proto::FatalReason why) const;
+
+  FakeClient *c1 = nullptr, *c2 = nullptr;
+  FakeQp *a = nullptr, *b = nullptr;
+  FakeMr *m1 = nullptr, *m2 = nullptr;
+};
+
 // Random bytes.
 std::vector<uint8_t> random_bytes(size_t n, uint32_t seed);
 ibv_send_wr make_wr(uint64_t wr_id, ibv_wr_opcode op, ibv_sge* sge, int nsge,

@@ -9,50 +9,6 @@
 namespace vrdma::daemon::testing {
 namespace {
 
-constexpr uint32_t kAll = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
-                          IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
-
-// Client 10.1.0.5 on host 1 with RC QP `a`, client 10.2.0.5 on host 2 with RC QP `b`,
-// connected; a 2 MiB MR on each side.
-class RoutedRc : public RouterPair {
- protected:
-  void SetUp() override {
-    start();
-    c1 = &h1->client("10.1.0.5");
-    c2 = &h2->client("10.2.0.5");
-    a = &h1->qp(*c1, IBV_QPT_RC);
-    b = &h2->qp(*c2, IBV_QPT_RC);
-    connect(*a, *b);
-    m1 = &c1->reg_mr(2 << 20, kAll);
-    m2 = &c2->reg_mr(2 << 20, kAll);
-  }
-  // Waits for `n` send completions of `q`.
-  std::vector<ibv_wc> send_completions(FakeQp& q, size_t n, int passes = 20000) {
-    std::vector<ibv_wc> got;
-    run_until(
-        [&] {
-          for (auto& wc : q.poll_send()) got.push_back(wc);
-          return got.size() >= n;
-        },
-        passes);
-    return got;
-  }
-  std::vector<RecvCompletion> recv_completions(FakeQp& q, size_t n, int passes = 20000) {
-    std::vector<RecvCompletion> got;
-    run_until(
-        [&] {
-          for (auto& c : q.poll_recv()) got.push_back(c);
-          return got.size() >= n;
-        },
-        passes);
-    return got;
-  }
-
-  FakeClient *c1 = nullptr, *c2 = nullptr;
-  FakeQp *a = nullptr, *b = nullptr;
-  FakeMr *m1 = nullptr, *m2 = nullptr;
-};
-
 TEST_F(RoutedRc, SendScattersIntoTheReceiveAndCompletesBothSides) {
   auto data = random_bytes(3000, 1);
   memcpy(m1->ptr + 100, data.data(), data.size());
