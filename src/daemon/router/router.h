@@ -25,6 +25,10 @@
 // QP's attributes say; held payloads are stored as they arrive, within per-connection,
 // per-link and per-host bounds.
 //
+// Transport seam: adopt_link() hands the router a link some other way (an already connected,
+// authenticated stream, e.g. a socketpair): the unit tests run two routers in one process over
+// such pairs with fake clients and a simulated clock (tests/unit/router_fake.h).
+//
 // Everything runs on the daemon's event-loop thread: no locks. The daemon calls poll() while
 // there is traffic and sleeps in epoll when prepare_sleep() says every queue is empty (QPs then
 // ring their client's doorbell eventfd after posting).
