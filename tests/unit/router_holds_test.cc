@@ -212,6 +212,33 @@ TEST_F(RoutedRc, RemoteAccessErrorsLeaveTheTargetUntouched) {
   }
 }
 
+TEST_F(RoutedRc, LocalMemoryDeregisteredAfterPostingFailsWithLocalProtection) {
+  // The gather list's MR is gone before the router reads from it.
+  FakeMr& gone = c1->reg_mr(4096, kAllAccess);
+  post_rdma(*a, 1, IBV_WR_RDMA_WRITE, gone.sge(0, 64), m2->addr(), m2->key);
+  post_rdma(*a, 2, IBV_WR_RDMA_WRITE, m1->sge(0, 64), m2->addr(), m2->key);
+  c1->dereg_mr(gone);
+  auto wcs = send_completions(*a, 2);
+  ASSERT_EQ(wcs.size(), 2u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_LOC_PROT_ERR);
+  EXPECT_EQ(wcs[1].status, IBV_WC_WR_FLUSH_ERR);
+  EXPECT_TRUE(has_fatal(*h1, a->qpn, proto::FatalReason::kRouted));
+}
+
+TEST_F(RoutedRc, AReadWhoseLocalMemoryWentAwayMeanwhileFailsWithLocalProtection) {
+  auto [x, y] = new_pair();
+  FakeMr& dst = c1->reg_mr(4096, kAllAccess);
+  memset(m2->ptr, 0x3c, 4096);
+  post_rdma(*x, 1, IBV_WR_RDMA_READ, dst.sge(0, 4096), m2->addr(), m2->key);
+  run(1);  // sent, and answered; the answer not read yet
+  EXPECT_TRUE(x->poll_send().empty());
+  c1->dereg_mr(dst);
+  auto wcs = send_completions(*x, 1);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_LOC_PROT_ERR);
+  EXPECT_EQ(x->state(), IBV_QPS_ERR);
+}
+
 TEST_F(RoutedRc, ASendLongerThanTheReceiveFailsBothSides) {
   b->post_recv(4, {m2->sge(0, 100)});
   ibv_sge sge = m1->sge(0, 101);
