@@ -20,7 +20,9 @@ namespace vrdma::daemon::testing {
 
 namespace {
 
-uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) & ~(a - 1); }
+uint64_t align_up(uint64_t v, uint64_t a) {
+  return (v + a - 1) & ~(a - 1);
+}
 
 int sealed_file(const char* name, uint64_t size) {
   int fd = -1;
@@ -205,8 +207,8 @@ void FakeQp::set_state(ibv_qp_state st) {
 void FakeQp::post_send(const ibv_send_wr& wr, uint32_t ud_dst_ipv4) {
   uint64_t tail = sq->tail.load(std::memory_order_relaxed);
   ASSERT_LT(tail - sq->done.load(), sq->capacity) << "send queue full";
-  auto* e = reinterpret_cast<shm::RouteWqe*>(sq->entries +
-                                             (tail & (sq->capacity - 1)) * uint64_t(sq->entry_size));
+  auto* e = reinterpret_cast<shm::RouteWqe*>(sq->entries + (tail & (sq->capacity - 1)) *
+                                                               uint64_t(sq->entry_size));
   memset(e, 0, sq->entry_size);
   e->wr_id = wr.wr_id;
   e->opcode = wr.opcode;
@@ -319,8 +321,7 @@ FakeHost::FakeHost(uint32_t host_id, FakeDirectory& dir, const RouterLimits& lim
   };
   h.names_peer = [this](uint32_t qpn, uint32_t ipv4, uint32_t peer_qpn) {
     auto it = by_qpn_.find(qpn);
-    return it != by_qpn_.end() && it->second->peer_ipv4 == ipv4 &&
-           it->second->peer_qpn == peer_qpn;
+    return it != by_qpn_.end() && it->second->peer_ipv4 == ipv4 && it->second->peer_qpn == peer_qpn;
   };
   h.tenant_of = [this](uint32_t ipv4) {
     std::string t;
@@ -577,8 +578,8 @@ std::vector<RecvCompletion> RoutedRc::recv_completions(FakeQp& q, size_t n, int 
   return got;
 }
 
-void RoutedRc::post_rdma(FakeQp& q, uint64_t wr_id, ibv_wr_opcode op, ibv_sge sge,
-                         uint64_t raddr, uint32_t rkey, uint32_t flags) {
+void RoutedRc::post_rdma(FakeQp& q, uint64_t wr_id, ibv_wr_opcode op, ibv_sge sge, uint64_t raddr,
+                         uint32_t rkey, uint32_t flags) {
   ibv_send_wr wr = make_wr(wr_id, op, &sge, 1, flags);
   if (op == IBV_WR_ATOMIC_CMP_AND_SWP || op == IBV_WR_ATOMIC_FETCH_AND_ADD) {
     wr.wr.atomic.remote_addr = raddr;

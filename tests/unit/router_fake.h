@@ -218,7 +218,7 @@ class RouterPair : public ::testing::Test {
 };
 
 inline constexpr uint32_t kAllAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
-                                      IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
+                                       IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
 
 // Client 10.1.0.5 on host 1 with RC QP `a`, client 10.2.0.5 on host 2 with RC QP `b`,
 // connected; a 2 MiB MR on each side.
@@ -229,8 +229,7 @@ class RoutedRc : public RouterPair {
   std::pair<FakeQp*, FakeQp*> new_pair(FakeQp::Options oa = {}, FakeQp::Options ob = {},
                                        bool connect_now = true);
   // Waits for `n` completions.
-  std::vector<ibv_wc> send_completions(FakeQp& q, size_t n, int passes = 20000,
-                                       int64_t dt = 1000);
+  std::vector<ibv_wc> send_completions(FakeQp& q, size_t n, int passes = 20000, int64_t dt = 1000);
   std::vector<RecvCompletion> recv_completions(FakeQp& q, size_t n, int passes = 20000);
   // Posts a WRITE / READ / atomic naming remote memory.
   void post_rdma(FakeQp& q, uint64_t wr_id, ibv_wr_opcode op, ibv_sge sge, uint64_t raddr,

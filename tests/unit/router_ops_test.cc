@@ -142,9 +142,9 @@ TEST_F(RoutedRc, AtomicsReturnTheOldValueAndChangeTheTarget) {
     wr.wr.atomic.swap = swap;
     a->post_send(wr);
   };
-  atomic(1, IBV_WR_ATOMIC_FETCH_AND_ADD, &r0, 5, 0);         // 1000 -> 1005
-  atomic(2, IBV_WR_ATOMIC_CMP_AND_SWP, &r1, 1005, 77);       // 1005 -> 77
-  atomic(3, IBV_WR_ATOMIC_CMP_AND_SWP, &r2, 1005, 99);       // no match: stays 77
+  atomic(1, IBV_WR_ATOMIC_FETCH_AND_ADD, &r0, 5, 0);    // 1000 -> 1005
+  atomic(2, IBV_WR_ATOMIC_CMP_AND_SWP, &r1, 1005, 77);  // 1005 -> 77
+  atomic(3, IBV_WR_ATOMIC_CMP_AND_SWP, &r2, 1005, 99);  // no match: stays 77
   auto wcs = send_completions(*a, 3);
   ASSERT_EQ(wcs.size(), 3u);
   EXPECT_EQ(wcs[0].opcode, IBV_WC_FETCH_ADD);

@@ -39,8 +39,7 @@ int Router::adopt_link(UniqueFd fd, uint32_t host_id, bool outbound, int64_t now
     host_links_[host_id] = id;
     ++link_connects_[host_id];
   }
-  LOG_INFO("router: link %u %s host %u adopted (plaintext)", id, outbound ? "to" : "from",
-           host_id);
+  LOG_INFO("router: link %u %s host %u adopted (plaintext)", id, outbound ? "to" : "from", host_id);
   return 0;
 }
 
