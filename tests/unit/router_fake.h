@@ -207,6 +207,8 @@ class RouterPair : public ::testing::Test {
   void run_only_h1(int64_t duration, int64_t dt = 1'000'000);
 
   // RC/UC: both QPs' RTR name each other, both go to RTS, both routers connect them.
+  // (Router::connect_qp takes its reply deadline from the real clock, 3 s ahead: connect
+  // before the simulated clock has run seconds ahead of it.)
   void connect(FakeQp& a, FakeQp& b);
   // `a` reaches `b` (one direction: the router connects a's queue to b).
   int connect_one(FakeQp& a, FakeQp& b);
