@@ -468,7 +468,7 @@ void Router::on_peer_gone(Link& link, const wire::PeerGone& g) {
     auto it = outbound_.find(g.qpn);
     if (it != outbound_.end() && it->second->link_id == link.id()) {
       LOG_INFO("router: QP 0x%x: its peer on host %u is gone", g.qpn, link.host_id);
-      abort_qp(*it->second, IBV_WC_WR_FLUSH_ERR, true);
+      abort_qp(*it->second, IBV_WC_WR_FLUSH_ERR, true, proto::FatalReason::kPeerGone);
     }
     return;
   }

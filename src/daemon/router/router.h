@@ -25,6 +25,10 @@
 // QP's attributes say; held payloads are stored as they arrive, within per-connection,
 // per-link and per-host bounds.
 //
+// Transport seam: adopt_link() hands the router a link some other way (an already connected,
+// authenticated stream, e.g. a socketpair): the unit tests run two routers in one process over
+// such pairs with fake clients and a simulated clock (tests/unit/router_fake.h).
+//
 // Everything runs on the router's own thread (router_thread.h), apart from vrdmad's control
 // loop: no locks in here. That thread calls poll() while there is traffic and sleeps in epoll
 // when prepare_sleep() says every queue is empty (QPs then ring their client's doorbell
@@ -119,6 +123,17 @@ class Router : public LinkHandler {
   bool prepare_sleep();
   // The doorbell eventfd of a client's routed QPs (one per client, made on first use), or -1.
   int doorbell_for(uint32_t client);
+
+  // Transport seam: takes `fd`, a connected stream socket (e.g. one end of a
+  // socketpair(AF_UNIX)) as an open, plaintext link to host `host_id` that the caller has
+  // already authenticated: no TCP connect, no TLS, no Hello. `outbound`: this router's link to
+  // that host (requests go out on it, responses come back); otherwise a link that host opened
+  // (requests come in). The host must be in the directory (its router address and container
+  // networks, which the link is checked against as any other). Frames then flow as on a TCP
+  // link, so two routers in one process, each given one end of a pair in each direction, carry
+  // work between their QPs with no network (the unit tests' fake transport). 0 or a positive
+  // errno (EHOSTUNREACH: not a host of the directory; EEXIST: an outbound link to it exists).
+  int adopt_link(UniqueFd fd, uint32_t host_id, bool outbound, int64_t now);
 
   // Control path. Connects local QP `qpn` to `dst_qpn` at `dst_ipv4` on another host; `done`
   // gets 0 or an errno (EHOSTUNREACH, ECONNREFUSED, ETIMEDOUT, EAGAIN: directory down).
@@ -225,7 +240,11 @@ class Router : public LinkHandler {
   bool read_wqe(const Outbound& o, uint64_t pos, Wqe& w) const;
   bool send_wqe(Outbound& o, const Wqe& w, int64_t now);
   void complete(Outbound& o, const Wqe& w, ibv_wc_status st, uint32_t byte_len);
-  void abort_qp(Outbound& o, ibv_wc_status first, bool tell_owner);
+  // Moves the QP to error: its oldest outstanding request completes with `first`, the rest
+  // with WR_FLUSH_ERR. The owner is told `why` (kRouted: its work failed, as a completion error
+  // on a fabric; kPeerGone: its peer went away).
+  void abort_qp(Outbound& o, ibv_wc_status first, bool tell_owner,
+                proto::FatalReason why = proto::FatalReason::kRouted);
   void on_response(Link& link, const wire::Response& r, uint32_t payload, PayloadDest& dest);
   void check_timeouts(int64_t now);
   bool link_silent(Link& l, int64_t now, int64_t bound);

@@ -30,6 +30,11 @@ void Router::hold(Link& link, Inbound& ib, const wire::Request& r, uint32_t payl
              "it fails",
              link.host_id, ib.src_qpn, ib.dst_qpn, payload, over);
     ib.failed = true;
+    // The requester waits for the oldest request held: it fails with what its own wait would
+    // have ended with (the requester flushes the rest). Without an answer it would wait
+    // forever, its link alive.
+    if (!ib.held.empty())
+      respond(link, ib.held.front().req, ib.held.front().expiry, 0, 0, nullptr, 0);
     release_held(ib, &link);
     return discard_and_reply(link, f, expiry, payload);
   }

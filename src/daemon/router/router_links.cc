@@ -371,7 +371,9 @@ void Router::close_link(Link& link, const char* why) {
         it = it->second == id ? o->ud_links.erase(it) : std::next(it);
       continue;
     }
-    abort_qp(*o, o->done < o->sent ? IBV_WC_RETRY_EXC_ERR : IBV_WC_WR_FLUSH_ERR, true);
+    const bool outstanding = o->done < o->sent;
+    abort_qp(*o, outstanding ? IBV_WC_RETRY_EXC_ERR : IBV_WC_WR_FLUSH_ERR, true,
+             outstanding ? proto::FatalReason::kRouted : proto::FatalReason::kPeerGone);
   }
   // Remote QPs that sent to ours: our QPs that agreed to them lost their peer.
   for (auto it = inbound_.begin(); it != inbound_.end();) {

@@ -120,7 +120,7 @@ bool Router::tail_of(Outbound& o, uint64_t* tail) {
   return false;
 }
 
-void Router::abort_qp(Outbound& o, ibv_wc_status first, bool tell_owner) {
+void Router::abort_qp(Outbound& o, ibv_wc_status first, bool tell_owner, proto::FatalReason why) {
   if (o.failed) return;
   o.failed = true;
   o.qp->state.store(IBV_QPS_ERR, std::memory_order_release);
@@ -140,10 +140,7 @@ void Router::abort_qp(Outbound& o, ibv_wc_status first, bool tell_owner) {
   if (first != IBV_WC_WR_FLUSH_ERR)
     LOG_INFO("router: QP 0x%x to QP 0x%x failed: completion status %d", o.qpn, o.dst_qpn,
              static_cast<int>(first));
-  if (tell_owner)
-    hooks_.qp_fatal(
-        o.info.owner, o.qpn,
-        first == IBV_WC_WR_FLUSH_ERR ? proto::FatalReason::kPeerGone : proto::FatalReason::kRouted);
+  if (tell_owner) hooks_.qp_fatal(o.info.owner, o.qpn, why);
 }
 
 Link* Router::ud_link(Outbound& o, const uint8_t* dgid) {
