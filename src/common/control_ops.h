@@ -33,7 +33,7 @@ inline constexpr char kHello[] = "Hello", kPutFd[] = "PutFd", kGetFd[] = "GetFd"
                       kCmResolve[] = "CmResolve", kCmConnect[] = "CmConnect",
                       kCmAccept[] = "CmAccept", kCmReject[] = "CmReject", kCmRtu[] = "CmRtu",
                       kCmDisconnect[] = "CmDisconnect", kSetQpObject[] = "SetQpObject",
-                      kGetMr[] = "GetMr", kReload[] = "Reload", kQpFatal[] = "QpFatal",
+                      kGetMr[] = "GetMr", kReload[] = "Reload", kQos[] = "Qos", kQpFatal[] = "QpFatal",
                       kCmRequest[] = "CmRequest", kCmReply[] = "CmReply",
                       kCmRejected[] = "CmRejected", kCmEstablished[] = "CmEstablished",
                       kCmDisconnected[] = "CmDisconnected";
@@ -82,6 +82,8 @@ template <>
 struct OpSpec<Op::kGetMr> : Spec<GetMrReq, 0, op_names::kGetMr> {};
 template <>
 struct OpSpec<Op::kReload> : Spec<ReloadReq, 0, op_names::kReload> {};
+template <>
+struct OpSpec<Op::kQos> : Spec<QosReq, 0, op_names::kQos> {};
 // Events (daemon -> client, seq 0).
 template <>
 struct OpSpec<Op::kQpFatal> : Spec<QpFatalEvent, 0, op_names::kQpFatal> {};
@@ -103,7 +105,7 @@ using RequestOps =
     OpList<Op::kHello, Op::kPutFd, Op::kGetFd, Op::kAllocQpn, Op::kFreeQpn, Op::kConnectQp,
            Op::kAllocKey, Op::kFreeKey, Op::kStatus, Op::kDropFd, Op::kCmListen, Op::kCmUnlisten,
            Op::kCmResolve, Op::kCmConnect, Op::kCmAccept, Op::kCmReject, Op::kCmRtu,
-           Op::kCmDisconnect, Op::kSetQpObject, Op::kGetMr, Op::kReload>;
+           Op::kCmDisconnect, Op::kSetQpObject, Op::kGetMr, Op::kReload, Op::kQos>;
 using EventOps = OpList<Op::kQpFatal, Op::kCmRequest, Op::kCmReply, Op::kCmRejected,
                         Op::kCmEstablished, Op::kCmDisconnected>;
 

@@ -49,6 +49,7 @@ enum class Op : uint16_t {
   kGetMr = 20,         // GetMrReq -> GetMrRep + one fd per segment: a granted MR
   // The host's administrator only (root, or vrdmad's user, in vrdmad's network namespace).
   kReload = 21,        // ReloadReq -> text: what re-reading the configuration changed, or why not
+  kQos = 22,           // QosReq -> text: the QoS rules in force (after setting one)
   kQpFatal = 100,  // daemon -> client, seq 0: QpFatalEvent
   // daemon -> client, seq 0, connection manager events.
   kCmRequest = 101,       // CmRequestEvent, to the listener's client
@@ -340,6 +341,13 @@ struct StatusReq {};
 // kReload carries no payload. The reply's status is 0, or EINVAL when the configuration file
 // was refused (nothing changed), or EPERM; its text says what changed, one line per key.
 struct ReloadReq {};
+
+// kQos: `rule` (NUL-terminated, qos/rules.h syntax) is applied at once to the router's
+// scheduler; an empty rule changes nothing. The reply's text lists the rules in force, one a
+// line; its status is 0, EINVAL (a bad rule, which the text explains) or EPERM.
+struct QosReq {
+  char rule[256];
+};
 
 // Reply, Rejected, Established, Disconnected. `cookie` is the connector's cookie in events to
 // the connector and 0 in events to the acceptor (which knows the connection by conn_id).

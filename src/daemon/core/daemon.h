@@ -75,6 +75,9 @@ class Daemon : private CmPort {
   // by them, and so are requests from other hosts (the tenant of their source address). A
   // connected client keeps the tenant it was admitted with until it reconnects.
   void set_tenant_rules(std::vector<TenantRule> rules);
+  // The QoS rules in force from now on (qos_op.cc): what `rules` names changes, a container or
+  // tenant it no longer names goes back to the defaults.
+  void set_qos_rules(const qos::RuleSet& rules);
 
   const DaemonConfig& config() const { return cfg_; }
   uint64_t boot_id() const { return boot_; }
@@ -129,6 +132,7 @@ class Daemon : private CmPort {
   void handle(Client& c, const Decoded& d, const proto::FreeKeyReq& r);
   void handle(Client& c, const Decoded& d, const proto::StatusReq& r);
   void handle(Client& c, const Decoded& d, const proto::ReloadReq& r);  // reload_op.cc
+  void handle(Client& c, const Decoded& d, const proto::QosReq& r);     // qos_op.cc
   ReloadOutcome reload();
   void handle(Client& c, const Decoded& d, const proto::SetQpObjectReq& r);
   void handle(Client& c, const Decoded& d, const proto::GetMrReq& r);
