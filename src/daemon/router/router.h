@@ -277,7 +277,8 @@ class Router : public LinkHandler {
   qos::Scheduler qos_;
   std::unordered_map<uint32_t, uint32_t> qos_containers_;
   std::map<std::string, uint32_t> qos_tenants_;
-  std::vector<uint32_t> qos_container_ip_;  // container id -> address
+  std::vector<uint32_t> qos_container_ip_;          // container id -> address
+  std::vector<std::string> qos_container_tenant_;  // container id -> tenant name
   struct QosQueue {
     Outbound* head = nullptr;
     Outbound* tail = nullptr;

@@ -28,7 +28,7 @@ struct RouterLimits {
   uint32_t wqes_per_pump = 256;  // work requests taken from one SendQueue per pass
   // Request bytes queued on a link and not yet written to its socket beyond which no more are
   // queued: what waits is in the QPs' queues, where the QoS scheduler chooses what goes next.
-  uint64_t link_window_bytes = 2ull << 20;
+  uint64_t link_window_bytes = 1ull << 20;
 };
 
 struct RouterConfig {

@@ -19,6 +19,9 @@ namespace {
 
 // The class of a QP by its address: a nonzero SL, or DSCP 46 (Expedited Forwarding) in the
 // GRH traffic class, is the latency class; anything else is bulk.
+// A container no tenant rule covers is a tenant of its own, named "@<its address>".
+bool own_tenant(const std::string& tenant) { return tenant.empty() || tenant[0] == '@'; }
+
 int class_of(uint32_t traffic_class) {
   const uint32_t sl = traffic_class >> 8 & 15, dscp = (traffic_class & 0xff) >> 2;
   return sl != 0 || dscp == 46 ? qos::kLatency : qos::kBulk;
@@ -30,12 +33,22 @@ uint32_t Router::qos_container(uint32_t ipv4, const std::string& tenant) {
   auto it = qos_containers_.find(ipv4);
   if (it != qos_containers_.end()) return it->second;
   const int64_t now = now_;
-  auto t = qos_tenants_.find(tenant);
-  if (t == qos_tenants_.end())
-    t = qos_tenants_.emplace(tenant, qos_.add_tenant(cfg_.qos.tenant(tenant), now)).first;
-  uint32_t id = qos_.add_container(t->second, cfg_.qos.container(ipv4), now);
+  const qos::Rule rule = cfg_.qos.container(ipv4);
+  uint32_t tenant_id;
+  if (own_tenant(tenant)) {
+    // A tenant of its own ("@<address>", no tenant rule covers it): its container competes
+    // with tenants directly, with its own weight.
+    tenant_id = qos_.add_tenant(qos::Rule{rule.weight, 0, 0}, now);
+  } else {
+    auto t = qos_tenants_.find(tenant);
+    if (t == qos_tenants_.end())
+      t = qos_tenants_.emplace(tenant, qos_.add_tenant(cfg_.qos.tenant(tenant), now)).first;
+    tenant_id = t->second;
+  }
+  uint32_t id = qos_.add_container(tenant_id, rule, now);
   qos_containers_[ipv4] = id;
   qos_container_ip_.push_back(ipv4);
+  qos_container_tenant_.push_back(tenant);
   qos_queues_.resize(qos_.containers() * qos::kClasses);
   return id;
 }
@@ -46,7 +59,11 @@ void Router::set_qos(const qos::NamedRule& rule) {
   cfg_.qos.put(rule);
   if (rule.kind == qos::NamedRule::Kind::kContainer) {
     auto it = qos_containers_.find(rule.ipv4);
-    if (it != qos_containers_.end()) qos_.set_container_rule(it->second, rule.rule, now_);
+    if (it != qos_containers_.end()) {
+      qos_.set_container_rule(it->second, rule.rule, now_);
+      if (own_tenant(qos_container_tenant_[it->second]))
+        qos_.set_tenant_rule(qos_.tenant_of(it->second), qos::Rule{rule.rule.weight, 0, 0}, now_);
+    }
   } else {
     auto it = qos_tenants_.find(rule.tenant);
     if (it != qos_tenants_.end()) qos_.set_tenant_rule(it->second, rule.rule, now_);
@@ -55,14 +72,12 @@ void Router::set_qos(const qos::NamedRule& rule) {
 
 std::vector<Router::QosFlowInfo> Router::qos_flows() const {
   std::vector<QosFlowInfo> out;
-  std::vector<std::string> tenant_names(qos_.tenants());
-  for (const auto& [name, id] : qos_tenants_) tenant_names[id] = name;
   for (uint32_t c = 0; c < qos_.containers(); ++c)
     for (int cls = 0; cls < qos::kClasses; ++cls) {
       const qos::FlowCounters& k = qos_.counters(qos::Scheduler::flow(c, cls));
       if (!k.msgs && !k.holds && cls != qos::kBulk) continue;
       const uint32_t t = qos_.tenant_of(c);
-      out.push_back(QosFlowInfo{qos_container_ip_[c], tenant_names[t], cls,
+      out.push_back(QosFlowInfo{qos_container_ip_[c], qos_container_tenant_[c], cls,
                                 qos_.container_rule(c), qos_.tenant_rule(t), k});
     }
   return out;
