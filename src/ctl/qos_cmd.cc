@@ -1,9 +1,8 @@
 #include "ctl/qos_cmd.h"
 
-#include <nlohmann/json.hpp>
-
 #include <cstdio>
 #include <iostream>
+#include <nlohmann/json.hpp>
 
 #include "ctl/daemon_client.h"
 #include "ctl/error.h"
@@ -38,8 +37,8 @@ std::string rate_text(uint64_t v, const char* unit) {
 void show(DaemonClient& client, const std::string& label, bool json) {
   std::string rules = client.qos("");
   auto status = nlohmann::json::parse(client.status(), nullptr, false);
-  const auto flows = status.is_object() && status.contains("qos") ? status["qos"]
-                                                                  : nlohmann::json::array();
+  const auto flows =
+      status.is_object() && status.contains("qos") ? status["qos"] : nlohmann::json::array();
   if (json) {
     std::cout << nlohmann::json{{"rules", rules}, {"flows", flows}}.dump() << "\n";
     return;
@@ -54,9 +53,9 @@ void show(DaemonClient& client, const std::string& label, bool json) {
     start = end + 1;
   }
   char line[256];
-  snprintf(line, sizeof(line), "%-15s %-12s %-7s %6s %9s %9s %14s %10s %10s %10s %7s",
-           "container", "tenant", "class", "weight", "rate", "msgs/s", "bytes", "messages",
-           "delay avg", "delay max", "holds");
+  snprintf(line, sizeof(line), "%-15s %-12s %-7s %6s %9s %9s %14s %10s %10s %10s %7s", "container",
+           "tenant", "class", "weight", "rate", "msgs/s", "bytes", "messages", "delay avg",
+           "delay max", "holds");
   std::cout << label << line << "\n";
   for (const auto& f : flows) {
     snprintf(line, sizeof(line), "%-15s %-12s %-7s %6u %9s %9s %14llu %10llu %8.1fus %8.1fus %7llu",
@@ -77,13 +76,15 @@ void show(DaemonClient& client, const std::string& label, bool json) {
 
 CLI::App* add_qos_command(CLI::App& app, QosOptions& o) {
   CLI::App* qos = app.add_subcommand(
-      "qos", "Quality of service on a vrdmad's router: weights and rate limits of containers\n"
-             "and tenants between hosts, and what each container sent");
+      "qos",
+      "Quality of service on a vrdmad's router: weights and rate limits of containers\n"
+      "and tenants between hosts, and what each container sent");
   qos->require_subcommand(1);
   o.set = qos->add_subcommand("set", "Apply QoS rules at once (until vrdmad restarts or reloads)");
-  o.set->add_option("rule", o.rules,
-                    "container=IPV4[:weight=W,rate=BYTES/S,msgs=MSGS/S] or tenant=NAME[:...]; "
-                    "a rule without values puts the defaults back (weight 1, no limit)")
+  o.set
+      ->add_option("rule", o.rules,
+                   "container=IPV4[:weight=W,rate=BYTES/S,msgs=MSGS/S] or tenant=NAME[:...]; "
+                   "a rule without values puts the defaults back (weight 1, no limit)")
       ->required();
   add_target_options(o.set, o.daemon);
   o.show = qos->add_subcommand("show", "Show the rules in force and each container's counters");

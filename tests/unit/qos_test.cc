@@ -1,7 +1,6 @@
 // The QoS scheduler with simulated time: a link of a fixed speed serves whatever pick() says.
-#include <gtest/gtest.h>
-
 #include <arpa/inet.h>
+#include <gtest/gtest.h>
 
 #include <cmath>
 #include <vector>
@@ -43,7 +42,9 @@ struct SimLink {
   }
 };
 
-uint32_t bulk(uint32_t container) { return Scheduler::flow(container, kBulk); }
+uint32_t bulk(uint32_t container) {
+  return Scheduler::flow(container, kBulk);
+}
 
 TEST(QosTokenBucket, GivesItsRateAndNoMoreThanABurstAfterIdle) {
   TokenBucket b;

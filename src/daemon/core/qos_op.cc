@@ -59,7 +59,8 @@ void Daemon::handle(Client& c, const Decoded& d, const proto::QosReq& req) {
     text = rules_text(cfg_.qos);
     if (!router_) text += "(no router: the rules apply once vrdmad routes between hosts)\n";
   }
-  send(c, proto::Op::kQos, d.seq, status, text.data(), std::min(text.size(), proto::kMaxStatusText));
+  send(c, proto::Op::kQos, d.seq, status, text.data(),
+       std::min(text.size(), proto::kMaxStatusText));
 }
 
 }  // namespace vrdma::daemon

@@ -62,8 +62,8 @@ std::optional<NamedRule> parse_rule(const std::string& text, std::string* error)
   if (eq == std::string::npos) return fail("no '='");
   std::string kind = text.substr(0, eq);
   size_t colon = text.find(':', eq + 1);
-  std::string name = text.substr(eq + 1, colon == std::string::npos ? std::string::npos
-                                                                     : colon - eq - 1);
+  std::string name =
+      text.substr(eq + 1, colon == std::string::npos ? std::string::npos : colon - eq - 1);
   if (kind == "container") {
     r.kind = NamedRule::Kind::kContainer;
     in_addr a{};
@@ -84,7 +84,8 @@ std::optional<NamedRule> parse_rule(const std::string& text, std::string* error)
   size_t pos = 0;
   while (pos <= rest.size()) {
     size_t comma = rest.find(',', pos);
-    std::string item = rest.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    std::string item =
+        rest.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
     pos = comma == std::string::npos ? rest.size() + 1 : comma + 1;
     size_t e = item.find('=');
     if (e == std::string::npos) return fail("'" + item + "' is not KEY=VALUE");

@@ -93,8 +93,8 @@ class Scheduler {
   struct Tenant {
     Rule rule;
     Limits limits;
-    double vtime[kClasses] = {};    // its virtual time among tenants
-    double served[kClasses] = {};   // the virtual time of its container served last
+    double vtime[kClasses] = {};     // its virtual time among tenants
+    double served[kClasses] = {};    // the virtual time of its container served last
     uint32_t active[kClasses] = {};  // its backlogged containers per class
   };
   struct Container {
@@ -115,7 +115,7 @@ class Scheduler {
   std::vector<Container> containers_;
   std::vector<Flow> flows_;
   std::vector<uint32_t> active_[kClasses];  // backlogged flows (capacity: every flow)
-  double served_[kClasses] = {};           // virtual time of the tenant served last
+  double served_[kClasses] = {};            // virtual time of the tenant served last
 };
 
 }  // namespace vrdma::qos

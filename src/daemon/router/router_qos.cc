@@ -20,7 +20,9 @@ namespace {
 // The class of a QP by its address: a nonzero SL, or DSCP 46 (Expedited Forwarding) in the
 // GRH traffic class, is the latency class; anything else is bulk.
 // A container no tenant rule covers is a tenant of its own, named "@<its address>".
-bool own_tenant(const std::string& tenant) { return tenant.empty() || tenant[0] == '@'; }
+bool own_tenant(const std::string& tenant) {
+  return tenant.empty() || tenant[0] == '@';
+}
 
 int class_of(uint32_t traffic_class) {
   const uint32_t sl = traffic_class >> 8 & 15, dscp = (traffic_class & 0xff) >> 2;
@@ -53,7 +55,9 @@ uint32_t Router::qos_container(uint32_t ipv4, const std::string& tenant) {
   return id;
 }
 
-void Router::qos_attach(Outbound& o) { o.qos_container = qos_container(o.info.ipv4, o.info.tenant); }
+void Router::qos_attach(Outbound& o) {
+  o.qos_container = qos_container(o.info.ipv4, o.info.tenant);
+}
 
 void Router::set_qos(const qos::NamedRule& rule) {
   cfg_.qos.put(rule);
@@ -110,8 +114,8 @@ bool Router::pump_all(int64_t now) {
         o.stamp_ns[i] = now;
       }
     }
-    const uint32_t flow =
-        qos::Scheduler::flow(o.qos_container, class_of(o.qp->traffic_class.load(std::memory_order_relaxed)));
+    const uint32_t flow = qos::Scheduler::flow(
+        o.qos_container, class_of(o.qp->traffic_class.load(std::memory_order_relaxed)));
     QosQueue& q = qos_queues_[flow];
     if (q.tail)
       q.tail->qos_next = &o;
