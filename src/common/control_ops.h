@@ -36,7 +36,8 @@ inline constexpr char kHello[] = "Hello", kPutFd[] = "PutFd", kGetFd[] = "GetFd"
                       kGetMr[] = "GetMr", kReload[] = "Reload", kOpenXrcd[] = "OpenXrcd",
                       kCloseXrcd[] = "CloseXrcd", kSetQpXrcd[] = "SetQpXrcd",
                       kMcastAttach[] = "McastAttach", kMcastDetach[] = "McastDetach",
-                      kMcastMembers[] = "McastMembers", kQpFatal[] = "QpFatal",
+                      kMcastMembers[] = "McastMembers", kQos[] = "Qos",
+                      kQpFatal[] = "QpFatal",
                       kCmRequest[] = "CmRequest", kCmReply[] = "CmReply",
                       kCmRejected[] = "CmRejected", kCmEstablished[] = "CmEstablished",
                       kCmDisconnected[] = "CmDisconnected";
@@ -97,6 +98,8 @@ template <>
 struct OpSpec<Op::kMcastDetach> : Spec<McastReq, 0, op_names::kMcastDetach> {};
 template <>
 struct OpSpec<Op::kMcastMembers> : Spec<McastReq, 0, op_names::kMcastMembers> {};
+template <>
+struct OpSpec<Op::kQos> : Spec<QosReq, 0, op_names::kQos> {};
 // Events (daemon -> client, seq 0).
 template <>
 struct OpSpec<Op::kQpFatal> : Spec<QpFatalEvent, 0, op_names::kQpFatal> {};
@@ -120,7 +123,7 @@ using RequestOps =
            Op::kCmResolve, Op::kCmConnect, Op::kCmAccept, Op::kCmReject, Op::kCmRtu,
            Op::kCmDisconnect, Op::kSetQpObject, Op::kGetMr, Op::kReload, Op::kOpenXrcd,
            Op::kCloseXrcd, Op::kSetQpXrcd, Op::kMcastAttach, Op::kMcastDetach,
-           Op::kMcastMembers>;
+           Op::kMcastMembers, Op::kQos>;
 using EventOps = OpList<Op::kQpFatal, Op::kCmRequest, Op::kCmReply, Op::kCmRejected,
                         Op::kCmEstablished, Op::kCmDisconnected>;
 

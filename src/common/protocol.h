@@ -53,6 +53,7 @@ enum class Op : uint16_t {
   kOpenXrcd = 22,   // OpenXrcdReq + 1 fd -> OpenXrcdRep
   kCloseXrcd = 23,  // CloseXrcdReq -> (empty)
   kSetQpXrcd = 24,  // SetQpXrcdReq -> (empty)
+  kQos = 25,           // QosReq -> text: the QoS rules in force (after setting one)
   // UD multicast (McastReq): attach, detach, and the group's members on this host.
   kMcastAttach = 40,   // McastReq -> (empty)
   kMcastDetach = 41,   // McastReq -> (empty)
@@ -406,6 +407,13 @@ struct StatusReq {};
 // kReload carries no payload. The reply's status is 0, or EINVAL when the configuration file
 // was refused (nothing changed), or EPERM; its text says what changed, one line per key.
 struct ReloadReq {};
+
+// kQos: `rule` (NUL-terminated, qos/rules.h syntax) is applied at once to the router's
+// scheduler; an empty rule changes nothing. The reply's text lists the rules in force, one a
+// line; its status is 0, EINVAL (a bad rule, which the text explains) or EPERM.
+struct QosReq {
+  char rule[256];
+};
 
 // Reply, Rejected, Established, Disconnected. `cookie` is the connector's cookie in events to
 // the connector and 0 in events to the acceptor (which knows the connection by conn_id).

@@ -79,6 +79,13 @@ std::string DaemonClient::reload() {
   return call(proto::Op::kReload, nullptr, 0);
 }
 
+std::string DaemonClient::qos(const std::string& rule) {
+  proto::QosReq req{};
+  if (rule.size() >= sizeof(req.rule)) throw Error("QoS rule too long: " + rule);
+  std::memcpy(req.rule, rule.data(), rule.size());
+  return call(proto::Op::kQos, &req, sizeof(req));
+}
+
 std::string DaemonClient::call(proto::Op op, const void* payload, size_t len) {
   const uint32_t seq = ++seq_;
   const std::string what = std::string(proto::op_name(op)) + " to vrdmad at " + socket_;

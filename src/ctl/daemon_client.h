@@ -27,6 +27,8 @@ class DaemonClient {
   // Op::kReload: what re-reading vrdmad's configuration changed, one line per key. Throws Error
   // with vrdmad's reason when it refused (a bad file: its line and key; EPERM).
   std::string reload();
+  // Op::kQos: applies `rule` (none: "") and returns the rules in force, one a line.
+  std::string qos(const std::string& rule);
 
  private:
   // Sends op with payload and returns the reply payload (same op and seq).

@@ -1,5 +1,6 @@
 #include "ctl/operations_cli.h"
 
+#include "ctl/qos_cmd.h"
 #include "ctl/reload_cmd.h"
 #include "ctl/script_cmd.h"
 #include "ctl/status_cmd.h"
@@ -10,6 +11,8 @@ namespace vrdma::ctl {
 struct OperationsCommands::State {
   StatusOptions status_opts, reload_opts;
   TopOptions top_opts;
+  QosOptions qos_opts;
+  CLI::App* qos = nullptr;
   CLI::App *status = nullptr, *reload = nullptr, *demo = nullptr, *bench = nullptr, *top = nullptr;
 };
 
@@ -71,6 +74,7 @@ OperationsCommands::OperationsCommands(CLI::App& app) : s_(std::make_unique<Stat
   auto* r_all = s_->reload->add_flag("--all", s_->reload_opts.all, "Every sandbox host");
   r_host->excludes(r_socket)->excludes(r_all);
   r_socket->excludes(r_all);
+  s_->qos = add_qos_command(app, s_->qos_opts);
   s_->reload->footer(
       "The daemon is found as for `vrdma status`. Only the host's administrator may reload (root,\n"
       "or vrdmad's user, in vrdmad's network namespace). Exit status 1 when the file was\n"
@@ -82,13 +86,14 @@ OperationsCommands::~OperationsCommands() = default;
 
 bool OperationsCommands::parsed() const {
   return s_->status->parsed() || s_->reload->parsed() || s_->demo->parsed() ||
-         s_->bench->parsed() || s_->top->parsed();
+         s_->bench->parsed() || s_->top->parsed() || s_->qos->parsed();
 }
 
 int OperationsCommands::run() const {
   if (s_->status->parsed()) return status_command(s_->status_opts);
   if (s_->top->parsed()) return top_command(s_->top_opts);
   if (s_->reload->parsed()) return reload_command(s_->reload_opts);
+  if (s_->qos->parsed()) return qos_command(s_->qos_opts);
   if (s_->demo->parsed()) return run_script("bench/demo.py", s_->demo->remaining());
   return run_script("bench/suite.py", s_->bench->remaining());
 }

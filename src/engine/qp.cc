@@ -273,6 +273,9 @@ void Qp::store_attributes(const ibv_qp_attr& attr, int mask) {
   if (mask & IBV_QP_TIMEOUT) shared_->timeout.store(attr.timeout & 31);
   if (mask & IBV_QP_RETRY_CNT) shared_->retry_cnt.store(attr.retry_cnt & 7);
   if (mask & IBV_QP_RNR_RETRY) shared_->rnr_retry.store(attr.rnr_retry & 7);
+  if (mask & IBV_QP_AV)
+    shared_->traffic_class.store(uint32_t(attr.ah_attr.sl & 15) << 8 |
+                                 (attr.ah_attr.is_global ? attr.ah_attr.grh.traffic_class : 0));
   int keep = mask & ~(IBV_QP_STATE | IBV_QP_CUR_STATE);
   if (keep & IBV_QP_PKEY_INDEX) attr_.pkey_index = attr.pkey_index;
   if (keep & IBV_QP_PORT) attr_.port_num = attr.port_num;

@@ -217,6 +217,8 @@ struct alignas(kCacheLine) QpShared {
   std::atomic<uint32_t> retry_cnt;
   std::atomic<uint32_t> rnr_retry;
   uint32_t sq_sig_all;
+  // From the QP's address (ah_attr at RTR): SL << 8 | GRH traffic class; the router's QoS class.
+  std::atomic<uint32_t> traffic_class;
   QpCounters counters;
 };
 

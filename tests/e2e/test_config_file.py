@@ -262,6 +262,13 @@ def check_router(d, t):
         pass
 
 
+def check_qos(d, t):
+    out = subprocess.run([VRDMA, "qos", "show", "--socket", d.socket, "--json"],
+                         capture_output=True, text=True, timeout=30)
+    t.assertEqual(out.returncode, 0, out.stderr)
+    t.assertIn("container=10.99.8.5:weight=3,rate=100M", json.loads(out.stdout)["rules"])
+
+
 def check_directory(d, t):
     t.assertIn("etcd https://127.0.0.1:1", d.status()["daemon"]["directory"]["backend"])
 
@@ -308,6 +315,7 @@ ROWS = [
     ("tls-cert", "@PKI@", {"router-listen": ROUTER["router-listen"]}, check_router),
     ("tls-key", "@PKI@", {"router-listen": ROUTER["router-listen"]}, check_router),
     ("pod-cidr", ["10.99.8.0/24"], dict(ROUTER), None),
+    ("qos", ["container=10.99.8.5:weight=3,rate=100M"], dict(ROUTER), check_qos),
     ("directory", "etcd://127.0.0.1:1", {"@PKI@": True}, check_directory),
     ("peer", ["1=127.0.0.2:7999=10.99.9.0/24"], {}, check_peer),
     ("cm-remote-timeout", 9, {}, None),

@@ -40,6 +40,7 @@ const std::map<std::string, std::vector<std::string>> kExamples = {
     {"tls-cert", {"@DIR@/host.pem"}},
     {"tls-key", {"@DIR@/host.key"}},
     {"pod-cidr", {"10.77.0.0/24", "10.78.0.0/24"}},
+    {"qos", {"container=10.77.0.5:weight=3,rate=100M", "tenant=red:weight=2,msgs=50k"}},
     {"directory", {"etcd://10.76.0.254:2379"}},
     {"peer", {"1=10.76.0.2:7471=10.77.1.0/24"}},
     {"metrics-listen", {"127.0.0.1:9464"}},

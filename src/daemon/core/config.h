@@ -29,6 +29,7 @@ struct DaemonConfig {
     r.listen = router_listen;
     r.tls = TlsFiles{tls_ca, tls_cert, tls_key};
     r.plaintext = router_plaintext;
+    r.qos = qos;
     return r;
   }
   // This host's directory entry.
@@ -87,6 +88,7 @@ struct DaemonConfig {
   std::string tls_ca, tls_cert, tls_key;
   bool router_plaintext = false;  // links between routers without TLS (insecure)
   std::vector<Ipv4Cidr> pod_cidrs;      // container networks this host owns
+  qos::RuleSet qos;  // weights and rate limits of containers and tenants on the router's links
   std::string directory = "embedded";   // "embedded" or "etcd://host:port[,host:port...]"
   std::vector<std::string> static_peers;  // embedded directory: "ID=a.b.c.d:port=CIDR[,CIDR]"
   int directory_lease_s = 5;            // entries of a dead host expire after this

@@ -90,6 +90,9 @@ class Daemon : private CmPort {
   void set_tenant_rules(std::vector<TenantRule> rules);
   // New --allow rules (mediated.cc), in the event loop: for connections made from now on.
   void set_tenant_allow(std::vector<TenantAllow> rules);
+  // The QoS rules in force from now on (qos_op.cc): what `rules` names changes, a container or
+  // tenant it no longer names goes back to the defaults.
+  void set_qos_rules(const qos::RuleSet& rules);
 
   const DaemonConfig& config() const { return cfg_; }
   uint64_t boot_id() const { return boot_; }
@@ -144,6 +147,7 @@ class Daemon : private CmPort {
   void handle(Client& c, const Decoded& d, const proto::FreeKeyReq& r);
   void handle(Client& c, const Decoded& d, const proto::StatusReq& r);
   void handle(Client& c, const Decoded& d, const proto::ReloadReq& r);  // reload_op.cc
+  void handle(Client& c, const Decoded& d, const proto::QosReq& r);     // qos_op.cc
   ReloadOutcome reload();
   void handle(Client& c, const Decoded& d, const proto::SetQpObjectReq& r);
   void handle(Client& c, const Decoded& d, const proto::GetMrReq& r);

@@ -68,9 +68,9 @@ void Daemon::handle_packet(Client& c, Packet& p, int payload_len) {
     return;
   }
   // A status-only client has no device: it may ask for status (and, the host's administrator
-  // only, for a reload), nothing else.
+  // only, for a reload or QoS rules), nothing else.
   if (c.kind == static_cast<uint32_t>(proto::ClientKind::kCli) && d.op != proto::Op::kStatus &&
-      d.op != proto::Op::kHello && d.op != proto::Op::kReload) {
+      d.op != proto::Op::kHello && d.op != proto::Op::kReload && d.op != proto::Op::kQos) {
     LOG_DEBUG("client %u: %s refused: a status-only client has no device", c.id, name);
     reply_error(c, d, EPERM);
     return;

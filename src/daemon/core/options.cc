@@ -9,6 +9,7 @@
 #include "daemon/directory/directory.h"
 #include "daemon/identity/tenant_policy.h"
 #include "daemon/identity/tenants.h"
+#include "daemon/qos/rules.h"
 
 namespace vrdma::daemon {
 
@@ -53,6 +54,15 @@ CLI::Validator tenant_allow() {
         return parse_tenant_allow(s, &error) ? "" : error;
       },
       "FROM->TO");
+}
+
+CLI::Validator qos_rule() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        std::string error;
+        return qos::parse_rule(s, &error) ? "" : error;
+      },
+      "container=IP|tenant=NAME:weight=W,rate=BYTES/S,msgs=MSGS/S");
 }
 
 CLI::Validator peer() {
@@ -173,6 +183,16 @@ void add_options(CLI::App& app, DaemonOptions& opts) {
                "INSECURE: links between routers without TLS, neither authenticated nor "
                "encrypted (for benchmarks and closed test networks); without it a router needs "
                "--tls-ca, --tls-cert and --tls-key");
+  app.add_option("--qos", opts.qos,
+                 "Quality of service between hosts: the share and limits of a container "
+                 "(container=IPV4:...) or a tenant (tenant=NAME:...) on the router's links, as "
+                 "weight=W (relative share, 1..1000, default 1), rate=BYTES/S and msgs=MSGS/S "
+                 "(limits, default none); numbers take k, M, G (powers of 1000), e.g. "
+                 "container=10.0.1.2:weight=3,rate=100M. A QP whose address has a nonzero SL "
+                 "or DSCP 46 in its traffic class goes first (latency class). `vrdma qos set` "
+                 "changes rules at run time (repeatable)")
+      ->allow_extra_args(false)
+      ->check(qos_rule());
   app.add_option("--pod-cidr", opts.pod_cidrs,
                  "CIDR: a container network this host owns, published in the directory "
                  "(repeatable)")
@@ -256,6 +276,13 @@ std::string check_options(DaemonOptions* opts) {
     auto rule = parse_tenant_allow(a, &error);
     if (!rule) return "--allow: " + error;
     cfg.allow.push_back(*rule);
+  }
+  cfg.qos = qos::RuleSet{};
+  for (const auto& q : opts->qos) {
+    std::string error;
+    auto rule = qos::parse_rule(q, &error);
+    if (!rule) return "--qos: " + error;
+    cfg.qos.put(*rule);
   }
   cfg.pod_cidrs.clear();
   for (const auto& c : opts->pod_cidrs) {

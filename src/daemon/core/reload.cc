@@ -33,11 +33,19 @@ std::string apply_allow(Daemon& daemon, const DaemonOptions& now) {
   return "";
 }
 
+// QoS rules apply at once to the router's scheduler; a container or tenant whose rule left
+// the file goes back to the defaults (weight 1, no limit).
+std::string apply_qos(Daemon& daemon, const DaemonOptions& now) {
+  daemon.set_qos_rules(now.cfg.qos);
+  return "";
+}
+
 // The keys a reload applies. Add an entry to make a setting reloadable.
 constexpr ReloadHook kHooks[] = {
     {"log-level", apply_log_level},
     {"tenant", apply_tenants},
     {"allow", apply_allow},
+    {"qos", apply_qos},
 };
 
 std::string value_text(const CLI::App& app, const std::string& key,

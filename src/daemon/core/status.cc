@@ -100,6 +100,21 @@ json build(const StatusInput& in, size_t list_cap, size_t client_cap, bool trunc
                      {"bytes_in", l.bytes_in},
                      {"bytes_out", l.bytes_out},
                      {"security", l.security}});
+  json qos = json::array();
+  for (const auto& f : in.qos)
+    qos.push_back({{"container", f.container},
+                   {"tenant", f.tenant},
+                   {"class", f.cls},
+                   {"weight", f.weight},
+                   {"rate", f.rate},
+                   {"msgs_rate", f.msgs_rate},
+                   {"tenant_weight", f.tenant_weight},
+                   {"tenant_rate", f.tenant_rate},
+                   {"bytes", f.bytes},
+                   {"msgs", f.msgs},
+                   {"delay_ns_avg", f.msgs ? f.delay_ns_sum / f.msgs : 0},
+                   {"delay_ns_max", f.delay_ns_max},
+                   {"holds", f.holds}});
   return json{
       {"daemon",
        {{"pid", in.pid},
@@ -117,6 +132,7 @@ json build(const StatusInput& in, size_t list_cap, size_t client_cap, bool trunc
       {"clients", std::move(clients)},
       {"containers", std::move(containers)},
       {"totals", {{"qps", total_qps}, {"mrs", total_mrs}, {"clients", in.clients.size()}}},
+      {"qos", std::move(qos)},
       {"truncated", truncated}};
 }
 

@@ -71,6 +71,16 @@ struct StatusInput {
   std::vector<Link> links;
   // Pairs of tenants allowed to reach each other ("A->B"; the administrator sees them).
   std::vector<std::string> allow;
+  // QoS on the router's links: per container and class, its rule and what it sent.
+  struct QosFlow {
+    std::string container;  // its address
+    std::string tenant;
+    std::string cls;  // "latency" or "bulk"
+    uint32_t weight, tenant_weight;
+    uint64_t rate, msgs_rate, tenant_rate;  // limits (0: none)
+    uint64_t bytes, msgs, delay_ns_sum, delay_ns_max, holds;
+  };
+  std::vector<QosFlow> qos;
 };
 
 const char* qp_type_name(uint32_t type);

@@ -3,6 +3,7 @@
 
 #include <chrono>
 
+#include "common/address.h"
 #include "daemon/core/daemon.h"
 #include "daemon/core/status.h"
 
@@ -39,6 +40,13 @@ std::string Daemon::status_text(const Client& viewer) {
       for (const auto& l : router_->links())
         in.links.push_back({l.host_id, l.outbound, l.connected, l.addr, l.bytes_in, l.bytes_out,
                             !l.tls ? "plaintext" : l.ktls ? "ktls" : "tls"});
+    for (const auto& f : router_->qos_flows()) {
+      if (!all && (viewer.tenant.empty() || f.tenant != viewer.tenant)) continue;
+      in.qos.push_back({ipv4_text(f.ipv4), f.tenant, qos::class_name(f.cls), f.container.weight,
+                        f.tenant_rule.weight, f.container.bytes_per_s, f.container.msgs_per_s,
+                        f.tenant_rule.bytes_per_s, f.counters.bytes, f.counters.msgs,
+                        f.counters.delay_ns_sum, f.counters.delay_ns_max, f.counters.holds});
+    }
   }
   if (all)
     for (const auto& a : cfg_.allow) in.allow.push_back(a.from + "->" + a.to);

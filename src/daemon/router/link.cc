@@ -114,6 +114,7 @@ bool Link::send(wire::Type type, const void* body, uint32_t body_len, const shm:
       }
     }
   }
+  bytes_queued += o.hdr_len + payload_len;
   ++head_;
   return true;
 }

@@ -117,6 +117,9 @@ class Link : private FrameSink {
   bool receive(LinkHandler& h, size_t budget, const char** why);
 
   uint64_t bytes_out = 0, bytes_in = 0;
+  uint64_t bytes_queued = 0;  // frame bytes queued by send() since the link opened
+  // Queued frame bytes not yet written to the socket (plaintext).
+  uint64_t unwritten_bytes() const { return bytes_queued - bytes_out; }
   uint64_t frames_in() const { return parser_.frames(); }
   uint64_t frames_out() const { return head_; }  // frames queued since the link opened
   int64_t rtt_ns = -1;                           // the last ping's round trip (-1: none yet)

@@ -153,7 +153,7 @@ bool Router::poll(int64_t now) {
   now_ = now;
   bool work = false;
   // Requests from our QPs.
-  for (auto& [qpn, o] : outbound_) work |= pump(*o, now);
+  work |= pump_all(now);
   // Links: connect, handshake, write, read.
   for (auto& [id, l] : links_) {
     Link& link = *l;
@@ -221,6 +221,8 @@ int64_t Router::next_deadline(int64_t now) const {
   for (auto& [id, l] : links_)
     busy |= !l->open() || (!l->outbound() && !l->authenticated) || l->tx_pending();
   for (auto& [qpn, o] : outbound_) busy |= o->done != o->sent;
+  // A flow held by its rate limit needs the clock when it may send again.
+  if (qos_ready_ns_ >= 0) return std::clamp<int64_t>(qos_ready_ns_, now, now + 5'000'000);
   if (busy) return now + 5'000'000;
   return links_.empty() ? -1 : now + 1'000'000'000;
 }
@@ -231,7 +233,9 @@ bool Router::prepare_sleep() {
   for (auto& [qpn, o] : outbound_) {
     // Work posted (within what the queue can hold: a nonsense tail is not work).
     uint64_t t = o->sq->tail.load(std::memory_order_relaxed);
-    if (t != o->sent && t >= o->done && t - o->done <= uint64_t(o->sq_mask) + 1) return false;
+    if (t != o->sent && t >= o->done && t - o->done <= uint64_t(o->sq_mask) + 1 &&
+        !o->qos_held)
+      return false;
   }
   for (auto& [id, l] : links_)
     if (l->tx_pending() || (l->rx_pending() && !l->rx_paused)) return false;
@@ -458,6 +462,7 @@ void Router::on_connect_rep(Link& link, const wire::ConnectRep& r) {
     // Connected again (after a reset): the earlier connection's link loses a user.
     if (Link* l = find_link(ex->second->link_id); l && l->routed_qps) --l->routed_qps;
   }
+  qos_attach(*o);
   outbound_[pc.qpn] = std::move(o);
   pc.done(0, r.qp_type);
 }

@@ -47,6 +47,8 @@
 
 #include "common/unique_fd.h"
 #include "daemon/directory/directory.h"
+#include "daemon/qos/rules.h"
+#include "daemon/qos/scheduler.h"
 #include "daemon/router/link.h"
 #include "daemon/router/router_config.h"
 #include "daemon/router/tls.h"
@@ -171,6 +173,19 @@ class Router : public LinkHandler {
   // Requests held for each local client (the destination QP's owner): count and payload bytes.
   std::map<uint32_t, std::pair<uint64_t, uint64_t>> held_by_owner() const;
   size_t routed_qps() const { return outbound_.size(); }
+
+  // QoS (router_qos.cc). Applies a rule at once (control path); the rules in force.
+  void set_qos(const qos::NamedRule& rule);
+  const qos::RuleSet& qos_rules() const { return cfg_.qos; }
+  struct QosFlowInfo {
+    uint32_t ipv4;  // the container (network order)
+    std::string tenant;
+    int cls;  // qos::Class
+    qos::Rule container, tenant_rule;
+    qos::FlowCounters counters;
+  };
+  // Every container's flows that carried traffic, and the configured ones.
+  std::vector<QosFlowInfo> qos_flows() const;
   bool tls() const { return tls_ != nullptr; }
 
   // LinkHandler.
@@ -235,7 +250,8 @@ class Router : public LinkHandler {
 
   // Requester (router_requester.cc).
   int attach_outbound(const PendingConnect& pc, std::unique_ptr<Outbound>* out);
-  bool pump(Outbound& o, int64_t now);
+  // The QP's state changes and flushes, then at most max_wqes of its requests sent.
+  bool pump(Outbound& o, int64_t now, uint32_t max_wqes);
   bool tail_of(Outbound& o, uint64_t* tail);  // false: nonsense, the QP fails
   bool read_wqe(const Outbound& o, uint64_t pos, Wqe& w) const;
   bool send_wqe(Outbound& o, const Wqe& w, int64_t now);
@@ -255,6 +271,11 @@ class Router : public LinkHandler {
   void on_mcast_datagram(Link& link, const wire::Request& r, uint32_t payload, PayloadDest& dest,
                          RxFrame& f);
   void deliver_multicast(RxFrame& f);
+  // QoS (router_qos.cc): a new routed QP joins its container's flows; one pass of sending
+  // in the scheduler's order.
+  void qos_attach(Outbound& o);
+  bool pump_all(int64_t now);
+  uint32_t qos_container(uint32_t ipv4, const std::string& tenant);
 
   // Responder (router_responder.cc, router_hold.cc).
   void on_request(Link& link, const wire::Request& r, uint32_t payload, PayloadDest& dest);
@@ -309,6 +330,19 @@ class Router : public LinkHandler {
   std::unordered_map<uint32_t, std::unique_ptr<RxFrame>> rx_;  // link id -> frame in progress
   std::map<uint64_t, PendingConnect> connects_;
   std::map<uint32_t, uint64_t> host_held_;  // host id -> payload bytes held for it
+  // QoS: the scheduler, its containers (by address) and tenants (by name), and per flow the
+  // QPs with work in this pass (a list through Outbound::qos_next).
+  qos::Scheduler qos_;
+  std::unordered_map<uint32_t, uint32_t> qos_containers_;
+  std::map<std::string, uint32_t> qos_tenants_;
+  std::vector<uint32_t> qos_container_ip_;          // container id -> address
+  std::vector<std::string> qos_container_tenant_;  // container id -> tenant name
+  struct QosQueue {
+    Outbound* head = nullptr;
+    Outbound* tail = nullptr;
+  };
+  std::vector<QosQueue> qos_queues_;  // per flow
+  int64_t qos_ready_ns_ = -1;  // when a flow held by its limit may send again (-1: none held)
   uint64_t next_req_ = 1;
   uint64_t next_hold_token_ = 1;
   size_t held_count_ = 0;

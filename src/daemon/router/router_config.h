@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <string>
 
+#include "daemon/qos/rules.h"
 #include "daemon/router/tls.h"
 
 namespace vrdma::daemon {
@@ -25,6 +26,9 @@ struct RouterLimits {
   uint32_t held_requests_per_connection = 16384;
   uint32_t held_requests_per_link = 65536;
   uint32_t wqes_per_pump = 256;  // work requests taken from one SendQueue per pass
+  // Request bytes queued on a link and not yet written to its socket beyond which no more are
+  // queued: what waits is in the QPs' queues, where the QoS scheduler chooses what goes next.
+  uint64_t link_window_bytes = 1ull << 20;
 };
 
 struct RouterConfig {
@@ -36,6 +40,7 @@ struct RouterConfig {
   // no links but the one to itself.
   bool local_only = false;
   RouterLimits limits;
+  qos::RuleSet qos;  // weights and rate limits of containers and tenants (default: equal, none)
 };
 
 }  // namespace vrdma::daemon

@@ -22,6 +22,7 @@ namespace {
 constexpr int kAcceptsPerWakeup = 16;
 constexpr int64_t kDirectoryCheckNs = 1'000'000'000;
 constexpr int64_t kRefusalLogNs = 10'000'000'000;
+constexpr int kUnsentLowat = 256 << 10;
 
 void tune_socket(int fd) {
   int one = 1;
@@ -29,6 +30,10 @@ void tune_socket(int fd) {
   int size = 4 << 20;
   setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &size, sizeof(size));
   setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, sizeof(size));
+  // Little unsent data in the kernel: what waits, waits in the QPs' queues, where the QoS
+  // scheduler still chooses what goes next (router_qos.cc).
+  int lowat = kUnsentLowat;
+  setsockopt(fd, IPPROTO_TCP, TCP_NOTSENT_LOWAT, &lowat, sizeof(lowat));
 }
 
 uint32_t router_ip(const HostEntry& h) {

@@ -33,6 +33,7 @@ int Router::attach_multicast(uint32_t qpn, const LocalQp& qp) {
   PendingConnect pc{0, 0, qpn, qp, kMcastQpn, 0, nullptr};
   std::unique_ptr<Outbound> o;
   if (int err = attach_outbound(pc, &o)) return err;
+  qos_attach(*o);
   outbound_[qpn] = std::move(o);
   return 0;
 }

@@ -171,7 +171,7 @@ bool Router::send_wqe(Outbound& o, const Wqe& w, int64_t now) {
     abort_qp(o, IBV_WC_RETRY_EXC_ERR, true);
     return false;
   }
-  if (!link->has_room(1)) return false;
+  if (!link->has_room(1) || link->unwritten_bytes() >= lim_.link_window_bytes) return false;
   wire::Request r{};
   r.src_qpn = o.qpn;
   r.dst_qpn = ud ? w.ud_qpn : o.dst_qpn;
@@ -222,6 +222,7 @@ bool Router::send_wqe(Outbound& o, const Wqe& w, int64_t now) {
     sent = link->send(wire::Type::kRequest, &r, sizeof(r));
   }
   if (!sent) return false;
+  o.sent_bytes += total;
   if (ud) {
     complete(o, w, IBV_WC_SUCCESS, static_cast<uint32_t>(total));
     ++o.sent;
@@ -232,7 +233,7 @@ bool Router::send_wqe(Outbound& o, const Wqe& w, int64_t now) {
   return true;
 }
 
-bool Router::pump(Outbound& o, int64_t now) {
+bool Router::pump(Outbound& o, int64_t now, uint32_t max_wqes) {
   if (o.qp->gone.load(std::memory_order_relaxed)) return false;
   uint32_t st = o.qp->state.load(std::memory_order_acquire);
   if (st == IBV_QPS_RESET) {
@@ -254,8 +255,8 @@ bool Router::pump(Outbound& o, int64_t now) {
   }
   uint64_t tail;
   if (!tail_of(o, &tail)) return work;
-  // At most wqes_per_pump entries per pass, whatever the owner wrote.
-  const uint64_t end = std::min<uint64_t>(tail, o.sent + lim_.wqes_per_pump);
+  // At most max_wqes entries (the QoS scheduler's choice), whatever the owner wrote.
+  const uint64_t end = std::min<uint64_t>(tail, o.sent + max_wqes);
   if (o.failed) {
     const uint64_t flush_end = std::min<uint64_t>(tail, o.done + lim_.wqes_per_pump);
     while (o.done < flush_end) {

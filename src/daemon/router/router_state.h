@@ -56,6 +56,18 @@ struct Router::Outbound {
   bool failed = false;
   uint32_t last_state = 0;
   std::map<uint32_t, uint32_t> ud_links;  // UD: destination address -> link id
+  // QoS (router_qos.cc): its container in the scheduler, its place in its flow's list of QPs
+  // with work this pass, the payload bytes it sent, and when its queued entries were first
+  // seen (entries before stamp_end[i] at stamp_ns[i]) for their queueing delay.
+  uint32_t qos_container = 0;
+  Outbound* qos_next = nullptr;
+  uint32_t qos_pass_sent = 0;
+  bool qos_held = false;  // its flow is held by a rate limit: its work waits (no busy loop)
+  uint64_t sent_bytes = 0;
+  static constexpr int kStamps = 8;
+  uint64_t stamp_end[kStamps] = {};
+  int64_t stamp_ns[kStamps] = {};
+  uint8_t stamp_first = 0, stamp_count = 0;
 };
 
 struct Router::HeldRequest {

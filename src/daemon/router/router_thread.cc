@@ -159,6 +159,7 @@ void RouterThread::publish(int64_t now) {
   s.link_connects = router_->link_connects();
   s.held = router_->held_by_owner();
   s.routed_qps = router_->routed_qps();
+  s.qos = router_->qos_flows();
   {
     std::lock_guard<std::mutex> g(snap_mu_);
     snap_ = std::move(s);
@@ -185,6 +186,15 @@ std::map<uint32_t, std::pair<uint64_t, uint64_t>> RouterThread::held_by_owner() 
 size_t RouterThread::routed_qps() const {
   std::lock_guard<std::mutex> g(snap_mu_);
   return snap_.routed_qps;
+}
+
+std::vector<Router::QosFlowInfo> RouterThread::qos_flows() const {
+  std::lock_guard<std::mutex> g(snap_mu_);
+  return snap_.qos;
+}
+
+void RouterThread::set_qos(const qos::NamedRule& rule) {
+  post([rule](Router& r) { r.set_qos(rule); });
 }
 
 void RouterThread::loop() {

@@ -86,6 +86,9 @@ class RouterThread {
   std::map<uint32_t, uint64_t> link_connects() const;
   std::map<uint32_t, std::pair<uint64_t, uint64_t>> held_by_owner() const;
   size_t routed_qps() const;
+  std::vector<Router::QosFlowInfo> qos_flows() const;
+  // A QoS rule for the router's scheduler (Router::set_qos), applied on its next pass.
+  void set_qos(const qos::NamedRule& rule);
   bool tls() const { return tls_; }
 
   // The Router's hook for reclaim points: the router thread frees what unmap_when_idle() got.
@@ -97,6 +100,7 @@ class RouterThread {
     std::map<uint32_t, uint64_t> link_connects;
     std::map<uint32_t, std::pair<uint64_t, uint64_t>> held;
     size_t routed_qps = 0;
+    std::vector<Router::QosFlowInfo> qos;
   };
   void loop();
   void wake();  // the router thread

@@ -1,0 +1,175 @@
+// Quality of service on the requester side: which local QP sends its next request on the
+// links, in the order the QoS scheduler (daemon/qos) gives: the latency class first, then
+// tenants and their containers by weight, within their rate limits.
+//
+// Each pass, every routed QP is pumped once for its state changes and flushes; the QPs with
+// requests to send join their flow (their container's traffic of their class), and flows are
+// then served one request at a time, the QPs of a flow in turn. A QP leaves the pass when its
+// queue is empty, its link has no room (or has link_window_bytes unwritten: the rest waits in
+// the QPs' queues, where the scheduler can still choose), or it sent wqes_per_pump requests.
+// Nothing here allocates: flows' lists run through the QPs, and the scheduler's tables grow
+// when a QP is attached.
+#include <algorithm>
+
+#include "daemon/router/router_state.h"
+
+namespace vrdma::daemon {
+
+namespace {
+
+// The class of a QP by its address: a nonzero SL, or DSCP 46 (Expedited Forwarding) in the
+// GRH traffic class, is the latency class; anything else is bulk.
+// A container no tenant rule covers is a tenant of its own, named "@<its address>".
+bool own_tenant(const std::string& tenant) {
+  return tenant.empty() || tenant[0] == '@';
+}
+
+int class_of(uint32_t traffic_class) {
+  const uint32_t sl = traffic_class >> 8 & 15, dscp = (traffic_class & 0xff) >> 2;
+  return sl != 0 || dscp == 46 ? qos::kLatency : qos::kBulk;
+}
+
+}  // namespace
+
+uint32_t Router::qos_container(uint32_t ipv4, const std::string& tenant) {
+  auto it = qos_containers_.find(ipv4);
+  if (it != qos_containers_.end()) return it->second;
+  const int64_t now = now_;
+  const qos::Rule rule = cfg_.qos.container(ipv4);
+  uint32_t tenant_id;
+  if (own_tenant(tenant)) {
+    // A tenant of its own ("@<address>", no tenant rule covers it): its container competes
+    // with tenants directly, with its own weight.
+    tenant_id = qos_.add_tenant(qos::Rule{rule.weight, 0, 0}, now);
+  } else {
+    auto t = qos_tenants_.find(tenant);
+    if (t == qos_tenants_.end())
+      t = qos_tenants_.emplace(tenant, qos_.add_tenant(cfg_.qos.tenant(tenant), now)).first;
+    tenant_id = t->second;
+  }
+  uint32_t id = qos_.add_container(tenant_id, rule, now);
+  qos_containers_[ipv4] = id;
+  qos_container_ip_.push_back(ipv4);
+  qos_container_tenant_.push_back(tenant);
+  qos_queues_.resize(qos_.containers() * qos::kClasses);
+  return id;
+}
+
+void Router::qos_attach(Outbound& o) {
+  o.qos_container = qos_container(o.info.ipv4, o.info.tenant);
+}
+
+void Router::set_qos(const qos::NamedRule& rule) {
+  cfg_.qos.put(rule);
+  if (rule.kind == qos::NamedRule::Kind::kContainer) {
+    auto it = qos_containers_.find(rule.ipv4);
+    if (it != qos_containers_.end()) {
+      qos_.set_container_rule(it->second, rule.rule, now_);
+      if (own_tenant(qos_container_tenant_[it->second]))
+        qos_.set_tenant_rule(qos_.tenant_of(it->second), qos::Rule{rule.rule.weight, 0, 0}, now_);
+    }
+  } else {
+    auto it = qos_tenants_.find(rule.tenant);
+    if (it != qos_tenants_.end()) qos_.set_tenant_rule(it->second, rule.rule, now_);
+  }
+}
+
+std::vector<Router::QosFlowInfo> Router::qos_flows() const {
+  std::vector<QosFlowInfo> out;
+  for (uint32_t c = 0; c < qos_.containers(); ++c)
+    for (int cls = 0; cls < qos::kClasses; ++cls) {
+      const qos::FlowCounters& k = qos_.counters(qos::Scheduler::flow(c, cls));
+      if (!k.msgs && !k.holds && cls != qos::kBulk) continue;
+      const uint32_t t = qos_.tenant_of(c);
+      out.push_back(QosFlowInfo{qos_container_ip_[c], qos_container_tenant_[c], cls,
+                                qos_.container_rule(c), qos_.tenant_rule(t), k});
+    }
+  return out;
+}
+
+bool Router::pump_all(int64_t now) {
+  bool work = false;
+  // Every QP: state changes and flushes; those with requests to send join their flow.
+  for (auto& [qpn, op] : outbound_) {
+    Outbound& o = *op;
+    work |= pump(o, now, 0);
+    o.qos_next = nullptr;
+    o.qos_pass_sent = 0;
+    o.qos_held = false;
+    if (o.failed || o.qp->gone.load(std::memory_order_relaxed) ||
+        o.qp->state.load(std::memory_order_relaxed) == IBV_QPS_RESET)
+      continue;
+    const uint64_t t = o.sq->tail.load(std::memory_order_acquire);
+    if (t <= o.sent || t - o.done > uint64_t(o.sq_mask) + 1) continue;  // nothing (sane) to send
+    // When these entries were first seen: their queueing delay starts there.
+    const uint64_t last_end =
+        o.stamp_count ? o.stamp_end[(o.stamp_first + o.stamp_count - 1) % Outbound::kStamps]
+                      : o.sent;
+    if (t > last_end) {
+      if (o.stamp_count == Outbound::kStamps) {
+        o.stamp_end[(o.stamp_first + o.stamp_count - 1) % Outbound::kStamps] = t;
+      } else {
+        const int i = (o.stamp_first + o.stamp_count++) % Outbound::kStamps;
+        o.stamp_end[i] = t;
+        o.stamp_ns[i] = now;
+      }
+    }
+    const uint32_t flow = qos::Scheduler::flow(
+        o.qos_container, class_of(o.qp->traffic_class.load(std::memory_order_relaxed)));
+    QosQueue& q = qos_queues_[flow];
+    if (q.tail)
+      q.tail->qos_next = &o;
+    else
+      q.head = &o;
+    q.tail = &o;
+    qos_.backlog(flow);
+  }
+  // Serve the flows one request at a time in the scheduler's order.
+  for (int64_t f; (f = qos_.pick(now)) >= 0;) {
+    const auto flow = static_cast<uint32_t>(f);
+    QosQueue& q = qos_queues_[flow];
+    Outbound& o = *q.head;
+    q.head = o.qos_next;
+    if (!q.head) q.tail = nullptr;
+    o.qos_next = nullptr;
+    const uint64_t pos = o.sent, bytes = o.sent_bytes;
+    work |= pump(o, now, 1);
+    if (o.sent != pos) {
+      // Its delay: since the pass that first saw the entry.
+      while (o.stamp_count && o.stamp_end[o.stamp_first] <= pos) {
+        o.stamp_first = (o.stamp_first + 1) % Outbound::kStamps;
+        --o.stamp_count;
+      }
+      const int64_t seen = o.stamp_count ? o.stamp_ns[o.stamp_first] : now;
+      qos_.charge(flow, o.sent_bytes - bytes, 1, now - seen);
+      ++o.qos_pass_sent;
+      const uint64_t t = o.sq->tail.load(std::memory_order_acquire);
+      if (!o.failed && o.sent < t && o.qos_pass_sent < lim_.wqes_per_pump) {
+        // More to send: behind the flow's other QPs.
+        if (q.tail)
+          q.tail->qos_next = &o;
+        else
+          q.head = &o;
+        q.tail = &o;
+      }
+    }
+    if (!q.head) qos_.idle(flow);
+  }
+  // Flows held by their limits: the scheduler says when they may go on; they join again at
+  // the next pass.
+  qos_ready_ns_ = qos_.next_ready(now);
+  for (uint32_t flow = 0; flow < qos_queues_.size(); ++flow) {
+    QosQueue& q = qos_queues_[flow];
+    for (Outbound* o = q.head; o;) {
+      o->qos_held = true;
+      Outbound* next = o->qos_next;
+      o->qos_next = nullptr;
+      o = next;
+    }
+    q.head = q.tail = nullptr;
+    qos_.idle(flow);
+  }
+  return work;
+}
+
+}  // namespace vrdma::daemon

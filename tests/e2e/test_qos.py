@@ -1,0 +1,155 @@
+"""Quality of service across hosts: senders in containers of h0 run ib_write_bw -D to
+receivers on h1, all through h0's router on the one link between the two hosts. Shares are read
+from h0's `vrdma status` (bytes each container's flows sent, per class) over the same window
+of one run, with the rules set at run time by `vrdma qos set`:
+- weights 1 and 3: bytes within 10 % of 1:3;
+- a container limited to 100 MB/s (rate=100M, 10^8 bytes/s) gets it within 10 %;
+- 8 equal senders: Jain's fairness index >= 0.95;
+- an ib_write_lat pair in the latency class (--sl 1) keeps its p99 within 2x its idle p99
+  while a bulk pair saturates the link.
+VRDMA_QOS_SECONDS sets each measured window (default 6 s)."""
+
+import os
+import time
+import unittest
+
+import conftest_path  # noqa: F401
+from vrdma_py.perftest_output import lat_rows
+from vrdma_py.sandbox import Sandbox, container_ip, vrdma
+
+PAIRS = 8
+WINDOW = float(os.environ.get("VRDMA_QOS_SECONDS", "6"))
+WARMUP = 3.0
+SB = Sandbox(hosts=2, containers=PAIRS)
+setUpModule = SB.up
+tearDownModule = SB.down
+
+
+def qos_bytes():
+    """{container address: bytes its flows sent} from h0's status."""
+    out = {}
+    for f in SB.status("h0").get("qos", []):
+        out[f["container"]] = out.get(f["container"], 0) + f["bytes"]
+    return out
+
+
+def jain(xs):
+    return sum(xs) ** 2 / (len(xs) * sum(x * x for x in xs))
+
+
+class Qos(unittest.TestCase):
+    def setUp(self):
+        self.procs = []
+        # Every test starts from the defaults.
+        for i in range(PAIRS):
+            vrdma("qos", "set", "--host", "h0", f"container={container_ip(f'h0c{i}')}")
+
+    def tearDown(self):
+        for p in self.procs:
+            p.kill()
+            try:
+                p.popen.communicate(timeout=5)
+            except Exception:
+                pass
+
+    def start_bulk(self, pairs, seconds):
+        """ib_write_bw -D from h0c<i> to h1c<i> for each i in pairs."""
+        servers = {}
+        for i in pairs:
+            servers[i] = SB.start(f"h1c{i}", "ib_write_bw", "-F", "-D", str(seconds))
+            self.procs.append(servers[i])
+        for i in pairs:
+            self.assertTrue(SB.wait_listening(f"h1c{i}", 18515, timeout=20),
+                            f"ib_write_bw server on h1c{i} never listened")
+        clients = {}
+        for i in pairs:
+            clients[i] = SB.start(f"h0c{i}", "ib_write_bw", "-F", "-D", str(seconds),
+                                  container_ip(f"h1c{i}"))
+            self.procs.append(clients[i])
+        return servers, clients
+
+    def wait_all(self, procs, timeout):
+        for p in procs:
+            rc = p.wait(timeout)
+            self.assertEqual(rc, 0, f"{p.name} failed:\n{p.out}\n{p.err}")
+
+    def measure(self, pairs):
+        """Bytes each sender's container sent in WINDOW seconds, after WARMUP."""
+        seconds = int(WARMUP + WINDOW + 3)
+        servers, clients = self.start_bulk(pairs, seconds)
+        time.sleep(WARMUP)
+        t0, b0 = time.monotonic(), qos_bytes()
+        time.sleep(WINDOW)
+        t1, b1 = time.monotonic(), qos_bytes()
+        self.wait_all([*clients.values(), *servers.values()], seconds + 60)
+        out = {}
+        for i in pairs:
+            ip = container_ip(f"h0c{i}")
+            out[i] = (b1.get(ip, 0) - b0.get(ip, 0)) / (t1 - t0)
+        return out
+
+    def test_weights_one_and_three(self):
+        vrdma("qos", "set", "--host", "h0", f"container={container_ip('h0c0')}:weight=1",
+              f"container={container_ip('h0c1')}:weight=3")
+        rates = self.measure([0, 1])
+        ratio = rates[1] / rates[0]
+        print(f"weights 1:3 -> {rates[0] / 1e6:.1f} MB/s : {rates[1] / 1e6:.1f} MB/s = 1:{ratio:.3f}")
+        self.assertAlmostEqual(ratio, 3.0, delta=0.3, msg=f"rates {rates}")
+
+    def test_rate_limit(self):
+        # Alone on the link, so that the limit, not the neighbours, is what holds it back.
+        vrdma("qos", "set", "--host", "h0", f"container={container_ip('h0c2')}:rate=100M")
+        rates = self.measure([2])
+        print(f"limit 100 MB/s -> {rates[2] / 1e6:.1f} MB/s")
+        self.assertAlmostEqual(rates[2] / 1e8, 1.0, delta=0.1, msg=f"rates {rates}")
+        show = vrdma("qos", "show", "--host", "h0").stdout
+        self.assertIn(f"container={container_ip('h0c2')}:weight=1,rate=100M", show)
+
+    def test_eight_equal_senders(self):
+        rates = self.measure(list(range(PAIRS)))
+        j = jain(list(rates.values()))
+        print("8 equal senders (MB/s): " + " ".join(f"{r / 1e6:.1f}" for r in rates.values()) +
+              f"; Jain's index {j:.4f}")
+        self.assertGreaterEqual(j, 0.95, f"rates {rates}")
+
+    def latency_p99(self, extra=()):
+        srv = SB.start("h1c5", "ib_write_lat", "-F", "--sl", "1", "-n", "1000", "-s", "8",
+                       *extra)
+        self.procs.append(srv)
+        self.assertTrue(SB.wait_listening("h1c5", 18515, timeout=20))
+        cli = SB.start("h0c5", "ib_write_lat", "-F", "--sl", "1", "-n", "1000", "-s", "8",
+                       *extra, container_ip("h1c5"))
+        self.procs.append(cli)
+        self.wait_all([cli, srv], 120)
+        rows = lat_rows(cli.out)
+        self.assertTrue(rows, cli.out)
+        return rows[0][7]  # 99% percentile, usec
+
+    # Fails today, by far (measured: p99 goes from tens of microseconds to tens of
+    # milliseconds): the latency class goes first where the sending router chooses, but the bulk
+    # pair's bytes already in the link's TCP stream (up to the receiving router's socket buffer,
+    # 8 MB) are ahead of it, and no scheduler can reorder them. The fix is a link of its own
+    # per class between two hosts. Kept, and expected to fail, so that it shows when it passes.
+    @unittest.expectedFailure
+    def test_latency_class_under_bulk(self):
+        idle = self.latency_p99()
+        servers, clients = self.start_bulk([4], 40)
+        time.sleep(WARMUP)
+        before = qos_bytes().get(container_ip("h0c4"), 0)
+        t0 = time.monotonic()
+        loaded = self.latency_p99()
+        bulk = (qos_bytes().get(container_ip("h0c4"), 0) - before) / (time.monotonic() - t0)
+        for p in (*clients.values(), *servers.values()):
+            p.kill()
+        flows = [f for f in SB.status("h0")["qos"]
+                 if f["container"] == container_ip("h0c5") and f["class"] == "latency"]
+        print(f"ib_write_lat p99: idle {idle:.2f} us, under a bulk pair at {bulk / 1e6:.0f} MB/s "
+              f"{loaded:.2f} us ({loaded / idle:.2f}x)")
+        # The latency pair's writes went in the latency class.
+        self.assertTrue(flows and flows[0]["msgs"] > 0, SB.status("h0")["qos"])
+        self.assertGreater(bulk, 50e6, "the bulk pair did not load the link")
+        self.assertLessEqual(loaded, 2 * idle)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,304 @@
+// The QoS scheduler with simulated time: a link of a fixed speed serves whatever pick() says.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "daemon/qos/rules.h"
+#include "daemon/qos/scheduler.h"
+#include "daemon/qos/token_bucket.h"
+
+namespace vrdma::qos {
+namespace {
+
+constexpr int64_t kSecond = 1'000'000'000;
+
+// A link of `bytes_per_s` that always has something to send for every backlogged flow; each
+// flow sends messages of its own size. Returns the bytes each flow sent in `duration`.
+struct SimLink {
+  Scheduler& s;
+  double bytes_per_s;
+  std::vector<uint64_t> msg_size;  // per flow id
+  int64_t now = 0;
+  std::vector<uint64_t> sent;
+
+  void run(int64_t duration) {
+    sent.assign(msg_size.size(), 0);
+    const int64_t end = now + duration;
+    while (now < end) {
+      int64_t f = s.pick(now);
+      if (f < 0) {
+        int64_t next = s.next_ready(now);
+        if (next < 0) return;
+        now = std::max(next, now + 1);
+        continue;
+      }
+      uint64_t n = msg_size[f];
+      s.charge(static_cast<uint32_t>(f), n, 1, 0);
+      sent[f] += n;
+      now += static_cast<int64_t>(static_cast<double>(n) / bytes_per_s * 1e9) + 1;
+    }
+  }
+};
+
+uint32_t bulk(uint32_t container) {
+  return Scheduler::flow(container, kBulk);
+}
+
+TEST(QosTokenBucket, GivesItsRateAndNoMoreThanABurstAfterIdle) {
+  TokenBucket b;
+  b.set_rate(100'000'000, 0);  // 100 MB/s
+  // Idle for ten seconds: still only one burst of credit.
+  int64_t now = 10 * kSecond;
+  b.refill(now);
+  EXPECT_DOUBLE_EQ(b.tokens(), b.burst());
+  EXPECT_LE(b.burst(), 100e6 * 0.05);
+  uint64_t taken = 0;
+  while (b.open()) {
+    b.take(65536);
+    taken += 65536;
+  }
+  EXPECT_LE(taken, static_cast<uint64_t>(b.burst()) + 65536);
+  // Then the rate, over a second of 64 KiB messages.
+  uint64_t second = 0;
+  const int64_t end = now + kSecond;
+  while (now < end) {
+    b.refill(now);
+    if (b.open()) {
+      b.take(65536);
+      second += 65536;
+    } else {
+      now = b.opens_at(now);
+    }
+  }
+  EXPECT_NEAR(static_cast<double>(second), 100e6, 100e6 * 0.01);
+}
+
+TEST(QosScheduler, WeightsOneToThreeGiveOneToThreeBytes) {
+  Scheduler s;
+  uint32_t t = s.add_tenant({}, 0);
+  uint32_t a = s.add_container(t, Rule{1, 0, 0}, 0);
+  uint32_t b = s.add_container(t, Rule{3, 0, 0}, 0);
+  s.backlog(bulk(a));
+  s.backlog(bulk(b));
+  // Different message sizes on purpose: shares are in bytes, not messages.
+  SimLink link{s, 1e9, {0, 0, 0, 0}};
+  link.msg_size[bulk(a)] = 65536;
+  link.msg_size[bulk(b)] = 4096;
+  link.run(kSecond);
+  double ratio = double(link.sent[bulk(b)]) / double(link.sent[bulk(a)]);
+  EXPECT_NEAR(ratio, 3.0, 0.03) << link.sent[bulk(a)] << " vs " << link.sent[bulk(b)];
+}
+
+TEST(QosScheduler, TenantsShareByWeightWhateverTheirContainers) {
+  Scheduler s;
+  uint32_t t1 = s.add_tenant(Rule{1, 0, 0}, 0);
+  uint32_t t2 = s.add_tenant(Rule{1, 0, 0}, 0);
+  // Tenant 1 has three containers, tenant 2 one: still half each.
+  std::vector<uint32_t> cs{s.add_container(t1, {}, 0), s.add_container(t1, {}, 0),
+                           s.add_container(t1, {}, 0), s.add_container(t2, {}, 0)};
+  SimLink link{s, 1e9, std::vector<uint64_t>(s.containers() * kClasses, 8192)};
+  for (uint32_t c : cs) s.backlog(bulk(c));
+  link.run(kSecond);
+  uint64_t t1_bytes = link.sent[bulk(cs[0])] + link.sent[bulk(cs[1])] + link.sent[bulk(cs[2])];
+  EXPECT_NEAR(double(t1_bytes) / double(link.sent[bulk(cs[3])]), 1.0, 0.01);
+  // And the three share tenant 1's half equally.
+  EXPECT_NEAR(double(link.sent[bulk(cs[0])]) / double(link.sent[bulk(cs[2])]), 1.0, 0.01);
+}
+
+TEST(QosScheduler, ARateLimitGivesItsRate) {
+  Scheduler s;
+  uint32_t t = s.add_tenant({}, 0);
+  uint32_t limited = s.add_container(t, Rule{1, 100'000'000, 0}, 0);
+  uint32_t free = s.add_container(t, Rule{1, 0, 0}, 0);
+  s.backlog(bulk(limited));
+  s.backlog(bulk(free));
+  SimLink link{s, 1e9, std::vector<uint64_t>(s.containers() * kClasses, 65536)};
+  link.run(2 * kSecond);
+  // 100 MB/s for two seconds (plus at most the first burst), the rest to the other.
+  EXPECT_NEAR(double(link.sent[bulk(limited)]), 200e6, 200e6 * 0.02);
+  EXPECT_GT(link.sent[bulk(free)], 1'700'000'000u);
+  EXPECT_GT(s.counters(bulk(limited)).holds, 0u);
+}
+
+TEST(QosScheduler, AMessageRateLimitGivesItsRate) {
+  Scheduler s;
+  uint32_t t = s.add_tenant({}, 0);
+  uint32_t c = s.add_container(t, Rule{1, 0, 10'000}, 0);
+  s.backlog(bulk(c));
+  SimLink link{s, 1e9, std::vector<uint64_t>(s.containers() * kClasses, 64)};
+  link.run(kSecond);
+  EXPECT_NEAR(double(s.counters(bulk(c)).msgs), 10'000, 10'000 * 0.02);
+}
+
+TEST(QosScheduler, ATenantLimitCoversItsContainers) {
+  Scheduler s;
+  uint32_t t = s.add_tenant(Rule{1, 50'000'000, 0}, 0);
+  uint32_t a = s.add_container(t, {}, 0), b = s.add_container(t, {}, 0);
+  s.backlog(bulk(a));
+  s.backlog(bulk(b));
+  SimLink link{s, 1e9, std::vector<uint64_t>(s.containers() * kClasses, 16384)};
+  link.run(2 * kSecond);
+  EXPECT_NEAR(double(link.sent[bulk(a)] + link.sent[bulk(b)]), 100e6, 100e6 * 0.03);
+}
+
+TEST(QosScheduler, TheLatencyClassAlwaysGoesFirst) {
+  Scheduler s;
+  uint32_t t = s.add_tenant({}, 0);
+  uint32_t heavy = s.add_container(t, Rule{1000, 0, 0}, 0);
+  uint32_t light = s.add_container(t, Rule{1, 0, 0}, 0);
+  const uint32_t lat = Scheduler::flow(light, kLatency);
+  s.backlog(bulk(heavy));
+  int64_t now = 0;
+  for (int i = 0; i < 1000; ++i) {
+    // Every few bulk messages the latency flow gets one message to send: it is picked at once,
+    // although its container's weight is a thousandth of the other's.
+    if (i % 7 == 0) s.backlog(lat);
+    int64_t f = s.pick(now);
+    ASSERT_GE(f, 0);
+    if (i % 7 == 0) {
+      ASSERT_EQ(f, lat) << "at message " << i;
+      s.charge(lat, 64, 1, 0);
+      s.idle(lat);
+    } else {
+      ASSERT_EQ(f, bulk(heavy));
+      s.charge(bulk(heavy), 65536, 1, 0);
+    }
+    now += 1000;
+  }
+}
+
+TEST(QosScheduler, IdleFlowsDoNotAccumulateCredit) {
+  Scheduler s;
+  uint32_t t = s.add_tenant({}, 0);
+  uint32_t busy = s.add_container(t, {}, 0), sleeper = s.add_container(t, {}, 0);
+  s.backlog(bulk(busy));
+  SimLink link{s, 1e9, std::vector<uint64_t>(s.containers() * kClasses, 65536)};
+  link.run(kSecond);  // the sleeper is idle for a whole second
+  s.backlog(bulk(sleeper));
+  // From now on the two share equally from the first message: the sleeper does not get the
+  // link to itself to make up for the second it was idle.
+  uint64_t in_a_row = 0;
+  for (int i = 0; i < 1000; ++i) {
+    int64_t f = s.pick(link.now);
+    s.charge(static_cast<uint32_t>(f), 65536, 1, 0);
+    if (f == bulk(sleeper)) {
+      if (++in_a_row > 2) FAIL() << "the sleeper took " << in_a_row << " messages in a row";
+    } else {
+      in_a_row = 0;
+    }
+    link.now += 65536;
+  }
+  EXPECT_NEAR(double(s.counters(bulk(sleeper)).msgs), 500, 2);
+}
+
+TEST(QosScheduler, IdleRateLimitedFlowsGetOneBurstOnly) {
+  Scheduler s;
+  uint32_t t = s.add_tenant({}, 0);
+  uint32_t c = s.add_container(t, Rule{1, 100'000'000, 0}, 0);
+  // Idle for a minute, then a flood: what goes at once is one burst, not a minute's worth.
+  int64_t now = 60 * kSecond;
+  s.backlog(bulk(c));
+  uint64_t sent = 0;
+  while (s.pick(now) >= 0) {
+    s.charge(bulk(c), 65536, 1, 0);
+    sent += 65536;
+    ASSERT_LT(sent, 100'000'000u);
+  }
+  EXPECT_LE(sent, 100e6 * TokenBucket::kBurstNs / 1e9 + 65536);
+  EXPECT_GT(s.next_ready(now), now);
+}
+
+TEST(QosScheduler, EqualFlowsAreFair) {
+  Scheduler s;
+  uint32_t t = s.add_tenant({}, 0);
+  std::vector<uint32_t> cs;
+  for (int i = 0; i < 8; ++i) cs.push_back(s.add_container(t, {}, 0));
+  SimLink link{s, 1e9, std::vector<uint64_t>(s.containers() * kClasses, 0)};
+  // Mixed message sizes, equal weights.
+  for (size_t i = 0; i < cs.size(); ++i) {
+    link.msg_size[bulk(cs[i])] = 1024u << (i % 7);
+    s.backlog(bulk(cs[i]));
+  }
+  link.run(kSecond);
+  double sum = 0, sq = 0;
+  for (uint32_t c : cs) {
+    double x = double(link.sent[bulk(c)]);
+    sum += x;
+    sq += x * x;
+  }
+  double jain = sum * sum / (double(cs.size()) * sq);
+  EXPECT_GE(jain, 0.999);
+}
+
+TEST(QosScheduler, ChangedWeightsApplyAtOnce) {
+  Scheduler s;
+  uint32_t t = s.add_tenant({}, 0);
+  uint32_t a = s.add_container(t, {}, 0), b = s.add_container(t, {}, 0);
+  s.backlog(bulk(a));
+  s.backlog(bulk(b));
+  SimLink link{s, 1e9, std::vector<uint64_t>(s.containers() * kClasses, 8192)};
+  link.run(kSecond / 2);
+  EXPECT_NEAR(double(link.sent[bulk(a)]) / double(link.sent[bulk(b)]), 1.0, 0.02);
+  s.set_container_rule(a, Rule{4, 0, 0}, link.now);
+  link.run(kSecond / 2);
+  EXPECT_NEAR(double(link.sent[bulk(a)]) / double(link.sent[bulk(b)]), 4.0, 0.1);
+}
+
+TEST(QosScheduler, CountsDelayAndMessages) {
+  Scheduler s;
+  uint32_t t = s.add_tenant({}, 0);
+  uint32_t c = s.add_container(t, {}, 0);
+  s.backlog(bulk(c));
+  s.charge(bulk(c), 100, 2, 3000);
+  const FlowCounters& k = s.counters(bulk(c));
+  EXPECT_EQ(k.bytes, 100u);
+  EXPECT_EQ(k.msgs, 2u);
+  EXPECT_EQ(k.delay_ns_sum, 3000u);
+  EXPECT_EQ(k.delay_ns_max, 1500u);
+  s.idle(bulk(c));
+  EXPECT_EQ(s.pick(0), -1);
+  EXPECT_EQ(s.next_ready(0), -1);
+}
+
+TEST(QosRules, ParseAndPrint) {
+  std::string err;
+  auto r = parse_rule("container=10.0.0.2:weight=3,rate=100M,msgs=50k", &err);
+  ASSERT_TRUE(r) << err;
+  EXPECT_EQ(r->kind, NamedRule::Kind::kContainer);
+  EXPECT_EQ(r->ipv4, inet_addr("10.0.0.2"));
+  EXPECT_EQ(r->rule, (Rule{3, 100'000'000, 50'000}));
+  EXPECT_EQ(rule_text(*r), "container=10.0.0.2:weight=3,rate=100M,msgs=50k");
+  r = parse_rule("tenant=blue:weight=2", &err);
+  ASSERT_TRUE(r) << err;
+  EXPECT_EQ(r->tenant, "blue");
+  EXPECT_EQ(r->rule.weight, 2u);
+  r = parse_rule("tenant=blue", &err);
+  ASSERT_TRUE(r) << err;
+  EXPECT_EQ(r->rule, Rule{});
+  for (const char* bad :
+       {"", "container", "container=10.0.0.300:weight=1", "pod=x:weight=1", "tenant=:weight=1",
+        "tenant=a:weight=0", "tenant=a:weight=1001", "tenant=a:rate=fast", "tenant=a:speed=1",
+        "tenant=a:weight", "tenant=a:rate=99999999999999999999", "tenant=a b:weight=1",
+        "tenant=a:rate=1Q"}) {
+    EXPECT_FALSE(parse_rule(bad, &err)) << bad;
+    EXPECT_NE(err.find("QoS rule"), std::string::npos);
+  }
+}
+
+TEST(QosRules, TheLastRuleForOneNameWins) {
+  RuleSet set;
+  std::string err;
+  set.put(*parse_rule("container=10.0.0.2:weight=3", &err));
+  set.put(*parse_rule("tenant=blue:rate=1G", &err));
+  set.put(*parse_rule("container=10.0.0.2:weight=5", &err));
+  EXPECT_EQ(set.rules().size(), 2u);
+  EXPECT_EQ(set.container(inet_addr("10.0.0.2")).weight, 5u);
+  EXPECT_EQ(set.container(inet_addr("10.0.0.3")), Rule{});
+  EXPECT_EQ(set.tenant("blue").bytes_per_s, 1'000'000'000u);
+  EXPECT_EQ(set.tenant("red"), Rule{});
+}
+
+}  // namespace
+}  // namespace vrdma::qos
