@@ -119,7 +119,10 @@ void fill_device_attr_ex(ibv_context* ctx, ibv_device_attr_ex& a) {
       IBV_ODP_SUPPORT_SRQ_RECV;
   a.odp_caps.per_transport_caps.ud_odp_caps =
       IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_SRQ_RECV;
-  a.xrc_odp_caps = 0;
+  // XRC: sends, RDMA and atomics from XRC_SEND QPs, receives through XRC SRQs (xrc.cc); an ODP
+  // MR is an MR like any other there too.
+  a.xrc_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_WRITE | IBV_ODP_SUPPORT_READ |
+                   IBV_ODP_SUPPORT_ATOMIC | IBV_ODP_SUPPORT_SRQ_RECV;
   a.phys_port_cnt_ex = a.orig_attr.phys_port_cnt;
 }
 
