@@ -182,7 +182,7 @@ enum class QpType : uint32_t {
   kUd = 4,
   kXrcSend = 9,
   kXrcRecv = 10,
-  kXrcSrq = 0x100,
+  kXrcSrq = 0xfe,  // within ibv_qp_type's range (IBV_QPT_DRIVER is 0xff), which no QP has
 };
 
 struct AllocQpnReq {

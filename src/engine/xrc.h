@@ -9,13 +9,15 @@
 #include <cstdint>
 #include <memory>
 
+#include "common/protocol.h"
 #include "engine/objects.h"
 #include "engine/qp.h"
 
 namespace vrdma {
 
 // The type vrdmad knows an XRC SRQ's receive side by (proto::QpType::kXrcSrq).
-inline constexpr ibv_qp_type kQptXrcSrq = static_cast<ibv_qp_type>(0x100);
+inline constexpr ibv_qp_type kQptXrcSrq = static_cast<ibv_qp_type>(0xfe);
+static_assert(uint32_t(kQptXrcSrq) == uint32_t(proto::QpType::kXrcSrq));
 
 class Xrcd {
  public:

@@ -262,11 +262,18 @@ class DirectoryEtcd : public ::testing::Test {
 
   // The raw value of a key (read as root), "" if absent; *lease its lease.
   std::string raw_get(const std::string& key, int64_t* lease = nullptr) {
-    etcd::Client c({etcd_.endpoint()}, creds("root"), kClientTimeoutMs);
     std::vector<etcd::Kv> kvs;
     int64_t rev = 0;
     std::string error;
-    EXPECT_TRUE(c.range_prefix(key, &kvs, &rev, &error)) << error;
+    // A new channel's TLS handshake can fail outright on a loaded machine ("handshaker
+    // shutdown"): a few fresh attempts within a bound before the read counts as failed.
+    bool ok = false;
+    for (int attempt = 0; attempt < 5 && !ok; ++attempt) {
+      if (attempt) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      etcd::Client c({etcd_.endpoint()}, creds("root"), kClientTimeoutMs);
+      ok = c.range_prefix(key, &kvs, &rev, &error);
+    }
+    EXPECT_TRUE(ok) << error;
     for (const auto& kv : kvs) {
       if (kv.key != key) continue;
       if (lease) *lease = kv.lease;
