@@ -85,7 +85,9 @@ TEST_F(VerbsExTest, QueryDeviceExFillsEveryAttributeAsTheDeviceHasIt) {
   EXPECT_EQ(ax.max_dm_size, 1u << 20);
   EXPECT_EQ(ax.tso_caps.max_tso, 0u);
   EXPECT_EQ(ax.rss_caps.supported_qpts, 0u);
-  EXPECT_EQ(ax.xrc_odp_caps, 0u);
+  EXPECT_EQ(ax.xrc_odp_caps,
+            uint32_t(IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_WRITE | IBV_ODP_SUPPORT_READ |
+                     IBV_ODP_SUPPORT_ATOMIC | IBV_ODP_SUPPORT_SRQ_RECV));
   EXPECT_EQ(ax.raw_packet_caps, 0u);
   EXPECT_EQ(ax.comp_mask, 0u);
   EXPECT_EQ(ax.device_cap_flags_ex & 0xffffffffu, uint64_t(a.device_cap_flags));
