@@ -54,6 +54,7 @@ enum class Op : uint16_t {
   kCloseXrcd = 23,  // CloseXrcdReq -> (empty)
   kSetQpXrcd = 24,  // SetQpXrcdReq -> (empty)
   kQos = 25,           // QosReq -> text: the QoS rules in force (after setting one)
+  kOpenXrcQp = 26,     // OpenXrcQpReq -> (empty): may the caller open this XRC_RECV QP?
   // UD multicast (McastReq): attach, detach, and the group's members on this host.
   kMcastAttach = 40,   // McastReq -> (empty)
   kMcastDetach = 41,   // McastReq -> (empty)
@@ -248,6 +249,12 @@ struct SetQpXrcdReq {
   uint32_t qpn;
   uint32_t xrcd;
 };
+// ibv_open_qp: XRC_RECV QP `qpn` is of domain `xrcd`, which the caller opened, and its creator
+// is of the caller's tenant. EACCES: the caller does not hold `xrcd`; EINVAL: no such QP in it.
+struct OpenXrcQpReq {
+  uint32_t qpn;
+  uint32_t xrcd;
+};
 
 // UD multicast: a local UD QP and a multicast GID (ff00::/8, or ::ffff:224.0.0.0/4). A group
 // is the tenant's: members of other tenants never share it.
@@ -436,7 +443,7 @@ static_assert(sizeof(GetMrReq) == 16 && sizeof(GetMrSeg) == 24 && sizeof(GetMrRe
 static_assert(sizeof(AllocQpnReq) == 24 && sizeof(AllocQpnRep) == 4 && sizeof(FreeQpnReq) == 4);
 static_assert(sizeof(SetQpObjectReq) == 16);
 static_assert(sizeof(OpenXrcdReq) == 8 && sizeof(OpenXrcdRep) == 4 && sizeof(CloseXrcdReq) == 4 &&
-              sizeof(SetQpXrcdReq) == 8);
+              sizeof(SetQpXrcdReq) == 8 && sizeof(OpenXrcQpReq) == 8);
 static_assert(sizeof(ConnectQpReq) == 24 && sizeof(ConnectQpRep) == 16);
 static_assert(sizeof(AllocKeyReq) == 24 && sizeof(AllocKeyRep) == 4 && sizeof(FreeKeyReq) == 4);
 static_assert(sizeof(QpFatalEvent) == 8 && sizeof(CmParams) == 4);

@@ -32,6 +32,11 @@ int Xrcd::open(int fd, int oflags) {
   return 0;
 }
 
+int Xrcd::may_open_qp(uint32_t qpn) {
+  proto::OpenXrcQpReq req{qpn, id_};
+  return ctx_.device().control().call(proto::Op::kOpenXrcQp, req);
+}
+
 Xrcd::~Xrcd() {
   if (!id_) return;
   proto::CloseXrcdReq req{id_};

@@ -30,6 +30,9 @@ class Xrcd {
   // domain nobody else shares. 0 or a positive errno.
   int open(int fd, int oflags);
   uint32_t id() const { return id_; }
+  // ibv_open_qp's check, by vrdmad: XRC_RECV QP `qpn` is of this domain and of this tenant.
+  // 0, EINVAL (no such QP in the domain) or another positive errno.
+  int may_open_qp(uint32_t qpn);
   // What an XRC_RECV QP, which has neither, is made with: a protection domain and a CQ of the
   // domain's own, which nothing completes into.
   Pd& pd() { return pd_; }

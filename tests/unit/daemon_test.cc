@@ -5,10 +5,12 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <nlohmann/json.hpp>
@@ -838,6 +840,57 @@ TEST(DaemonTest, ManyClientsComeAndGo) {
   json s = json::parse(keep.conn.status());
   EXPECT_EQ(s["totals"]["clients"], 1);
   EXPECT_EQ(s["totals"]["qps"], 1);
+}
+
+// OpenXrcQp (ibv_open_qp): only for a holder of the QP's domain, only for an XRC_RECV QP of it.
+TEST(DaemonTest, OpenXrcQpChecksTheDomainAndTheQp) {
+  DaemonFixture f;
+  Client a(f.socket());
+  Client b(f.socket());
+  auto p = std::make_unique<Packet>();
+  auto open_xrcd = [&](Client& c, int fd, uint32_t oflags, uint32_t& id) {
+    proto::OpenXrcdReq req{oflags, 0};
+    if (!c.conn.call(Op::kOpenXrcd, req, *p, std::span<const int>(&fd, 1))) return -1;
+    if (p->header.status == 0) id = p->as<proto::OpenXrcdRep>()->xrcd;
+    return int(p->header.status);
+  };
+  auto open_qp = [&](Client& c, uint32_t qpn, uint32_t xrcd) {
+    proto::OpenXrcQpReq req{qpn, xrcd};
+    return c.conn.call(Op::kOpenXrcQp, req, *p) ? int(p->header.status) : -1;
+  };
+  FILE* shared = ::tmpfile();
+  FILE* other = ::tmpfile();
+  ASSERT_TRUE(shared && other);
+  uint32_t xa = 0, xb_other = 0, xb = 0;
+  ASSERT_EQ(open_xrcd(a, ::fileno(shared), O_CREAT, xa), 0);
+  constexpr uint32_t kXrcRecv = static_cast<uint32_t>(proto::QpType::kXrcRecv);
+  uint32_t recv = 0, rc = 0;
+  ASSERT_EQ(alloc_qpn(a.conn, kXrcRecv, TestArena::qp_offset(0), &recv), 0);
+  ASSERT_EQ(alloc_qpn(a.conn, kRc, TestArena::qp_offset(1), &rc), 0);
+  proto::SetQpXrcdReq join{recv, xa};
+  ASSERT_TRUE(a.conn.call(Op::kSetQpXrcd, join, *p));
+  ASSERT_EQ(p->header.status, 0);
+
+  EXPECT_EQ(open_qp(b, recv, xa), EACCES) << "a domain b never opened";
+  ASSERT_EQ(open_xrcd(b, ::fileno(other), O_CREAT, xb_other), 0);
+  EXPECT_NE(xb_other, xa);
+  EXPECT_EQ(open_qp(b, recv, xb_other), EINVAL) << "the QP is of another domain";
+  ASSERT_EQ(open_xrcd(b, ::fileno(shared), 0, xb), 0);
+  EXPECT_EQ(xb, xa);
+  EXPECT_EQ(open_qp(b, recv, xb), 0);
+  EXPECT_EQ(open_qp(a, recv, xa), 0) << "its creator too";
+  EXPECT_EQ(open_qp(b, rc, xb), EINVAL) << "not an XRC_RECV QP";
+  EXPECT_EQ(open_qp(b, recv ^ 0x5a5a, xb), EINVAL) << "no such QP";
+  EXPECT_EQ(open_qp(b, recv, 0), EINVAL) << "domain 0 is malformed";
+  a.conn.close();  // its QPs go with it
+  bool gone = false;
+  for (int i = 0; i < 200 && !gone; ++i) {
+    gone = open_qp(b, recv, xb) == EINVAL;
+    if (!gone) ::usleep(10000);
+  }
+  EXPECT_TRUE(gone) << "the QP outlived its creator's connection";
+  ::fclose(shared);
+  ::fclose(other);
 }
 
 }  // namespace

@@ -2,11 +2,14 @@
 // two opens of one inode share the domain), XRC SRQs and their numbers, XRC_SEND and XRC_RECV
 // QPs; sends, sends with immediate data and RDMA into the SRQ a request names, with data checked
 // byte for byte, and the error paths (an SRQ number that does not exist, an SRQ of another
-// domain, receives on XRC QPs, closing a domain in use).
+// domain, receives on XRC QPs, closing a domain in use); ibv_open_qp from a second context of the
+// domain, its refusals, and the QP living while any of its handles does.
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <unistd.h>
+
+#include <algorithm>
 
 #include "verbs_fixture.h"
 
@@ -21,6 +24,7 @@ class VerbsXrcTest : public VerbsTest {
     for (ibv_srq* s : srqs) ibv_destroy_srq(s);
     for (ibv_xrcd* x : xrcds) EXPECT_EQ(ibv_close_xrcd(x), 0);
     for (int fd : files) ::close(fd);
+    for (ibv_context* c : contexts) EXPECT_EQ(ibv_close_device(c), 0);
     VerbsTest::TearDown();
   }
 
@@ -34,12 +38,24 @@ class VerbsXrcTest : public VerbsTest {
     return fd;
   }
 
-  ibv_xrcd* open_xrcd(int fd, int oflags) {
+  // Another context of the device (closed last).
+  ibv_context* second_context() {
+    int n = 0;
+    ibv_device** list = ibv_get_device_list(&n);
+    EXPECT_EQ(n, 1);
+    ibv_context* c = list && n == 1 ? ibv_open_device(list[0]) : nullptr;
+    if (list) ibv_free_device_list(list);
+    EXPECT_NE(c, nullptr);
+    if (c) contexts.push_back(c);
+    return c;
+  }
+
+  ibv_xrcd* open_xrcd(int fd, int oflags, ibv_context* in = nullptr) {
     ibv_xrcd_init_attr a{};
     a.comp_mask = IBV_XRCD_INIT_ATTR_FD | IBV_XRCD_INIT_ATTR_OFLAGS;
     a.fd = fd;
     a.oflags = oflags;
-    ibv_xrcd* x = ibv_open_xrcd(ctx, &a);
+    ibv_xrcd* x = ibv_open_xrcd(in ? in : ctx, &a);
     if (x) xrcds.push_back(x);
     return x;
   }
@@ -141,9 +157,47 @@ class VerbsXrcTest : public VerbsTest {
     return ibv_post_srq_recv(s, &wr, &bad);
   }
 
+  // ibv_open_qp in context `c` through domain `x`; errno kept on failure.
+  ibv_qp* open_qp(ibv_context* c, ibv_xrcd* x, uint32_t num, ibv_qp_type type = IBV_QPT_XRC_RECV) {
+    ibv_qp_open_attr a{};
+    a.comp_mask = IBV_QP_OPEN_ATTR_NUM | IBV_QP_OPEN_ATTR_XRCD | IBV_QP_OPEN_ATTR_TYPE |
+                  IBV_QP_OPEN_ATTR_CONTEXT;
+    a.qp_num = num;
+    a.xrcd = x;
+    a.qp_type = type;
+    a.qp_context = this;
+    ibv_qp* q = ibv_open_qp(c, &a);
+    if (q) qps.insert(qps.begin(), q);  // destroyed before the QPs it may share one with
+    return q;
+  }
+
+  void drop(ibv_qp* q) {
+    qps.erase(std::find(qps.begin(), qps.end(), q));
+    ASSERT_EQ(ibv_destroy_qp(q), 0);
+  }
+
+  // One send of `len` random bytes from `snd` into SRQ `s` (CQ `rcq`), checked byte for byte.
+  void send_through(ibv_qp* snd, ibv_cq* scq, ibv_srq* s, ibv_cq* rcq, uint32_t len, int seed) {
+    Buffer& src = buffer(len);
+    Buffer& dst = buffer(len);
+    fill_random(src.data(), len, seed);
+    ASSERT_EQ(post_srq_recv(s, dst, 0, len, 77), 0);
+    ibv_sge sge{src.addr(), len, src.mr->lkey};
+    ibv_send_wr w = send_wr(IBV_WR_SEND, sge);
+    w.qp_type.xrc.remote_srqn = srq_num(s);
+    ASSERT_EQ(complete_one(snd, w, scq), IBV_WC_SUCCESS);
+    auto wc = poll(rcq, 1);
+    ASSERT_EQ(wc.size(), 1u);
+    EXPECT_EQ(wc[0].status, IBV_WC_SUCCESS);
+    EXPECT_EQ(wc[0].wr_id, 77u);
+    EXPECT_EQ(wc[0].byte_len, len);
+    EXPECT_EQ(memcmp(dst.data(), src.data(), len), 0);
+  }
+
   std::vector<ibv_srq*> srqs;
   std::vector<ibv_xrcd*> xrcds;
   std::vector<int> files;
+  std::vector<ibv_context*> contexts;
 };
 
 TEST_F(VerbsXrcTest, DeviceSaysItHasXrc) {
@@ -151,7 +205,10 @@ TEST_F(VerbsXrcTest, DeviceSaysItHasXrc) {
   ASSERT_EQ(ibv_query_device_ex(ctx, nullptr, &a), 0);
   EXPECT_TRUE(a.orig_attr.device_cap_flags & IBV_DEVICE_XRC);
   EXPECT_TRUE(a.device_cap_flags_ex & IBV_DEVICE_XRC);
-  EXPECT_TRUE(a.xrc_odp_caps & IBV_ODP_SUPPORT_SRQ_RECV);  // ODP MRs work in XRC too
+  // ODP MRs serve XRC as any other: sends, RDMA, atomics and receives through XRC SRQs.
+  EXPECT_EQ(a.xrc_odp_caps,
+            uint32_t(IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_WRITE | IBV_ODP_SUPPORT_READ |
+                     IBV_ODP_SUPPORT_ATOMIC | IBV_ODP_SUPPORT_SRQ_RECV));
 }
 
 TEST_F(VerbsXrcTest, DomainsByFileFollowOpenFlags) {
@@ -448,6 +505,144 @@ TEST_F(VerbsXrcTest, NoReceiveWaitsLikeRc) {
   ASSERT_EQ(wc.size(), 1u);
   EXPECT_EQ(wc[0].status, IBV_WC_SUCCESS);
   EXPECT_EQ(poll(rcq, 1).size(), 1u);
+}
+
+// ibv_open_qp from a second context that opened the same file: a handle of the same QP, which
+// that context modifies and queries; the connection it makes carries traffic into the domain.
+TEST_F(VerbsXrcTest, ASecondContextOpensTheQpAndDrivesIt) {
+  int f = file();
+  ibv_context* other = second_context();
+  ASSERT_NE(other, nullptr);
+  ibv_xrcd* mine = open_xrcd(f, O_CREAT);
+  ibv_xrcd* theirs = open_xrcd(f, 0, other);
+  ASSERT_TRUE(mine && theirs);
+  ibv_cq* scq = cq();
+  ibv_cq* rcq = cq();
+  ibv_srq* s = xrc_srq(mine, rcq);
+  ibv_qp* r = recv_qp(mine);
+  ibv_qp* snd = send_qp(scq);
+  ASSERT_TRUE(s && r && snd);
+  ibv_qp* o = open_qp(other, theirs, r->qp_num);
+  ASSERT_NE(o, nullptr) << strerror(errno);
+  EXPECT_EQ(o->qp_num, r->qp_num);
+  EXPECT_EQ(o->context, other);
+  EXPECT_EQ(o->qp_type, IBV_QPT_XRC_RECV);
+  EXPECT_EQ(o->qp_context, this);
+  connect_xrc(snd, o);  // the XRC_RECV side goes through the opened handle
+  ibv_qp_attr a{};
+  ibv_qp_init_attr ia{};
+  ASSERT_EQ(ibv_query_qp(r, &a, IBV_QP_STATE | IBV_QP_DEST_QPN, &ia), 0);
+  EXPECT_EQ(a.qp_state, IBV_QPS_RTR);
+  EXPECT_EQ(a.dest_qp_num, snd->qp_num);
+  ASSERT_EQ(ibv_query_qp(o, &a, IBV_QP_STATE, &ia), 0);
+  EXPECT_EQ(a.qp_state, IBV_QPS_RTR);
+  EXPECT_EQ(ia.qp_context, this);
+  send_through(snd, scq, s, rcq, 1500, 31);
+}
+
+// A context that did not open the QP's domain gets EINVAL, as the kernel answers a number its
+// domain does not have; so does a domain of another context.
+TEST_F(VerbsXrcTest, AContextWithoutTheDomainCannotOpenTheQp) {
+  ibv_context* other = second_context();
+  ASSERT_NE(other, nullptr);
+  ibv_xrcd* mine = open_xrcd(file(), O_CREAT);
+  ibv_xrcd* elsewhere = open_xrcd(file(), O_CREAT, other);
+  ASSERT_TRUE(mine && elsewhere);
+  ibv_qp* r = recv_qp(mine);
+  ASSERT_NE(r, nullptr);
+  errno = 0;
+  EXPECT_EQ(open_qp(other, elsewhere, r->qp_num), nullptr);
+  EXPECT_EQ(errno, EINVAL);
+  errno = 0;
+  EXPECT_EQ(open_qp(other, mine, r->qp_num), nullptr);
+  EXPECT_EQ(errno, EINVAL);
+  // Through its own domain, the creator's context may open it.
+  ibv_qp* o = open_qp(ctx, mine, r->qp_num);
+  EXPECT_NE(o, nullptr) << strerror(errno);
+}
+
+// Numbers that are not an XRC_RECV QP of the domain, and attributes ibv_open_qp does not take.
+TEST_F(VerbsXrcTest, OpenQpRefusesWrongNumbersAndAttributes) {
+  ibv_xrcd* x = open_xrcd(file(), O_CREAT);
+  ASSERT_NE(x, nullptr);
+  ibv_cq* c = cq();
+  ibv_srq* s = xrc_srq(x, c);
+  ibv_qp* r = recv_qp(x);
+  ibv_qp* snd = send_qp(c);
+  ASSERT_TRUE(s && r && snd);
+  for (uint32_t num : {r->qp_num ^ 0x5a5au, snd->qp_num, srq_num(s), 0u, 0xffffffu}) {
+    errno = 0;
+    EXPECT_EQ(open_qp(ctx, x, num), nullptr) << std::hex << num;
+    EXPECT_EQ(errno, EINVAL) << std::hex << num;
+  }
+  errno = 0;
+  EXPECT_EQ(open_qp(ctx, x, r->qp_num, IBV_QPT_RC), nullptr);
+  EXPECT_EQ(errno, EINVAL);
+  ibv_qp_open_attr a{};
+  a.comp_mask = IBV_QP_OPEN_ATTR_NUM | IBV_QP_OPEN_ATTR_TYPE;  // no domain
+  a.qp_num = r->qp_num;
+  a.qp_type = IBV_QPT_XRC_RECV;
+  a.xrcd = x;
+  errno = 0;
+  EXPECT_EQ(ibv_open_qp(ctx, &a), nullptr);
+  EXPECT_EQ(errno, EINVAL);
+  a.comp_mask = IBV_QP_OPEN_ATTR_RESERVED | IBV_QP_OPEN_ATTR_NUM | IBV_QP_OPEN_ATTR_XRCD |
+                IBV_QP_OPEN_ATTR_TYPE;
+  errno = 0;
+  EXPECT_EQ(ibv_open_qp(ctx, &a), nullptr);
+  EXPECT_EQ(errno, EINVAL);
+}
+
+// Destroying an opened handle drops only that handle: the creator's QP connects and receives.
+TEST_F(VerbsXrcTest, DestroyingAnOpenedHandleLeavesTheQp) {
+  int f = file();
+  ibv_context* other = second_context();
+  ASSERT_NE(other, nullptr);
+  ibv_xrcd* mine = open_xrcd(f, O_CREAT);
+  ibv_xrcd* theirs = open_xrcd(f, 0, other);
+  ASSERT_TRUE(mine && theirs);
+  ibv_cq* scq = cq();
+  ibv_cq* rcq = cq();
+  ibv_srq* s = xrc_srq(mine, rcq);
+  ibv_qp* r = recv_qp(mine);
+  ibv_qp* snd = send_qp(scq);
+  ASSERT_TRUE(s && r && snd);
+  ibv_qp* o = open_qp(other, theirs, r->qp_num);
+  ASSERT_NE(o, nullptr) << strerror(errno);
+  drop(o);
+  connect_xrc(snd, r);
+  send_through(snd, scq, s, rcq, 700, 32);
+  // Its domain's handle in the other context is free again.
+  EXPECT_EQ(ibv_close_xrcd(theirs), 0);
+  xrcds.erase(std::find(xrcds.begin(), xrcds.end(), theirs));
+}
+
+// The creator's handle destroyed first: the QP lives on for the context that opened it, whose
+// connection carries traffic; it goes with that last handle.
+TEST_F(VerbsXrcTest, TheQpLivesWhileAnOpenerHoldsIt) {
+  int f = file();
+  ibv_context* other = second_context();
+  ASSERT_NE(other, nullptr);
+  ibv_xrcd* mine = open_xrcd(f, O_CREAT);
+  ibv_xrcd* theirs = open_xrcd(f, 0, other);
+  ASSERT_TRUE(mine && theirs);
+  ibv_cq* scq = cq();
+  ibv_cq* rcq = cq();
+  ibv_srq* s = xrc_srq(mine, rcq);
+  ibv_qp* r = recv_qp(mine);
+  ibv_qp* snd = send_qp(scq);
+  ASSERT_TRUE(s && r && snd);
+  const uint32_t num = r->qp_num;
+  ibv_qp* o = open_qp(other, theirs, num);
+  ASSERT_NE(o, nullptr) << strerror(errno);
+  drop(r);
+  connect_xrc(snd, o);
+  send_through(snd, scq, s, rcq, 2048, 33);
+  drop(o);
+  // Gone with its last handle: nobody opens that number any more.
+  errno = 0;
+  EXPECT_EQ(open_qp(other, theirs, num), nullptr);
+  EXPECT_EQ(errno, EINVAL);
 }
 
 }  // namespace

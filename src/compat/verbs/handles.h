@@ -116,6 +116,9 @@ void install_extended_ops(verbs_context& v);
 // XRC (xrc.cc): the domain, XRC SRQ operations of the verbs_context; XRC_RECV QPs.
 void install_xrc_ops(verbs_context& v);
 ibv_qp* create_xrc_recv_qp(ibv_context* ctx, ibv_qp_init_attr_ex* attr);
+// ibv_destroy_qp of an XRC_RECV QP's handle (its creator's or one ibv_open_qp gave): the QP
+// goes with its last handle.
+int destroy_xrc_recv_qp(ibv_qp* qp);
 // The context operations of memory windows (mw.cc), device memory (dm.cc), parent and thread
 // domains (parent_domain.cc) and ODP advice.
 void install_window_ops(ibv_context& c);

@@ -82,6 +82,7 @@ VRDMA_EXPORT int ibv_query_qp_data_in_order(ibv_qp*, ibv_wr_opcode, uint32_t) {
 }
 
 VRDMA_EXPORT int ibv_destroy_qp(ibv_qp* qp) {
+  if (qp->qp_type == IBV_QPT_XRC_RECV) return destroy_xrc_recv_qp(qp);
   auto* h = handle_of<QpHandle>(qp);
   delete h->engine;
   free_wr_batch(h);

@@ -155,6 +155,7 @@ class Daemon : private CmPort {
   void handle(Client& c, const Decoded& d, const proto::OpenXrcdReq& r);
   void handle(Client& c, const Decoded& d, const proto::CloseXrcdReq& r);
   void handle(Client& c, const Decoded& d, const proto::SetQpXrcdReq& r);
+  void handle(Client& c, const Decoded& d, const proto::OpenXrcQpReq& r);
   const QpRecord* xrc_target_of(const Client& req, const QpRecord& via, uint32_t via_qpn) const;
   void connect_xrc_srq(Client& c, const Decoded& d, const proto::ConnectQpReq& r,
                        const QpRecord& local, const QpRecord& dest);

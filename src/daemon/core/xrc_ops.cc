@@ -1,4 +1,5 @@
-// XRC: domains (OpenXrcd, CloseXrcd), the domain of an XRC_RECV QP or XRC SRQ (SetQpXrcd), and
+// XRC: domains (OpenXrcd, CloseXrcd), the domain of an XRC_RECV QP or XRC SRQ (SetQpXrcd), the
+// opening of an XRC_RECV QP by another holder of its domain (OpenXrcQp), and
 // what an XRC_SEND QP reaches: the XRC_RECV QP its RTR named (with that QP's consent, as RC),
 // and through it the XRC SRQs of that QP's domain, by number.
 #include <errno.h>
@@ -39,6 +40,20 @@ void Daemon::handle(Client& c, const Decoded& d, const proto::SetQpXrcdReq& r) {
   if (!xrcds_.holds(c.id, r.xrcd)) return void(reply_error(c, d, EACCES));
   registry_.set_xrcd(r.qpn, r.xrcd);
   send(c, proto::Op::kSetQpXrcd, d.seq, 0, nullptr, 0);
+}
+
+// ibv_open_qp, as the kernel answers it: the caller must hold the domain it names (EACCES, as
+// SetQpXrcd), and the QP must be an XRC_RECV QP of that domain whose creator is of the caller's
+// tenant; any other number is EINVAL, as one the domain does not have.
+void Daemon::handle(Client& c, const Decoded& d, const proto::OpenXrcQpReq& r) {
+  if (!xrcds_.holds(c.id, r.xrcd)) return void(reply_error(c, d, EACCES));
+  const QpRecord* q = registry_.find_qp(r.qpn);
+  Client* owner = q ? find_live(q->owner) : nullptr;
+  if (!q || q->type != kXrcRecv || q->xrcd != r.xrcd || !owner || owner->tenant != c.tenant) {
+    LOG_DEBUG("client %u: open of XRC_RECV QP 0x%x in domain %u refused", c.id, r.qpn, r.xrcd);
+    return void(reply_error(c, d, EINVAL));
+  }
+  send(c, proto::Op::kOpenXrcQp, d.seq, 0, nullptr, 0);
 }
 
 // The XRC_RECV QP that XRC_SEND QP `via` (of `req`) is connected to, when its RTR names `via`
