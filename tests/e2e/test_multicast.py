@@ -13,6 +13,10 @@ import conftest_path  # noqa: F401
 from vrdma_py.sandbox import Sandbox, container_ip
 
 CROSS = os.environ.get("VRDMA_E2E_TOPOLOGY", "") == "cross"
+# Across hosts a join reaches the sender's host through the directory (etcd's watch), after the
+# member's own host said "joined"; datagrams sent before that are lost, as on a fabric whose
+# switches have not learnt the group yet. The senders start this much later.
+DIRECTORY_SETTLE_S = 3.0 if CROSS else 0.0
 if CROSS:
     # Host 0: the sender and one receiver; host 1: the other receiver and the other tenant.
     SB = Sandbox(hosts=2, containers=2,
@@ -90,6 +94,7 @@ class Mckey(unittest.TestCase):
             for r in started:
                 self.assertTrue(r.wait_for("mckey: joined dgid: ::ffff:" + GROUP, 60),
                                 f"did not join:\n{r.text()}")
+            time.sleep(DIRECTORY_SETTLE_S)
             sender = mckey(SENDER, "-s", "-C", str(COUNT))
             started.append(sender)
             self.assertEqual(sender.finish(60), 0, sender.text())
@@ -115,6 +120,7 @@ class Mckey(unittest.TestCase):
         member = Streamed(where, "/usr/bin/python3", MEMBER, container_ip(where), GROUP, "5")
         try:
             self.assertTrue(member.wait_for("joined", 60), member.text())
+            time.sleep(DIRECTORY_SETTLE_S)
             first = mckey(SENDER, "-s", "-C", "5")
             self.assertEqual(first.finish(60), 0, first.text())
             self.assertTrue(member.wait_for("left", 60), member.text())
