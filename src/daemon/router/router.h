@@ -255,6 +255,7 @@ class Router : public LinkHandler {
   bool tail_of(Outbound& o, uint64_t* tail);  // false: nonsense, the QP fails
   bool read_wqe(const Outbound& o, uint64_t pos, Wqe& w) const;
   bool send_wqe(Outbound& o, const Wqe& w, int64_t now);
+  bool gather(Outbound& o, const Wqe& w, shm::Seg* data, int& nseg, uint64_t& total);
   void complete(Outbound& o, const Wqe& w, ibv_wc_status st, uint32_t byte_len);
   // Moves the QP to error: its oldest outstanding request completes with `first`, the rest
   // with WR_FLUSH_ERR. The owner is told `why` (kRouted: its work failed, as a completion error

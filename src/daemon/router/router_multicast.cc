@@ -69,24 +69,7 @@ bool Router::send_multicast(Outbound& o, const Wqe& w, int64_t now) {
   shm::Seg data[shm::kMaxSendSge];
   int nseg = 0;
   uint64_t total = 0;
-  if (w.inline_len) {
-    data[nseg++] = shm::Seg{const_cast<uint8_t*>(w.inline_data), w.inline_len};
-    total = w.inline_len;
-  } else {
-    for (uint32_t i = 0; i < w.num_sge; ++i) {
-      const ibv_sge& s = w.sge[i];
-      uint8_t* p = s.length ? o.peer->translate(0, 0, s.lkey, s.addr, s.length, 0) : nullptr;
-      if (s.length && !p) {
-        if (o.done != o.sent) return false;
-        complete(o, w, IBV_WC_LOC_PROT_ERR, 0);
-        ++o.sent;
-        abort_qp(o, IBV_WC_WR_FLUSH_ERR, true);
-        return false;
-      }
-      data[nseg++] = shm::Seg{p, s.length};
-      total += s.length;
-    }
-  }
+  if (!gather(o, w, data, nseg, total)) return false;
   wire::Request r{};
   r.src_qpn = o.qpn;
   r.dst_qpn = kMcastQpn;

@@ -158,6 +158,32 @@ Link* Router::ud_link(Outbound& o, const uint8_t* dgid) {
 }
 
 // Sends one request. Returns false when it has to wait (no room on the link).
+// The request's payload where it lies: its inline data, or its SGEs in the client's memory
+// (written into by READ and atomic responses). False when it cannot go: an SGE deregistered
+// since it was posted is a local protection error, in order (the QP fails).
+bool Router::gather(Outbound& o, const Wqe& w, shm::Seg* data, int& nseg, uint64_t& total) {
+  if (w.inline_len) {
+    data[nseg++] = shm::Seg{const_cast<uint8_t*>(w.inline_data), w.inline_len};
+    total = w.inline_len;
+    return true;
+  }
+  uint32_t access = carries_data(w.opcode) ? 0 : IBV_ACCESS_LOCAL_WRITE;
+  for (uint32_t i = 0; i < w.num_sge; ++i) {
+    const ibv_sge& s = w.sge[i];
+    uint8_t* p = s.length ? o.peer->translate(0, 0, s.lkey, s.addr, s.length, access) : nullptr;
+    if (s.length && !p) {
+      if (o.done != o.sent) return false;
+      complete(o, w, IBV_WC_LOC_PROT_ERR, 0);
+      ++o.sent;
+      abort_qp(o, IBV_WC_WR_FLUSH_ERR, true);
+      return false;
+    }
+    data[nseg++] = shm::Seg{p, s.length};
+    total += s.length;
+  }
+  return true;
+}
+
 bool Router::send_wqe(Outbound& o, const Wqe& w, int64_t now) {
   const bool ud = o.info.type == IBV_QPT_UD;
   if (ud && gid_is_multicast(w.dgid)) return send_multicast(o, w, now);
@@ -194,26 +220,7 @@ bool Router::send_wqe(Outbound& o, const Wqe& w, int64_t now) {
   shm::Seg data[shm::kMaxSendSge];
   int nseg = 0;
   uint64_t total = 0;
-  if (w.inline_len) {
-    data[nseg++] = shm::Seg{const_cast<uint8_t*>(w.inline_data), w.inline_len};
-    total = w.inline_len;
-  } else {
-    uint32_t access = carries_data(w.opcode) ? 0 : IBV_ACCESS_LOCAL_WRITE;
-    for (uint32_t i = 0; i < w.num_sge; ++i) {
-      const ibv_sge& s = w.sge[i];
-      uint8_t* p = s.length ? o.peer->translate(0, 0, s.lkey, s.addr, s.length, access) : nullptr;
-      if (s.length && !p) {
-        // Deregistered since it was posted: a local protection error, in order.
-        if (o.done != o.sent) return false;
-        complete(o, w, IBV_WC_LOC_PROT_ERR, 0);
-        ++o.sent;
-        abort_qp(o, IBV_WC_WR_FLUSH_ERR, true);
-        return false;
-      }
-      data[nseg++] = shm::Seg{p, s.length};
-      total += s.length;
-    }
-  }
+  if (!gather(o, w, data, nseg, total)) return false;
   r.length = is_atomic(w.opcode) ? 8 : total;
   bool sent;
   if (carries_data(w.opcode)) {
