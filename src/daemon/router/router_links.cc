@@ -22,7 +22,10 @@ namespace {
 constexpr int kAcceptsPerWakeup = 16;
 constexpr int64_t kDirectoryCheckNs = 1'000'000'000;
 constexpr int64_t kRefusalLogNs = 10'000'000'000;
-constexpr int kUnsentLowat = 256 << 10;
+// Unsent bytes a link's socket may hold. Enough to keep the link busy while the router thread
+// waits for a core (its host's applications spin on their CQs: 256 KiB halved the throughput
+// of a 2-core host), little enough that what waits beyond it waits in the QPs' queues.
+constexpr int kUnsentLowat = 2 << 20;
 
 void tune_socket(int fd) {
   int one = 1;
@@ -30,8 +33,8 @@ void tune_socket(int fd) {
   int size = 4 << 20;
   setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &size, sizeof(size));
   setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, sizeof(size));
-  // Little unsent data in the kernel: what waits, waits in the QPs' queues, where the QoS
-  // scheduler still chooses what goes next (router_qos.cc).
+  // Bounded unsent data in the kernel: what waits beyond it waits in the QPs' queues, where
+  // the QoS scheduler still chooses what goes next (router_qos.cc).
   int lowat = kUnsentLowat;
   setsockopt(fd, IPPROTO_TCP, TCP_NOTSENT_LOWAT, &lowat, sizeof(lowat));
 }
