@@ -10,6 +10,8 @@ of one run, with the rules set at run time by `vrdma qos set`:
 VRDMA_QOS_SECONDS sets each measured window (default 6 s)."""
 
 import os
+import re
+import subprocess
 import time
 import unittest
 
@@ -20,7 +22,9 @@ from vrdma_py.sandbox import Sandbox, container_ip, vrdma
 PAIRS = 8
 WINDOW = float(os.environ.get("VRDMA_QOS_SECONDS", "6"))
 WARMUP = 3.0
-SB = Sandbox(hosts=2, containers=PAIRS)
+METRICS_PORT = 19465
+SB = Sandbox(hosts=2, containers=PAIRS,
+             extra_args=[f"--daemon-arg=--metrics-listen=127.0.0.1:{METRICS_PORT}"])
 setUpModule = SB.up
 tearDownModule = SB.down
 
@@ -31,6 +35,20 @@ def qos_bytes():
     for f in SB.status("h0").get("qos", []):
         out[f["container"]] = out.get(f["container"], 0) + f["bytes"]
     return out
+
+
+def qos_metric(name, ip):
+    """The value of a vrdma_qos_* series of h0's metrics page for a container's bulk class."""
+    netns = SB.state()["hosts"][0]["netns"]
+    code = ("import sys, urllib.request\n"
+            "sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=5).read().decode())\n")
+    page = subprocess.run(["ip", "netns", "exec", netns, "python3", "-c", code,
+                           f"http://127.0.0.1:{METRICS_PORT}/metrics"],
+                          capture_output=True, text=True, timeout=10, check=True).stdout
+    m = re.search(rf'^{name}{{[^}}]*ip="{re.escape(ip)}"[^}}]*class="bulk"}} (\S+)$', page, re.M)
+    if not m:
+        raise AssertionError(f"no {name} for {ip} on the metrics page:\n{page}")
+    return float(m.group(1))
 
 
 def jain(xs):
@@ -104,6 +122,15 @@ class Qos(unittest.TestCase):
         self.assertAlmostEqual(rates[2] / 1e8, 1.0, delta=0.1, msg=f"rates {rates}")
         show = vrdma("qos", "show", "--host", "h0").stdout
         self.assertIn(f"container={container_ip('h0c2')}:weight=1,rate=100M", show)
+        # The metrics page carries the same flow: its rule, its bytes (at least what status
+        # counted just before), and the holds of its limit.
+        ip = container_ip("h0c2")
+        status_bytes = qos_bytes()[ip]
+        self.assertEqual(qos_metric("vrdma_qos_rate_limit_bytes_per_second", ip), 1e8)
+        self.assertGreaterEqual(qos_metric("vrdma_qos_tx_bytes_total", ip), status_bytes)
+        self.assertGreater(qos_metric("vrdma_qos_tx_messages_total", ip), 0)
+        self.assertGreater(qos_metric("vrdma_qos_holds_total", ip), 0)
+        self.assertGreater(qos_metric("vrdma_qos_queue_delay_seconds_total", ip), 0)
 
     def test_eight_equal_senders(self):
         rates = self.measure(list(range(PAIRS)))

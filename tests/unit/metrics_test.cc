@@ -284,5 +284,40 @@ TEST(Render, NamesAndLabels) {
   has("# TYPE vrdma_rx_write_requests_total counter\n");
 }
 
+TEST(Render, QosFlowsByContainerAndClass) {
+  Snapshot s;
+  QosSample bulk;
+  bulk.ip = "10.0.0.1";
+  bulk.tenant = "t";
+  bulk.cls = "bulk";
+  bulk.weight = 3;
+  bulk.rate = 100000000;
+  bulk.bytes = 65536;
+  bulk.msgs = 2;
+  bulk.delay_ns_sum = 1500000000;
+  bulk.delay_ns_max = 250000;
+  bulk.holds = 7;
+  QosSample lat = bulk;
+  lat.cls = "latency";
+  lat.msgs = 9;
+  s.qos = {bulk, lat};
+  CounterLedger l;
+  std::string t = render(s, l);
+  auto has = [&](const std::string& line) {
+    EXPECT_NE(t.find(line), std::string::npos) << line << "\n" << t;
+  };
+  const std::string labels = "{host=\"0\",ip=\"10.0.0.1\",tenant=\"t\",class=\"bulk\"} ";
+  has("# TYPE vrdma_qos_tx_bytes_total counter\n");
+  has("vrdma_qos_tx_bytes_total" + labels + "65536\n");
+  has("vrdma_qos_tx_messages_total" + labels + "2\n");
+  has("vrdma_qos_tx_messages_total{host=\"0\",ip=\"10.0.0.1\",tenant=\"t\",class=\"latency\"} 9\n");
+  has("vrdma_qos_queue_delay_seconds_total" + labels + "1.5\n");
+  has("vrdma_qos_queue_delay_max_seconds" + labels + "0.00025\n");
+  has("vrdma_qos_holds_total" + labels + "7\n");
+  has("vrdma_qos_weight" + labels + "3\n");
+  has("vrdma_qos_rate_limit_bytes_per_second" + labels + "100000000\n");
+  has("vrdma_qos_rate_limit_messages_per_second" + labels + "0\n");
+}
+
 }  // namespace
 }  // namespace vrdma::daemon::metrics

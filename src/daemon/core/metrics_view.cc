@@ -154,6 +154,11 @@ std::string Daemon::metrics_text() {
       ls.held_bytes = l.held_bytes;
       s.links.push_back(std::move(ls));
     }
+    for (const auto& f : router_->qos_flows())
+      s.qos.push_back({ipv4_text(f.ipv4), f.tenant, qos::class_name(f.cls), f.container.weight,
+                       f.container.bytes_per_s, f.container.msgs_per_s, f.counters.bytes,
+                       f.counters.msgs, f.counters.delay_ns_sum, f.counters.delay_ns_max,
+                       f.counters.holds});
   }
   // One sample per container (name and address), summed over its verbs clients.
   std::map<std::string, size_t> index;

@@ -154,6 +154,38 @@ struct Writer {
       e.sample({{"host", host}, {"peer_host", std::to_string(peer)}}, n);
   }
 
+  void qos(const Snapshot& s) {
+    auto per = [&](const char* name, Type t, const char* help, auto value) {
+      e.family(name, t, help);
+      for (const auto& q : s.qos)
+        e.sample({{"host", host}, {"ip", q.ip}, {"tenant", q.tenant}, {"class", q.cls}},
+                 value(q));
+    };
+    per("vrdma_qos_tx_bytes_total", Type::kCounter,
+        "Bytes the router's scheduler sent for the container in the class",
+        [](const QosSample& q) { return q.bytes; });
+    per("vrdma_qos_tx_messages_total", Type::kCounter,
+        "Requests the router's scheduler sent for the container in the class",
+        [](const QosSample& q) { return q.msgs; });
+    per("vrdma_qos_queue_delay_seconds_total", Type::kCounter,
+        "Time those requests waited in the scheduler, summed (divide by messages: the mean)",
+        [](const QosSample& q) { return double(q.delay_ns_sum) / 1e9; });
+    per("vrdma_qos_queue_delay_max_seconds", Type::kGauge,
+        "The longest a request of the container waited in the scheduler in the class",
+        [](const QosSample& q) { return double(q.delay_ns_max) / 1e9; });
+    per("vrdma_qos_holds_total", Type::kCounter,
+        "Times the container had work in the class but its rate limit held it back",
+        [](const QosSample& q) { return q.holds; });
+    per("vrdma_qos_weight", Type::kGauge, "The container's weight in fair sharing",
+        [](const QosSample& q) { return uint64_t(q.weight); });
+    per("vrdma_qos_rate_limit_bytes_per_second", Type::kGauge,
+        "The container's rate limit in bytes/s (0: none)",
+        [](const QosSample& q) { return q.rate; });
+    per("vrdma_qos_rate_limit_messages_per_second", Type::kGauge,
+        "The container's rate limit in messages/s (0: none)",
+        [](const QosSample& q) { return q.msgs_rate; });
+  }
+
   void daemon(const Snapshot& s) {
     const DaemonSample& d = s.daemon;
     Labels h = {{"host", host}};
@@ -191,6 +223,7 @@ std::string render(const Snapshot& snapshot, CounterLedger& ledger) {
   w.daemon(s);
   w.containers(s, totals);
   w.links(s);
+  w.qos(s);
   return w.e.text();
 }
 

@@ -57,6 +57,18 @@ struct LinkSample {
   uint64_t held_requests = 0, held_bytes = 0;
 };
 
+// One container's traffic in one QoS class as the router's scheduler counted it (traffic to
+// other hosts and on the mediated path), with the rule in force for it.
+struct QosSample {
+  std::string ip, tenant;
+  std::string cls;  // "bulk", "latency"
+  uint32_t weight = 1;
+  uint64_t rate = 0, msgs_rate = 0;  // limits in bytes/s and messages/s; 0: none
+  uint64_t bytes = 0, msgs = 0;
+  uint64_t delay_ns_sum = 0, delay_ns_max = 0;  // queueing delay in the scheduler
+  uint64_t holds = 0;                           // times a rate limit held work back
+};
+
 struct DaemonSample {
   uint32_t host_id = 0;
   std::string version;
@@ -77,6 +89,7 @@ struct Snapshot {
   DaemonSample daemon;
   std::vector<ContainerSample> containers;
   std::vector<LinkSample> links;
+  std::vector<QosSample> qos;
 };
 
 // Keeps container counters monotonic across QPs and processes that come and go. vrdmad hands
