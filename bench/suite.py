@@ -12,7 +12,9 @@ namespaces, one vrdmad each) and measures, in one run, with unmodified programs:
   across hosts, ib_write_bw 64 KiB and ib_write_lat 8 B); and the baselines: memcpy, UCX
   shared memory and tcp (ucx_perftest), TCP (iperf3, sockperf) between the same containers;
   real clients: UCX over vrdma against UCX posix and tcp, Open MPI ping-pong over vrdma
-  (pml ucx) against Open MPI over TCP.
+  (pml ucx) against Open MPI over TCP; QoS: per-container throughput over time of four
+  senders sharing one link between hosts, with weights 1 and 3, a 100 MB/s limit and a
+  late sender (fairness.png).
 
 Writes results.json (every figure and the machine), report.md (tables with vrdma's
 ratio to each baseline; >1 means vrdma is better) and PNG plots to --out. A part
@@ -54,6 +56,7 @@ def _ensure_matplotlib():
 _ensure_matplotlib()
 
 from vrdma_py import bench_clients  # noqa: E402
+from vrdma_py import bench_fairness  # noqa: E402
 from vrdma_py import bench_measure as m  # noqa: E402
 from vrdma_py import bench_proc as bp  # noqa: E402
 from vrdma_py import bench_report  # noqa: E402
@@ -81,7 +84,8 @@ MODES = {
         "tls_reps": 2,  # TLS / plaintext alternations (each a sandbox of its own)
         "budget": {"idle": 10, "memory": 45, "memcpy": 10, "probe": 30, "same_host": 180,
                    "cross_host": 180, "scalability": 290, "connections": 90, "tls": 120,
-                   "clients": 240},
+                   "clients": 240, "qos": 60},
+        "qos_seconds": 24,  # the fairness run: the first senders' duration
     },
     "quick": {
         "sizes": [8, 64 * KIB, 4 * MIB],
@@ -98,7 +102,8 @@ MODES = {
         "tls_reps": 1,
         "budget": {"idle": 4, "memory": 10, "memcpy": 4, "probe": 10, "same_host": 26,
                    "cross_host": 30, "scalability": 20, "connections": 14, "tls": 40,
-                   "clients": 90},
+                   "clients": 90, "qos": 30},
+        "qos_seconds": 15,
     },
 }
 
@@ -328,6 +333,11 @@ class Suite:
         for topo in ("same_host", "cross_host"):
             steps += self.plan_clients(topo)
         steps += self.plan_scalability()
+        steps.append(S("qos", "qos",
+                       f"4 senders across hosts, weights 1 and 3, a 100 MB/s limit "
+                       f"({c['qos_seconds']} s)", ("qos", "fairness"), self.fairness,
+                       summary=lambda r: f"weights 1:{r['weight_ratio'] or 0:.2f}, limit "
+                       f"{r['limited_mb_s']:.1f} MB/s", gate=self.cross_gate))
         # Last: it replaces the sandbox (routers with and without TLS).
         steps += self.plan_router_security()
         return steps
@@ -602,6 +612,11 @@ class Suite:
                            "MR's shared growth is the registered buffer itself")
         return rec
 
+    def fairness(self):
+        if self.runner:
+            self.runner.kill_all()
+        return bench_fairness.measure(self.sb, self.cfg["qos_seconds"])
+
     def memcpy(self):
         return m.memcpy(self.bench, self.cfg["sizes"], self.cfg["memcpy_ms"])
 
@@ -654,7 +669,8 @@ class Suite:
 
     def containers_needed(self):
         c = self.cfg
-        return max(2, 2 * max(c["pairs"]), c["mem_containers"], max(c["pairs"]))
+        return max(len(bench_fairness.RULES), 2 * max(c["pairs"]), c["mem_containers"],
+                   max(c["pairs"]))
 
     def run(self):
         c = self.cfg
@@ -711,7 +727,7 @@ def parse_args(argv):
         description="\n\n".join(__doc__.strip().split("\n\n")[:2]),
         epilog="Files written to --out: results.json (every figure, the machine, errors), "
                "report.md (headline ratios first; ratio > 1 means vrdma is better), "
-               "throughput.png, latency.png, cpu.png, scalability.png, memory.png.\n\n"
+               "throughput.png, latency.png, cpu.png, scalability.png, memory.png, fairness.png.\n\n"
                "The sandbox (namespaces vrdma-*) replaces any sandbox that is up and is "
                "taken down at the end, also on errors and Ctrl-C. Cross-host RDMA parts are "
                "recorded as errors when a short probe across hosts fails.\n\n"

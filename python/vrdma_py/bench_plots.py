@@ -12,6 +12,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator  # noqa: E402
 
+from . import bench_fairness  # noqa: E402
 from .bench_report import NAMES, human_size, ok, records  # noqa: E402
 
 STYLE = {
@@ -353,4 +354,8 @@ def make_all(results, out):
                      ("memory.png", lambda p: memory(results, p))):
         fn(os.path.join(out, name))
         made.append(name)
+    fair = records(results, "qos", "fairness")
+    if isinstance(fair, dict) and "error" not in fair:
+        bench_fairness.plot(fair, os.path.join(out, "fairness.png"))
+        made.append("fairness.png")
     return made

@@ -10,7 +10,7 @@ import math
 import os
 import traceback
 
-from . import bench_clients
+from . import bench_clients, bench_fairness
 
 KIB, MIB = 1 << 10, 1 << 20
 REF_BW_SIZE = 64 * KIB
@@ -576,6 +576,18 @@ def report_md(results, plots):
             rows.append([what, f"{fmt(e['tls'])} {unit}", f"{fmt(e['plaintext'])} {unit}",
                          ratio_text(e["ratio"])])
         L.append(table(["Measure", "TLS", "Plaintext", "Ratio"], rows))
+
+    fair = records(results, "qos", "fairness")
+    if fair:
+        L.append("\n## Quality of service: sharing one link between hosts\n")
+        L.append("Four senders in containers of h0 (`ib_write_bw -D`, 64 KiB) to receivers on h1, "
+                 "all through h0's router on the one link between the two hosts, with rules set "
+                 "by `vrdma qos set`; bytes per container from h0's `vrdma status` while all four "
+                 "sent (fairness.png: the whole run).\n")
+        if "error" in fair:
+            L.append(f"Not measured: {short(fair['error'], 300)}")
+        else:
+            L += bench_fairness.report_md(fair)
 
     errs = results.get("errors", [])
     if errs:

@@ -19,7 +19,8 @@ import conftest_path  # noqa: F401
 from vrdma_py.sandbox import NETNS_PREFIX, VRDMA
 
 REPO = os.path.realpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
-PLOTS = ["throughput.png", "latency.png", "cpu.png", "scalability.png", "memory.png"]
+PLOTS = ["throughput.png", "latency.png", "cpu.png", "scalability.png", "memory.png",
+         "fairness.png"]
 SOCKPERF_MAX = 65507  # sockperf's largest message: TCP latency is measured up to there
 OUT = None
 RUN = None
@@ -175,6 +176,14 @@ class Sections(Case):
     def test_latency_cross_host(self):
         self.latency("cross_host", ["ucx_tcp"])
 
+    def test_qos_fairness(self):
+        rec = node("qos", "fairness")
+        if self.fields("qos/fairness", rec, ["weight_ratio", "limited_mb_s"]):
+            means = rec["mean_mb_s_all_four"]
+            self.fields("qos/fairness means", means, ["h0c0", "h0c1", "h0c2", "h0c3"])
+            self.assertGreater(len(rec["samples"]), 4)
+        self.done()
+
     def test_cpu(self):
         self.fields("cpu/idle", node("cpu", "idle"), ["vrdmad_cpu_s", "seconds"], positive=False)
         self.fields("cpu/idle_with_clients", node("cpu", "idle_with_clients"),
@@ -277,7 +286,8 @@ class Report(Case):
         for title in ("## Throughput and message rate, same host",
                       "## Throughput and message rate, across hosts", "## Latency, same host",
                       "## Latency, across hosts", "## CPU", "## Memory", "## Scalability",
-                      "## Encryption between routers"):
+                      "## Encryption between routers",
+                      "## Quality of service: sharing one link between hosts"):
             self.assertIn(title, text)
             self.assertGreater(text.index(title), head, "the headline must come first")
         self.assertRegex(text, r"\| Comparison \| vrdma \| Baseline \| Ratio")
