@@ -5,7 +5,6 @@
 #include <nlohmann/json.hpp>
 
 #include "ctl/daemon_client.h"
-#include "ctl/error.h"
 
 namespace vrdma::ctl {
 
@@ -45,13 +44,7 @@ void show(DaemonClient& client, const std::string& label, bool json) {
   }
   std::cout << label << "rules:" << (rules.empty() ? " none (equal weights, no limits)" : "")
             << "\n";
-  size_t start = 0;
-  while (start < rules.size()) {
-    size_t end = rules.find('\n', start);
-    if (end == std::string::npos) end = rules.size();
-    std::cout << label << "  " << rules.substr(start, end - start) << "\n";
-    start = end + 1;
-  }
+  print_lines(std::cout, label + "  ", rules);
   char line[256];
   snprintf(line, sizeof(line), "%-15s %-12s %-7s %6s %9s %9s %14s %10s %10s %10s %7s", "container",
            "tenant", "class", "weight", "rate", "msgs/s", "bytes", "messages", "delay avg",
@@ -99,28 +92,15 @@ CLI::App* add_qos_command(CLI::App& app, QosOptions& o) {
 }
 
 int qos_command(const QosOptions& o) {
-  std::vector<Target> targets = choose_targets(o.daemon);
-  int rc = kExitOk;
-  for (const Target& t : targets) {
-    const std::string label = targets.size() > 1 ? t.label + ": " : "";
-    try {
-      std::optional<ScopedNetns> in_host;
-      enter_host_of(t, in_host);
-      DaemonClient client(t.socket);
-      if (o.set->parsed()) {
-        std::string text;
-        for (const auto& r : o.rules) text = client.qos(r);
-        std::cout << text;
-      } else {
-        show(client, label, o.json);
-      }
-    } catch (const Error& e) {
-      if (targets.size() == 1) throw;
-      std::cerr << "vrdma qos: " << t.label << ": " << e.what() << "\n";
-      rc = kExitError;
+  return for_each_daemon(o.daemon, "qos", [&o](DaemonClient& client, const std::string& label) {
+    if (o.set->parsed()) {
+      std::string text;
+      for (const auto& r : o.rules) text = client.qos(r);
+      std::cout << text;
+    } else {
+      show(client, label, o.json);
     }
-  }
-  return rc;
+  });
 }
 
 }  // namespace vrdma::ctl

@@ -56,6 +56,35 @@ void enter_host_of(const Target& t, std::optional<ScopedNetns>& in_host) {
   if (!t.netns.empty() && ::geteuid() == 0 && netns_alive(t.netns)) in_host.emplace(t.netns);
 }
 
+int for_each_daemon(const StatusOptions& o, const char* command,
+                    const std::function<void(DaemonClient&, const std::string& label)>& action) {
+  std::vector<Target> targets = choose_targets(o);
+  int rc = kExitOk;
+  for (const Target& t : targets) {
+    try {
+      std::optional<ScopedNetns> in_host;
+      enter_host_of(t, in_host);
+      DaemonClient client(t.socket);
+      action(client, targets.size() > 1 ? t.label + ": " : "");
+    } catch (const Error& e) {
+      if (targets.size() == 1) throw;
+      std::cerr << "vrdma " << command << ": " << t.label << ": " << e.what() << "\n";
+      rc = kExitError;
+    }
+  }
+  return rc;
+}
+
+void print_lines(std::ostream& out, const std::string& label, const std::string& text) {
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    out << label << text.substr(start, end - start) << "\n";
+    start = end + 1;
+  }
+}
+
 namespace {
 
 nlohmann::ordered_json query(const Target& t) {

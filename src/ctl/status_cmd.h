@@ -1,6 +1,7 @@
 // vrdma status: what a vrdmad serves (clients, QPs, MRs, counters).
 #pragma once
 
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <ostream>
@@ -37,6 +38,16 @@ std::vector<Target> choose_targets(const StatusOptions& o);
 // we can. Sockets given by --socket or $VRDMA_SOCKET (as inside `sandbox exec`)
 // are asked from where we are, which shows that namespace's view. Enters `in_host` for that.
 void enter_host_of(const Target& t, std::optional<ScopedNetns>& in_host);
+
+class DaemonClient;
+// Runs `action` with a client of each daemon `o` names, asked from inside its sandbox host
+// (enter_host_of); `label` is "NAME: " when there are several, else empty. With one daemon its
+// Error propagates; with several each failure is reported on stderr as "vrdma COMMAND: NAME:
+// why" and the others go on. Returns kExitOk, or kExitError if one failed.
+int for_each_daemon(const StatusOptions& o, const char* command,
+                    const std::function<void(DaemonClient&, const std::string& label)>& action);
+// Writes `text` line by line, each line prefixed with `label`.
+void print_lines(std::ostream& out, const std::string& label, const std::string& text);
 
 // The readable form of one daemon's status reply (tolerant of missing fields).
 void print_status(const nlohmann::ordered_json& status, std::ostream& out);

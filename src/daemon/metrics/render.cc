@@ -158,8 +158,7 @@ struct Writer {
     auto per = [&](const char* name, Type t, const char* help, auto value) {
       e.family(name, t, help);
       for (const auto& q : s.qos)
-        e.sample({{"host", host}, {"ip", q.ip}, {"tenant", q.tenant}, {"class", q.cls}},
-                 value(q));
+        e.sample({{"host", host}, {"ip", q.ip}, {"tenant", q.tenant}, {"class", q.cls}}, value(q));
     };
     per("vrdma_qos_tx_bytes_total", Type::kCounter,
         "Bytes the router's scheduler sent for the container in the class",
