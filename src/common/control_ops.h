@@ -35,7 +35,7 @@ inline constexpr char kHello[] = "Hello", kPutFd[] = "PutFd", kGetFd[] = "GetFd"
                       kCmDisconnect[] = "CmDisconnect", kSetQpObject[] = "SetQpObject",
                       kGetMr[] = "GetMr", kReload[] = "Reload", kOpenXrcd[] = "OpenXrcd",
                       kCloseXrcd[] = "CloseXrcd", kSetQpXrcd[] = "SetQpXrcd",
-                      kOpenXrcQp[] = "OpenXrcQp",
+                      kOpenXrcQp[] = "OpenXrcQp", kPacing[] = "Pacing",
                       kMcastAttach[] = "McastAttach", kMcastDetach[] = "McastDetach",
                       kMcastMembers[] = "McastMembers", kQos[] = "Qos",
                       kQpFatal[] = "QpFatal",
@@ -96,6 +96,8 @@ struct OpSpec<Op::kSetQpXrcd> : Spec<SetQpXrcdReq, 0, op_names::kSetQpXrcd> {};
 template <>
 struct OpSpec<Op::kOpenXrcQp> : Spec<OpenXrcQpReq, 0, op_names::kOpenXrcQp> {};
 template <>
+struct OpSpec<Op::kPacing> : Spec<PacingReq, 0, op_names::kPacing> {};
+template <>
 struct OpSpec<Op::kMcastAttach> : Spec<McastReq, 0, op_names::kMcastAttach> {};
 template <>
 struct OpSpec<Op::kMcastDetach> : Spec<McastReq, 0, op_names::kMcastDetach> {};
@@ -126,7 +128,7 @@ using RequestOps =
            Op::kCmResolve, Op::kCmConnect, Op::kCmAccept, Op::kCmReject, Op::kCmRtu,
            Op::kCmDisconnect, Op::kSetQpObject, Op::kGetMr, Op::kReload, Op::kOpenXrcd,
            Op::kCloseXrcd, Op::kSetQpXrcd, Op::kMcastAttach, Op::kMcastDetach,
-           Op::kMcastMembers, Op::kQos, Op::kOpenXrcQp>;
+           Op::kMcastMembers, Op::kQos, Op::kOpenXrcQp, Op::kPacing>;
 using EventOps = OpList<Op::kQpFatal, Op::kCmRequest, Op::kCmReply, Op::kCmRejected,
                         Op::kCmEstablished, Op::kCmDisconnected>;
 

@@ -55,6 +55,7 @@ enum class Op : uint16_t {
   kSetQpXrcd = 24,  // SetQpXrcdReq -> (empty)
   kQos = 25,           // QosReq -> text: the QoS rules in force (after setting one)
   kOpenXrcQp = 26,     // OpenXrcQpReq -> (empty): may the caller open this XRC_RECV QP?
+  kPacing = 28,        // PacingReq -> (empty) + 2 fds: the same-host rate limit pages
   // UD multicast (McastReq): attach, detach, and the group's members on this host.
   kMcastAttach = 40,   // McastReq -> (empty)
   kMcastDetach = 41,   // McastReq -> (empty)
@@ -414,6 +415,11 @@ struct StatusReq {};
 // kReload carries no payload. The reply's status is 0, or EINVAL when the configuration file
 // was refused (nothing changed), or EPERM; its text says what changed, one line per key.
 struct ReloadReq {};
+
+// kPacing (verbs clients): the pacing pages (shm/pacing.h) of the caller's container and of its
+// tenant, as two memfds of shm::kPacingPageSize, in that order. vrdmad writes the QoS rules'
+// limits into them; the processes that share a page keep its meters.
+struct PacingReq {};
 
 // kQos: `rule` (NUL-terminated, qos/rules.h syntax) is applied at once to the router's
 // scheduler; an empty rule changes nothing. The reply's text lists the rules in force, one a

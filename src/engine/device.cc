@@ -4,12 +4,14 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/eventfd.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <cstdio>
 
 #include "engine/objects.h"
 #include "engine/qp.h"
+#include "shm/shared_file.h"
 
 namespace vrdma {
 
@@ -48,6 +50,8 @@ Device::~Device() {
   stop_ = true;
   wake();
   if (thread_.joinable()) thread_.join();
+  for (auto* p : pacing_)
+    if (p) ::munmap(p, shm::kPacingPageSize);
   if (wake_fd_ >= 0) ::close(wake_fd_);
   if (router_doorbell_ >= 0) ::close(router_doorbell_);
 }
@@ -79,6 +83,7 @@ int Device::init() {
   if (int e = control_.call(proto::Op::kPutFd, req, nullptr, &afd, 1)) return e;
   memory_ = std::make_unique<MemoryRegistry>(control_, arena_.mr_table());
   if (int e = memory_->init()) return e;
+  map_pacing();
   control_.on_event([this](const Packet& p) { handle_event(p); });
   control_.on_lost([this] { lost_ = true; });
   wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -90,6 +95,36 @@ int Device::init() {
   thread_ = std::thread([this] { progress_loop(); });
   pthread_sigmask(SIG_SETMASK, &old, nullptr);
   return 0;
+}
+
+// The pacing pages of the container and its tenant. Without them (a vrdmad that has none to
+// give) this process's same-host traffic is not limited.
+void Device::map_pacing() {
+  auto reply = std::make_unique<Packet>();
+  if (control_.call(proto::Op::kPacing, nullptr, 0, reply.get()) || reply->nfds != 2) {
+    reply->close_fds();
+    return;
+  }
+  void* base[2] = {};
+  for (int i = 0; i < 2; ++i) {
+    uint64_t size = 0;
+    if (shm::map_sealed(reply->fds[i], PROT_READ | PROT_WRITE, shm::kPacingPageSize, base[i],
+                        size) == 0 &&
+        size < sizeof(shm::PacingPage)) {
+      ::munmap(base[i], size);
+      base[i] = nullptr;
+    }
+  }
+  reply->close_fds();
+  if (base[0] && base[1] &&
+      static_cast<shm::PacingPage*>(base[0])->magic == shm::PacingPage::kMagic &&
+      static_cast<shm::PacingPage*>(base[1])->magic == shm::PacingPage::kMagic) {
+    pacing_[0] = static_cast<shm::PacingPage*>(base[0]);
+    pacing_[1] = static_cast<shm::PacingPage*>(base[1]);
+    return;
+  }
+  for (void* b : base)
+    if (b) ::munmap(b, shm::kPacingPageSize);
 }
 
 std::shared_ptr<shm::Peer> Device::peer(uint32_t client_id, int& err) {

@@ -17,10 +17,12 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/clock.h"
 #include "common/protocol.h"
 #include "engine/arena.h"
 #include "engine/control.h"
 #include "engine/memory.h"
+#include "shm/pacing.h"
 #include "shm/peer.h"
 
 namespace vrdma {
@@ -58,6 +60,25 @@ class Device {
 
   uint32_t new_fd_id() { return allocate_fd_id(); }
 
+  // Same-host rate limits (shm/pacing.h): whether a request of `bytes` to a QP of this host
+  // may go now (0; the container's and tenant's meters charged), or else the time (now_ns())
+  // when it may. unpace() gives back a charge for a request that did not go.
+  int64_t pace(uint64_t bytes) {
+    if (!pacing_[0] || !(shm::limited(*pacing_[0]) || shm::limited(*pacing_[1]))) return 0;
+    const int64_t now = now_ns();
+    if (int64_t wait = shm::pace(*pacing_[0], bytes, now)) return now + wait;
+    if (int64_t wait = shm::pace(*pacing_[1], bytes, now)) {
+      shm::unpace(*pacing_[0], bytes);
+      return now + wait;
+    }
+    return 0;
+  }
+  void unpace(uint64_t bytes) {
+    if (!pacing_[0]) return;
+    shm::unpace(*pacing_[0], bytes);
+    shm::unpace(*pacing_[1], bytes);
+  }
+
   // The eventfd that wakes this host's router (given with the first routed connection).
   int router_doorbell() const { return router_doorbell_.load(std::memory_order_relaxed); }
   // Whether empty polls yield the CPU (this process has routed QPs; VRDMA_ROUTED_YIELD=0 off).
@@ -83,12 +104,14 @@ class Device {
   void handle_fatal_qps();
   void wake();
   int64_t retry_blocked(bool from_thread);  // returns ns until the next deadline, -1 none
+  void map_pacing();
 
   proto::HelloRep info_{};
   Control control_;
   ControlFdSource fd_source_{control_};
   Arena arena_;
   std::unique_ptr<MemoryRegistry> memory_;
+  shm::PacingPage* pacing_[2] = {};  // the container's and the tenant's; none: no limits
   std::mutex peers_mu_;
   std::unordered_map<uint32_t, std::shared_ptr<shm::Peer>> peers_;
   std::mutex qps_mu_;

@@ -130,13 +130,20 @@ Qp::Result Qp::execute(const ibv_send_wr& wr) {
     if (type_ == IBV_QPT_RC || type_ == IBV_QPT_XRC_SEND) res.block = Block::kTransport;
     return res;
   }
+  if (int64_t until = context().device().pace(total)) {
+    res.block = Block::kPaced;
+    res.not_before = until;
+    return res;
+  }
   shm::Placement pl;
   shm::admit_request(*peer, incoming(wr, total), pl);
   switch (pl.admission) {
     case shm::Admission::kRnr:
+      context().device().unpace(total);
       res.block = Block::kRnr;
       return res;
     case shm::Admission::kNotReady:
+      context().device().unpace(total);
       res.block = Block::kTransport;
       return res;
     case shm::Admission::kDrop:

@@ -525,7 +525,8 @@ int Qp::post_send(ibv_send_wr* wr, ibv_send_wr** bad) {
       enqueue(*wr);
       block_ = r.block;
       retries_left_ = r.block == Block::kRnr ? attr_.rnr_retry : attr_.retry_cnt;
-      deadline_ns_ = now_ns() + block_interval_ns(r.block);
+      deadline_ns_ =
+          r.block == Block::kPaced ? r.not_before : now_ns() + block_interval_ns(r.block);
       newly_blocked = true;
       continue;
     }
@@ -571,6 +572,11 @@ int64_t Qp::retry_locked(int64_t now) {
       --pend_count_;
       block_ = Block::kNone;
       continue;
+    }
+    if (r.block == Block::kPaced) {  // waits for its rate limit: no retry is used up
+      block_ = Block::kPaced;
+      deadline_ns_ = r.not_before;
+      return deadline_ns_;
     }
     if (r.block != Block::kNone) {
       if (r.block != block_) {

@@ -83,11 +83,13 @@ class Qp {
 
  private:
   // kRouted: handed to the router, which completes it; kFull: the router's queue is full.
-  enum class Block : uint8_t { kNone, kRnr, kTransport, kRouted, kFull };
+  // kPaced: a same-host rate limit holds the request until `not_before` (no retry counted).
+  enum class Block : uint8_t { kNone, kRnr, kTransport, kRouted, kFull, kPaced };
   struct Result {
     ibv_wc_status status = IBV_WC_SUCCESS;
     uint32_t byte_len = 0;
     Block block = Block::kNone;
+    int64_t not_before = 0;  // kPaced
   };
   struct Pending {
     ibv_send_wr wr;

@@ -16,7 +16,7 @@ import time
 import unittest
 
 import conftest_path  # noqa: F401
-from vrdma_py.perftest_output import lat_rows
+from vrdma_py.perftest_output import bw_rows, lat_rows
 from vrdma_py.sandbox import Sandbox, container_ip, vrdma
 
 PAIRS = 8
@@ -180,3 +180,58 @@ class Qos(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class SameHost(unittest.TestCase):
+    """Rate limits between containers of one host, kept by the senders' library in pages
+    vrdmad shares with each container (no router in the path)."""
+
+    SRC, DST = "h0c6", "h0c7"
+
+    def tearDown(self):
+        vrdma("qos", "set", "--host", "h0", f"container={container_ip(self.SRC)}")
+
+    def bw(self, *extra, clients=1, seconds=4):
+        """The BW average (bytes/s) and message rate (msg/s) each client reports."""
+        servers, procs = [], []
+        try:
+            for k in range(clients):
+                srv = SB.start(self.DST, "ib_write_bw", "-F", "-D", str(seconds), "-p",
+                               str(18515 + k), *extra)
+                procs.append(srv)
+                servers.append(srv)
+                self.assertTrue(SB.wait_listening(self.DST, 18515 + k, timeout=20))
+            clis = [SB.start(self.SRC, "ib_write_bw", "-F", "-D", str(seconds), "-p",
+                             str(18515 + k), *extra, container_ip(self.DST))
+                    for k in range(clients)]
+            procs += clis
+            out = []
+            for p in (*clis, *servers):
+                rc = p.wait(seconds + 60)
+                self.assertEqual(rc, 0, f"{p.name} failed:\n{p.out}\n{p.err}")
+            for c in clis:
+                rows = bw_rows(c.out)
+                self.assertTrue(rows, c.out)
+                out.append((rows[0][3] * 1024 * 1024, rows[0][4] * 1e6))
+            return out
+        finally:
+            for p in procs:
+                p.kill()
+
+    def test_byte_rate_limit_shared_by_the_containers_processes(self):
+        vrdma("qos", "set", "--host", "h0", f"container={container_ip(self.SRC)}:rate=100M")
+        one = self.bw()[0][0]
+        two = [b for b, _ in self.bw(clients=2)]
+        vrdma("qos", "set", "--host", "h0", f"container={container_ip(self.SRC)}")
+        free = self.bw(seconds=2)[0][0]
+        print(f"same host, limit 100 MB/s: one process {one / 1e6:.1f} MB/s, two processes "
+              f"{two[0] / 1e6:.1f} + {two[1] / 1e6:.1f} MB/s; without the limit {free / 1e6:.0f} MB/s")
+        self.assertAlmostEqual(one / 1e8, 1.0, delta=0.1)
+        self.assertAlmostEqual(sum(two) / 1e8, 1.0, delta=0.1)
+        self.assertGreater(free, 3e8, "without the limit the same pair should be far faster")
+
+    def test_message_rate_limit(self):
+        vrdma("qos", "set", "--host", "h0", f"container={container_ip(self.SRC)}:msgs=20k")
+        _, rate = self.bw("-s", "8")[0]
+        print(f"same host, limit 20 k messages/s: {rate / 1e3:.1f} k messages/s")
+        self.assertAlmostEqual(rate / 2e4, 1.0, delta=0.1)

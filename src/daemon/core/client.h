@@ -59,6 +59,10 @@ struct Client {
   bool doomed = false;  // scheduled for drop; nothing more is read from or sent to it
   std::string drop_reason;
   int protocol_errors = 0;
+  // The pacing pages it was given (Op::kPacing), under the address and tenant it had then.
+  bool pacing = false;
+  uint32_t pacing_ipv4 = 0;
+  std::string pacing_tenant;
   std::map<uint32_t, ClientFd> fds;
   ArenaView arena;
 };

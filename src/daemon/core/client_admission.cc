@@ -77,6 +77,8 @@ bool Daemon::admit_client(Client& c) {
 void Daemon::release_client(Client& c) {
   if (!c.identified || c.refused) --refused_pending_;
   if (!c.identified) return;
+  if (c.pacing) pacing_.release(c.pacing_ipv4, c.pacing_tenant);
+  c.pacing = false;
   release(c, Resource::kQps, registry_.qpns_of(c.id).size());
   uint64_t keys = 0, bytes = 0;
   for (uint32_t k : registry_.keys_of(c.id)) {

@@ -68,7 +68,9 @@ Daemon::Daemon(DaemonConfig config)
       wake_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)),
       reload_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)),
       boot_(random64()),
-      packet_(std::make_unique<Packet>()) {}
+      packet_(std::make_unique<Packet>()) {
+  pacing_.apply(cfg_.qos);
+}
 
 Daemon::~Daemon() {
   shutdown_all();

@@ -39,6 +39,7 @@
 #include "daemon/core/config.h"
 #include "daemon/core/decode.h"
 #include "daemon/core/mcast_table.h"
+#include "daemon/core/pacing_table.h"
 #include "daemon/core/locked_directory.h"
 #include "daemon/core/quotas.h"
 #include "daemon/directory/directory.h"
@@ -148,6 +149,7 @@ class Daemon : private CmPort {
   void handle(Client& c, const Decoded& d, const proto::StatusReq& r);
   void handle(Client& c, const Decoded& d, const proto::ReloadReq& r);  // reload_op.cc
   void handle(Client& c, const Decoded& d, const proto::QosReq& r);     // qos_op.cc
+  void handle(Client& c, const Decoded& d, const proto::PacingReq& r);  // qos_op.cc
   ReloadOutcome reload();
   void handle(Client& c, const Decoded& d, const proto::SetQpObjectReq& r);
   void handle(Client& c, const Decoded& d, const proto::GetMrReq& r);
@@ -235,6 +237,7 @@ class Daemon : private CmPort {
   Registry registry_;
   XrcdTable xrcds_;
   McastTable mcast_;
+  PacingTable pacing_;  // same-host rate limits (cfg_.qos's)
   ContainerQuotas quotas_;
   size_t refused_pending_ = 0;  // refused connections waiting for their Hello
   std::unique_ptr<Directory> directory_;

@@ -22,6 +22,7 @@ std::string rules_text(const qos::RuleSet& set) {
 void Daemon::set_qos_rules(const qos::RuleSet& rules) {
   qos::RuleSet before = cfg_.qos;
   cfg_.qos = rules;
+  pacing_.apply(cfg_.qos);
   if (!router_) return;
   for (auto r : before.rules()) {
     bool kept = false;
@@ -50,6 +51,7 @@ void Daemon::handle(Client& c, const Decoded& d, const proto::QosReq& req) {
       text = error + "\n";
     } else {
       cfg_.qos.put(*rule);
+      pacing_.apply(cfg_.qos);
       if (router_) router_->set_qos(*rule);
       LOG_INFO("qos: %s", qos::rule_text(*rule).c_str());
       text.clear();
@@ -57,10 +59,26 @@ void Daemon::handle(Client& c, const Decoded& d, const proto::QosReq& req) {
   }
   if (!status) {
     text = rules_text(cfg_.qos);
-    if (!router_) text += "(no router: the rules apply once vrdmad routes between hosts)\n";
   }
   send(c, proto::Op::kQos, d.seq, status, text.data(),
        std::min(text.size(), proto::kMaxStatusText));
+}
+
+void Daemon::handle(Client& c, const Decoded& d, const proto::PacingReq&) {
+  if (c.pacing) {  // once per client
+    reply_error(c, d, EEXIST);
+    return;
+  }
+  int fds[2];
+  if (int e = pacing_.acquire(c.ident.ipv4, c.tenant, fds)) {
+    LOG_WARN("client %u: no pacing pages: %s", c.id, strerror(e));
+    reply_error(c, d, e);
+    return;
+  }
+  c.pacing = true;
+  c.pacing_ipv4 = c.ident.ipv4;
+  c.pacing_tenant = c.tenant;
+  send(c, proto::Op::kPacing, d.seq, 0, nullptr, 0, fds);
 }
 
 }  // namespace vrdma::daemon
