@@ -5,8 +5,8 @@ of one run, with the rules set at run time by `vrdma qos set`:
 - weights 1 and 3: bytes within 10 % of 1:3;
 - a container limited to 100 MB/s (rate=100M, 10^8 bytes/s) gets it within 10 %;
 - 8 equal senders: Jain's fairness index >= 0.95;
-- an ib_write_lat pair in the latency class (--sl 1) keeps its p99 within 2x its idle p99
-  while a bulk pair saturates the link.
+- an ib_write_lat pair in the latency class (--sl 1) has a link of its own between the hosts,
+  and keeps its p99 within 2x its idle p99 while a bulk pair saturates the main link.
 VRDMA_QOS_SECONDS sets each measured window (default 6 s)."""
 
 import os
@@ -124,6 +124,19 @@ class Qos(unittest.TestCase):
         rows = lat_rows(cli.out)
         self.assertTrue(rows, cli.out)
         return rows[0][7]  # 99% percentile, usec
+
+    def test_latency_class_has_its_own_link(self):
+        # An ib_write_lat pair with SL 1: its QPs connect on links of the latency lane, which
+        # both routers opened and authenticated over mutual TLS as any link (the sandbox's
+        # routers run TLS).
+        self.latency_p99()
+        for host, direction in (("h0", "out"), ("h1", "in"), ("h1", "out"), ("h0", "in")):
+            links = SB.status(host)["daemon"]["router"]["links"]
+            lat = [l for l in links if l["lane"] == "latency" and l["direction"] == direction]
+            self.assertEqual(len(lat), 1, f"{host}: {links}")
+            self.assertTrue(lat[0]["connected"], f"{host}: {links}")
+            self.assertIn(lat[0]["security"], ("tls", "ktls"), f"{host}: {links}")
+            self.assertGreater(lat[0]["bytes_in"] + lat[0]["bytes_out"], 1000, f"{host}: {links}")
 
     # Still fails on a 2-core host. The latency class has a link of its own between the hosts
     # (its frames no longer wait behind the bulk pair's bytes in a TCP stream), but each round
