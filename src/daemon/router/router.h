@@ -7,6 +7,11 @@
 // name the same host. Nothing but a Hello is read from a link before that. A link nobody
 // uses is closed after a while; so is one whose host left the directory.
 //
+// Lanes (router_lanes.cc): a host opens a link to another per lane, the main one and one for
+// the latency class's QPs alone (opened when the first connects), so that their frames wait
+// behind no bulk byte in a TCP stream. A QP's lane is fixed when it connects; all its frames
+// take that lane's link.
+//
 // Requester side (router_requester.cc): a local QP whose destination is on another host hands
 // its work requests to the router through its SendQueue in the client's arena. The router
 // gathers the data straight from the client's registered memory, sends it on its link to the
