@@ -301,6 +301,9 @@ void Qp::store_attributes(const ibv_qp_attr& attr, int mask) {
 // error here: as on a fabric, sends to it will time out. The connection is retried at the
 // first send.
 void Qp::connect_destination(const ibv_qp_attr& attr) {
+  // The address's class first: a router connecting the QP to another host takes its lane there.
+  shared_->traffic_class.store(uint32_t(attr.ah_attr.sl & 15) << 8 |
+                               (attr.ah_attr.is_global ? attr.ah_attr.grh.traffic_class : 0));
   memset(dest_gid_, 0, sizeof(dest_gid_));
   if (attr.ah_attr.is_global) memcpy(dest_gid_, attr.ah_attr.grh.dgid.raw, 16);
   shm::PeerQp p;

@@ -5,8 +5,8 @@ of one run, with the rules set at run time by `vrdma qos set`:
 - weights 1 and 3: bytes within 10 % of 1:3;
 - a container limited to 100 MB/s (rate=100M, 10^8 bytes/s) gets it within 10 %;
 - 8 equal senders: Jain's fairness index >= 0.95;
-- an ib_write_lat pair in the latency class (--sl 1) keeps its p99 within 2x its idle p99
-  while a bulk pair saturates the link.
+- an ib_write_lat pair in the latency class (--sl 1) has a link of its own between the hosts,
+  and keeps its p99 within 2x its idle p99 while a bulk pair saturates the main link.
 VRDMA_QOS_SECONDS sets each measured window (default 6 s)."""
 
 import os
@@ -152,11 +152,30 @@ class Qos(unittest.TestCase):
         self.assertTrue(rows, cli.out)
         return rows[0][7]  # 99% percentile, usec
 
-    # Fails today, by far (measured: p99 goes from tens of microseconds to tens of
-    # milliseconds): the latency class goes first where the sending router chooses, but the bulk
-    # pair's bytes already in the link's TCP stream (up to the receiving router's socket buffer,
-    # 8 MB) are ahead of it, and no scheduler can reorder them. The fix is a link of its own
-    # per class between two hosts. Kept, and expected to fail, so that it shows when it passes.
+    def test_latency_class_has_its_own_link(self):
+        # An ib_write_lat pair with SL 1: its QPs connect on links of the latency lane, which
+        # both routers opened and authenticated over mutual TLS as any link (the sandbox's
+        # routers run TLS).
+        self.latency_p99()
+        for host, direction in (("h0", "out"), ("h1", "in"), ("h1", "out"), ("h0", "in")):
+            links = SB.status(host)["daemon"]["router"]["links"]
+            lat = [l for l in links if l["lane"] == "latency" and l["direction"] == direction]
+            self.assertEqual(len(lat), 1, f"{host}: {links}")
+            self.assertTrue(lat[0]["connected"], f"{host}: {links}")
+            self.assertIn(lat[0]["security"], ("tls", "ktls"), f"{host}: {links}")
+            self.assertGreater(lat[0]["bytes_in"] + lat[0]["bytes_out"], 1000, f"{host}: {links}")
+
+    # Still fails on a 2-core host. The latency class has a link of its own between the hosts
+    # (its frames no longer wait behind the bulk pair's bytes in a TCP stream), but each round
+    # trip needs the CPU for two spinning ib_write_lat processes and both routers' threads while
+    # the bulk pair's processes and the routers' bulk work keep both cores busy. Measured with
+    # the machine shared (load average 9 to 12 on 2 cores): idle p99 8 to 14 ms (typical
+    # 0.1 to 6 ms, against tens of microseconds on a quiet machine), p99 ratios 2.71, 2.99,
+    # 2.75, 4.79, 4.50 (median 2.99). With no bulk traffic at all the round trip already
+    # varied from 0.06 to 8 ms with the machine's load: the CPU, not the link, sets these
+    # figures. Side by side (two rounds each, twice), the latency class's median ratio was 2.83
+    # and 3.64 with class links, 3.76 and 5.15 with the single link of the build before them.
+    # Kept, and expected to fail, so that it shows when it passes.
     @unittest.expectedFailure
     def test_latency_class_under_bulk(self):
         idle = self.latency_p99()

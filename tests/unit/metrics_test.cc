@@ -280,7 +280,7 @@ TEST(Render, NamesAndLabels) {
   has("vrdma_completions_total{host=\"0\",container=\"c0\",ip=\"10.0.0.1\",tenant=\"t\","
       "queue=\"send\",status=\"IBV_WC_REM_ACCESS_ERR\"} 2\n");
   has("vrdma_qps{host=\"0\",container=\"c0\",ip=\"10.0.0.1\",tenant=\"t\",state=\"RTS\"} 1\n");
-  has("vrdma_link_rtt_seconds{host=\"0\",peer_host=\"1\",direction=\"in\",security=\"\"} 0.001\n");
+  has("vrdma_link_rtt_seconds{host=\"0\",peer_host=\"1\",direction=\"in\",security=\"\",lane=\"main\"} 0.001\n");
   has("# TYPE vrdma_rx_write_requests_total counter\n");
 }
 

@@ -329,7 +329,7 @@ FakeHost::FakeHost(uint32_t host_id, FakeDirectory& dir, const RouterLimits& lim
   };
   h.on_cm = [](uint32_t, const wire::Cm&) {};
   h.cm_connections_with = [](uint32_t) { return size_t(0); };
-  h.host_gone = [](uint32_t) {};
+  h.host_gone = [this](uint32_t host) { hosts_gone.push_back(host); };
   router_ = std::make_unique<Router>(cfg, dir, std::move(h), 1000 + host_id);
   EXPECT_EQ(router_->start(epoll_), 0);
 }
@@ -405,6 +405,7 @@ FakeQp& FakeHost::qp(FakeClient& c, uint32_t type, FakeQp::Options opt) {
   s->retry_cnt.store(opt.retry_cnt);
   s->rnr_retry.store(opt.rnr_retry);
   s->sq_sig_all = opt.sq_sig_all;
+  s->traffic_class.store(opt.traffic_class);
   // The QP object: attributes, the ring of receive completions, its receive queue.
   uint64_t off = sizeof(shm::QpObject);
   uint32_t ring_cap = shm::pow2_at_least(opt.cq_cap);
@@ -488,6 +489,16 @@ void RouterPair::start() {
     ASSERT_EQ(out.router().adopt_link(UniqueFd(sv[0]), in.id(), true, now), 0);
     ASSERT_EQ(in.router().adopt_link(UniqueFd(sv[1]), out.id(), false, now), 0);
   }
+  for (int dir12 = 0; latency_lane && dir12 < 2; ++dir12) {
+    int sv[2];
+    ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv), 0);
+    latency_fds_.push_back(sv[0]);
+    FakeHost& out = dir12 == 0 ? *h1 : *h2;
+    FakeHost& in = dir12 == 0 ? *h2 : *h1;
+    ASSERT_EQ(out.router().adopt_link(UniqueFd(sv[0]), in.id(), true, now, wire::kLatencyLane), 0);
+    ASSERT_EQ(in.router().adopt_link(UniqueFd(sv[1]), out.id(), false, now, wire::kLatencyLane),
+              0);
+  }
 }
 
 bool RouterPair::run_until(const std::function<bool()>& pred, int passes, int64_t dt) {
@@ -533,6 +544,16 @@ void RouterPair::connect(FakeQp& a, FakeQp& b) {
 
 void RouterPair::cut_links() {
   for (int fd : link_fds_) ::shutdown(fd, SHUT_RDWR);
+}
+
+void RouterPair::cut_latency_links() {
+  for (int fd : latency_fds_) ::shutdown(fd, SHUT_RDWR);
+}
+
+std::optional<Router::LinkInfo> RouterPair::link_of(FakeHost& h, bool outbound, uint32_t lane) {
+  for (const auto& l : h.router().links())
+    if (l.outbound == outbound && l.lane == lane) return l;
+  return std::nullopt;
 }
 
 // ---- a connected RC pair -----------------------------------------------------------------

@@ -12,6 +12,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -92,6 +93,9 @@ struct FakeQp {
     uint32_t timeout = 14, retry_cnt = 7, rnr_retry = 7, min_rnr_timer = 1;
     bool sq_sig_all = false;
     FakeSrq* srq = nullptr;
+    // Its address's class as the library keeps it (SL << 8 | GRH traffic class): SL 1 is the
+    // latency class.
+    uint32_t traffic_class = 0;
   };
   FakeClient* client = nullptr;
   uint32_t qpn = 0, type = 0;
@@ -174,6 +178,7 @@ class FakeHost {
   void client_gone(FakeClient& c);
 
   std::vector<Fatal> fatals;
+  std::vector<uint32_t> hosts_gone;  // what the host_gone hook heard
 
  private:
   uint32_t host_id_;
@@ -193,6 +198,9 @@ class RouterPair : public ::testing::Test {
   RouterPair();
   ~RouterPair() override;
   RouterLimits limits;  // tests may shrink them before start()
+  // start() also joins the hosts by a latency lane (wire.h), a pair each way, as the routers'
+  // own links would be once a latency-class QP connects.
+  bool latency_lane = false;
   void start();
 
   FakeDirectory dir;
@@ -212,11 +220,16 @@ class RouterPair : public ::testing::Test {
   void connect(FakeQp& a, FakeQp& b);
   // `a` reaches `b` (one direction: the router connects a's queue to b).
   int connect_one(FakeQp& a, FakeQp& b);
-  // Cuts the link from host 1 to host 2 (both directions of that socket pair).
+  // Cuts the main links between the hosts (both directions of both socket pairs).
   void cut_links();
+  // The same for the latency lane's links.
+  void cut_latency_links();
+  // Host `h`'s link to or from the other host in `lane` (none: nullopt).
+  static std::optional<Router::LinkInfo> link_of(FakeHost& h, bool outbound, uint32_t lane);
   void kill_h2() { h2.reset(); }
 
   std::vector<int> link_fds_;  // h1's ends: [0] outbound to h2, [1] inbound from h2
+  std::vector<int> latency_fds_;  // the same in the latency lane
 };
 
 inline constexpr uint32_t kAllAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |

@@ -99,7 +99,8 @@ json build(const StatusInput& in, size_t list_cap, size_t client_cap, bool trunc
                      {"addr", l.addr},
                      {"bytes_in", l.bytes_in},
                      {"bytes_out", l.bytes_out},
-                     {"security", l.security}});
+                     {"security", l.security},
+                     {"lane", l.lane}});
   json qos = json::array();
   for (const auto& f : in.qos)
     qos.push_back({{"container", f.container},

@@ -67,6 +67,7 @@ struct StatusInput {
     std::string addr;
     uint64_t bytes_in, bytes_out;
     std::string security;  // "plaintext", "tls" (user space) or "ktls" (the kernel encrypts)
+    std::string lane = "main";  // "main", or "latency": the latency class's own link
   };
   std::vector<Link> links;
   // Pairs of tenants allowed to reach each other ("A->B"; the administrator sees them).

@@ -120,7 +120,8 @@ struct Writer {
     return {{"host", host},
             {"peer_host", std::to_string(l.peer_host)},
             {"direction", l.outbound ? "out" : "in"},
-            {"security", l.security}};
+            {"security", l.security},
+            {"lane", l.lane}};
   }
 
   void links(const Snapshot& s) {

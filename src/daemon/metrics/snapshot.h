@@ -52,6 +52,7 @@ struct LinkSample {
   uint32_t peer_host = 0;
   bool outbound = false, up = false;
   std::string security;  // "plaintext", "tls", "ktls"
+  std::string lane = "main";  // "main", or "latency" (the latency class's own link)
   uint64_t rx_bytes = 0, tx_bytes = 0, rx_frames = 0, tx_frames = 0;
   double rtt_s = -1;  // the last ping's round trip; < 0: none measured yet
   uint64_t held_requests = 0, held_bytes = 0;

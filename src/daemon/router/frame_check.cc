@@ -51,8 +51,11 @@ bool check_header(const Header& h, const char** why) {
 
 bool check_frame(Type type, const uint8_t* body, uint32_t payload, const char** why) {
   switch (type) {
-    case Type::kHello:
-      return read<Hello>(body).magic == kMagic || fail(why, "not a vrdma router (bad magic)");
+    case Type::kHello: {
+      const auto h = read<Hello>(body);
+      if (h.magic != kMagic) return fail(why, "not a vrdma router (bad magic)");
+      return h.lane < kLanes || fail(why, "hello: unknown lane");
+    }
     case Type::kConnect:
       return qp_type_ok(read<Connect>(body).qp_type) || fail(why, "connect: unknown QP type");
     case Type::kConnectRep: {

@@ -81,6 +81,7 @@ class Link : private FrameSink {
                                // authenticated)
   bool authenticated = false;  // inbound: its Hello (and certificate) passed
   bool self = false;           // an end of the router's link to itself (router_self.cc)
+  uint32_t lane = wire::kMainLane;  // which of the two hosts' links this is (wire.h: lanes)
   uint32_t peer_ipv4 = 0;      // the TCP peer's address (network order)
   std::vector<Ipv4Cidr> peer_cidrs;  // the container networks its host owns (directory)
   uint64_t peer_boot = 0;

@@ -154,39 +154,13 @@ bool Router::poll(int64_t now) {
   bool work = false;
   // Requests from our QPs.
   work |= pump_all(now);
-  // Links: connect, handshake, write, read.
-  for (auto& [id, l] : links_) {
-    Link& link = *l;
-    if (!link.open()) {
-      progress_link(link, now);
-      if (!link.open()) continue;
-      work = true;
-    }
-    if (link.tx_pending()) {
-      if (!link.flush(now)) {
-        doom(id, "send failed");
-        continue;
-      }
-      work = true;
-    }
-    // Requests (on links other hosts opened) each need room for their response; what comes
-    // back on our own links needs none, and is always read: otherwise two full rings, ours of
-    // requests and theirs of responses, would wait for each other.
-    bool room = link.outbound() || link.has_room(kRoomToReceive);
-    if (room != !link.rx_paused) set_rx_paused(link, !room);
-    if (!room) continue;
-    uint64_t before = link.bytes_in;
-    const char* why = nullptr;
-    if (!link.receive(*this, kReceiveBudget, &why)) {
-      doom(id, why ? why : "receive failed");
-      continue;
-    }
-    if (link.bytes_in != before) {
-      link.last_rx_ns = now;
-      work = true;
-    }
-    if (link.tx_pending() && !link.flush(now)) doom(id, "send failed");
-  }
+  // Links: connect, handshake, write, read. The latency lane's first, so that what the
+  // scheduler just let go ahead leaves at once, and what arrived on them is not left waiting
+  // behind the bulk links' reads and writes (router_lanes.cc).
+  for (auto& [id, l] : links_)
+    if (l->lane != wire::kMainLane) work |= serve_link(*l, now);
+  for (auto& [id, l] : links_)
+    if (l->lane == wire::kMainLane) work |= serve_link(*l, now);
   close_doomed();
   if (held_count_) retry_held(now);
   if (!graveyard_.empty()) {
@@ -211,6 +185,41 @@ bool Router::poll(int64_t now) {
     it = connects_.erase(it);
     done(ETIMEDOUT, 0);
   }
+  return work;
+}
+
+bool Router::serve_link(Link& link, int64_t now) {
+  const uint32_t id = link.id();
+  bool work = false;
+  if (!link.open()) {
+    progress_link(link, now);
+    if (!link.open()) return false;
+    work = true;
+  }
+  if (link.tx_pending()) {
+    if (!link.flush(now)) {
+      doom(id, "send failed");
+      return work;
+    }
+    work = true;
+  }
+  // Requests (on links other hosts opened) each need room for their response; what comes
+  // back on our own links needs none, and is always read: otherwise two full rings, ours of
+  // requests and theirs of responses, would wait for each other.
+  bool room = link.outbound() || link.has_room(kRoomToReceive);
+  if (room != !link.rx_paused) set_rx_paused(link, !room);
+  if (!room) return work;
+  uint64_t before = link.bytes_in;
+  const char* why = nullptr;
+  if (!link.receive(*this, kReceiveBudget, &why)) {
+    doom(id, why ? why : "receive failed");
+    return work;
+  }
+  if (link.bytes_in != before) {
+    link.last_rx_ns = now;
+    work = true;
+  }
+  if (link.tx_pending() && !link.flush(now)) doom(id, "send failed");
   return work;
 }
 
@@ -253,23 +262,24 @@ void Router::connect_qp(uint32_t qpn, const LocalQp& qp, uint32_t dst_ipv4, uint
   }
   if (r == Lookup::kNotFound || h.host_id == cfg_.host_id) return done(EHOSTUNREACH, 0);
   int err = 0;
-  Link* link = outbound_link(h.host_id, &err);
+  const int cls = connect_class(qpn, qp);
+  Link* link = outbound_link(h.host_id, lane_of(cls), &err);
   if (!link) {
     LOG_WARN("router: no link to host %u: %s", h.host_id, strerror(err));
     return done(err, 0);
   }
-  send_connect(*link, qpn, qp, dst_ipv4, dst_qpn, std::move(done));
+  send_connect(*link, qpn, qp, cls, dst_ipv4, dst_qpn, std::move(done));
 }
 
-void Router::send_connect(Link& link, uint32_t qpn, const LocalQp& qp, uint32_t dst_ipv4,
-                          uint32_t dst_qpn, ConnectDone done) {
+void Router::send_connect(Link& link, uint32_t qpn, const LocalQp& qp, int cls,
+                          uint32_t dst_ipv4, uint32_t dst_qpn, ConnectDone done) {
   uint64_t id = next_req_++;
   wire::Connect c{id, qp.ipv4, dst_ipv4, qpn, dst_qpn, qp.type, 0};
   if (!link.send(wire::Type::kConnect, &c, sizeof(c))) return done(EAGAIN, 0);
   link.last_used_ns = now_ns();
   connects_[id] = PendingConnect{link.id(), dst_ipv4, qpn,
                                  qp,        dst_qpn,  now_ns() + kConnectReplyNs,
-                                 std::move(done)};
+                                 std::move(done), cls};
 }
 
 void Router::qp_freed(uint32_t qpn) {
@@ -350,6 +360,7 @@ std::vector<Router::LinkInfo> Router::links() const {
     i.rtt_ns = l->rtt_ns;
     i.held_requests = l->held_requests;
     i.held_bytes = l->held_bytes;
+    i.lane = l->lane;
     out.push_back(std::move(i));
   }
   return out;

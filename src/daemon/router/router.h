@@ -7,6 +7,11 @@
 // name the same host. Nothing but a Hello is read from a link before that. A link nobody
 // uses is closed after a while; so is one whose host left the directory.
 //
+// Lanes (router_lanes.cc): a host opens a link to another per lane, the main one and one for
+// the latency class's QPs alone (opened when the first connects), so that their frames wait
+// behind no bulk byte in a TCP stream. A QP's lane is fixed when it connects; all its frames
+// take that lane's link.
+//
 // Requester side (router_requester.cc): a local QP whose destination is on another host hands
 // its work requests to the router through its SendQueue in the client's arena. The router
 // gathers the data straight from the client's registered memory, sends it on its link to the
@@ -133,9 +138,11 @@ class Router : public LinkHandler {
   // (requests come in). The host must be in the directory (its router address and container
   // networks, which the link is checked against as any other). Frames then flow as on a TCP
   // link, so two routers in one process, each given one end of a pair in each direction, carry
-  // work between their QPs with no network (the unit tests' fake transport). 0 or a positive
-  // errno (EHOSTUNREACH: not a host of the directory; EEXIST: an outbound link to it exists).
-  int adopt_link(UniqueFd fd, uint32_t host_id, bool outbound, int64_t now);
+  // work between their QPs with no network (the unit tests' fake transport). `lane`: which of
+  // the two hosts' links it is (wire.h). 0 or a positive errno (EHOSTUNREACH: not a host of the
+  // directory; EEXIST: an outbound link to it in that lane exists; EINVAL: no such lane).
+  int adopt_link(UniqueFd fd, uint32_t host_id, bool outbound, int64_t now,
+                 uint32_t lane = wire::kMainLane);
 
   // Control path. Connects local QP `qpn` to `dst_qpn` at `dst_ipv4` on another host; `done`
   // gets 0 or an errno (EHOSTUNREACH, ECONNREFUSED, ETIMEDOUT, EAGAIN: directory down).
@@ -166,6 +173,7 @@ class Router : public LinkHandler {
     uint64_t frames_in = 0, frames_out = 0;
     int64_t rtt_ns = -1;  // the last ping's round trip; -1: none yet
     uint64_t held_requests = 0, held_bytes = 0;
+    uint32_t lane = wire::kMainLane;  // wire.h: the main link, or the latency class's
   };
   std::vector<LinkInfo> links() const;
   // Links that came up with each peer host since the router started (for metrics).
@@ -209,14 +217,24 @@ class Router : public LinkHandler {
     uint32_t dst_qpn;
     int64_t deadline;
     ConnectDone done;
+    int cls = qos::kBulk;  // the QP's QoS class as it connects: its lane, and its flow
   };
 
-  // Links (router.cc, router_links.cc).
-  Link* outbound_link(uint32_t host_id, int* err);
-  // The link to this host itself (made on first use; router_self.cc), or null (*err).
-  Link* self_link(int* err);
-  // Sends a Connect for local QP `qpn` on `link` and waits for its ConnectRep.
-  void send_connect(Link& link, uint32_t qpn, const LocalQp& qp, uint32_t dst_ipv4,
+  // Links (router.cc, router_links.cc). Our link to a host in a lane (made on first use), or
+  // null (*err); without a lane, the main one.
+  Link* outbound_link(uint32_t host_id, int* err) {
+    return outbound_link(host_id, wire::kMainLane, err);
+  }
+  Link* outbound_link(uint32_t host_id, uint32_t lane, int* err);
+  // The link to this host itself in a lane (made on first use; router_self.cc), or null (*err).
+  Link* self_link(uint32_t lane, int* err);
+  // Lanes (router_lanes.cc): the QoS class local QP `qpn` connects with (its address's, read
+  // where the library keeps it; a UD QP already routed keeps its own).
+  int connect_class(uint32_t qpn, const LocalQp& qp);
+  // Serves one link in poll(): connect, handshake, write, read. Whether it did any work.
+  bool serve_link(Link& link, int64_t now);
+  // Sends a Connect for local QP `qpn` of class `cls` on `link` and waits for its ConnectRep.
+  void send_connect(Link& link, uint32_t qpn, const LocalQp& qp, int cls, uint32_t dst_ipv4,
                     uint32_t dst_qpn, ConnectDone done);
   // Whether QPs of the tenants of `src_ipv4` and `dst_tenant` may be connected.
   bool tenants_pair(uint32_t src_ipv4, const std::string& dst_tenant) const;
@@ -313,7 +331,7 @@ class Router : public LinkHandler {
   std::unique_ptr<ClientFds> fd_source_;
   uint32_t next_link_id_ = 1;
   std::map<uint32_t, std::unique_ptr<Link>> links_;
-  std::map<uint32_t, uint32_t> host_links_;  // host id -> our outbound link id
+  std::map<uint64_t, uint32_t> host_links_;  // lane_key(host id, lane) -> our outbound link id
   std::vector<std::pair<uint32_t, std::string>> doomed_links_;
   std::unordered_map<uint32_t, std::shared_ptr<shm::Peer>> peers_;  // client id -> mapped arena
   // Mappings of clients that died while a link may still send from them; dropped once idle.

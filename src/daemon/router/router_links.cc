@@ -122,9 +122,13 @@ void Router::accept_links(int64_t now) {
   }
 }
 
-Link* Router::outbound_link(uint32_t host_id, int* err) {
-  if (auto it = host_links_.find(host_id); it != host_links_.end())
+Link* Router::outbound_link(uint32_t host_id, uint32_t lane, int* err) {
+  if (auto it = host_links_.find(lane_key(host_id, lane)); it != host_links_.end())
     if (Link* l = find_link(it->second)) return l;
+  if (lane >= wire::kLanes) {
+    *err = EINVAL;
+    return nullptr;
+  }
   HostEntry h;
   Lookup r = dir_.host_by_id(host_id, &h);
   uint32_t ip = router_ip(h);
@@ -168,19 +172,21 @@ Link* Router::outbound_link(uint32_t host_id, int* err) {
     link->use_tls(ssl);
   }
   link->host_id = host_id;
+  link->lane = lane;
   link->peer_ipv4 = ip;
   link->peer_addr = h.router;
   link->peer_cidrs = h.cidrs;
   link->opened_ns = now_ns();
   link->last_used_ns = link->opened_ns;
   link->connect_deadline_ns = link->opened_ns + lim_.handshake_ns;
-  wire::Hello hello{wire::kMagic, wire::kVersion, cfg_.host_id, 0, boot_};
+  wire::Hello hello{wire::kMagic, wire::kVersion, cfg_.host_id, lane, boot_};
   link->send(wire::Type::kHello, &hello, sizeof(hello));
   watch(*link);
   Link* l = link.get();
   links_.emplace(id, std::move(link));
-  host_links_[host_id] = id;
-  LOG_INFO("router: link %u to host %u at %s: connecting", id, host_id, h.router.c_str());
+  host_links_[lane_key(host_id, lane)] = id;
+  LOG_INFO("router: link %u to host %u at %s (%s lane): connecting", id, host_id,
+           h.router.c_str(), lane == wire::kMainLane ? "main" : "latency");
   return l;
 }
 
@@ -263,13 +269,19 @@ bool Router::on_hello(Link& link, const wire::Hello& h, const char** why) {
   if (router_ip(e) != link.peer_ipv4)
     return refuse("host " + std::to_string(h.host_id) + "'s router is at " + e.router + ", not " +
                   ipv4_text(link.peer_ipv4));
+  // Every lane's link passes the same checks; the lane only says which of that host's links
+  // this is (which QPs' frames it carries), and grants nothing.
+  if (h.lane >= wire::kLanes) return refuse("Hello names lane " + std::to_string(h.lane));
   link.host_id = h.host_id;
+  link.lane = h.lane;
   link.peer_boot = h.boot;
   link.peer_cidrs = e.cidrs;
   link.authenticated = true;
   link.last_rx_ns = now_;
-  LOG_INFO("router: link %u from host %u (%s, %s)", link.id(), h.host_id, link.peer_addr.c_str(),
-           !link.ssl() ? "plaintext" : link.ktls_recv() ? "TLS, kernel" : "TLS");
+  LOG_INFO("router: link %u from host %u (%s, %s, %s lane)", link.id(), h.host_id,
+           link.peer_addr.c_str(),
+           !link.ssl() ? "plaintext" : link.ktls_recv() ? "TLS, kernel" : "TLS",
+           h.lane == wire::kMainLane ? "main" : "latency");
   return true;
 }
 
@@ -282,7 +294,9 @@ bool Router::link_in_use(const Link& link) const {
   for (auto& [qpn, o] : outbound_)
     for (auto& [ip, lid] : o->ud_links)
       if (lid == link.id()) return true;
-  return hooks_.cm_connections_with && hooks_.cm_connections_with(link.host_id) > 0;
+  // rdma_cm's messages go on the main links: those stay while it has connections with the host.
+  return link.lane == wire::kMainLane && hooks_.cm_connections_with &&
+         hooks_.cm_connections_with(link.host_id) > 0;
 }
 
 void Router::check_links(int64_t now) {
@@ -362,6 +376,7 @@ void Router::close_link(Link& link, const char* why) {
   const uint32_t host = link.host_id;
   const bool known = link.outbound() || link.authenticated;
   const bool self = link.self;
+  const uint32_t lane = link.lane;
   if (known) {
     LOG_WARN("router: link %u (host %u, %s) closed: %s", id, host,
              link.outbound() ? "outbound" : "inbound", why);
@@ -408,12 +423,13 @@ void Router::close_link(Link& link, const char* why) {
     done(EHOSTUNREACH, 0);
   }
   rx_.erase(id);
-  if (auto h = host_links_.find(host); h != host_links_.end() && h->second == id)
+  if (auto h = host_links_.find(lane_key(host, lane)); h != host_links_.end() && h->second == id)
     host_links_.erase(h);
   ::epoll_ctl(epoll_, EPOLL_CTL_DEL, link.fd(), nullptr);
   links_.erase(id);
-  // What rdma_cm had with that host went with it (an idle link had nothing).
-  if (known && !self && hooks_.host_gone) hooks_.host_gone(host);
+  // What rdma_cm had with that host went with it (an idle link had nothing). Its messages go on
+  // the main links: a latency lane's link takes only its own QPs with it (above).
+  if (known && !self && lane == wire::kMainLane && hooks_.host_gone) hooks_.host_gone(host);
 }
 
 }  // namespace vrdma::daemon

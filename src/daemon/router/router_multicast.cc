@@ -59,7 +59,7 @@ bool Router::send_multicast(Outbound& o, const Wqe& w, int64_t now) {
     // Address 0: a host that may have members (the directory does not know its containers).
     if (ip && hooks_.tenant_of(ip) != o.info.tenant) continue;
     int err;
-    Link* l = outbound_link(host, &err);
+    Link* l = outbound_link(host, o.lane, &err);
     if (!l) continue;  // unreachable now: its members miss the datagram, as on a fabric
     if (std::find(mcast_links_.begin(), mcast_links_.end(), l->id()) == mcast_links_.end()) {
       if (!l->has_room(1)) return false;

@@ -17,16 +17,9 @@ namespace vrdma::daemon {
 
 namespace {
 
-// The class of a QP by its address: a nonzero SL, or DSCP 46 (Expedited Forwarding) in the
-// GRH traffic class, is the latency class; anything else is bulk.
 // A container no tenant rule covers is a tenant of its own, named "@<its address>".
 bool own_tenant(const std::string& tenant) {
   return tenant.empty() || tenant[0] == '@';
-}
-
-int class_of(uint32_t traffic_class) {
-  const uint32_t sl = traffic_class >> 8 & 15, dscp = (traffic_class & 0xff) >> 2;
-  return sl != 0 || dscp == 46 ? qos::kLatency : qos::kBulk;
 }
 
 }  // namespace
@@ -114,8 +107,8 @@ bool Router::pump_all(int64_t now) {
         o.stamp_ns[i] = now;
       }
     }
-    const uint32_t flow = qos::Scheduler::flow(
-        o.qos_container, class_of(o.qp->traffic_class.load(std::memory_order_relaxed)));
+    // Its class as it connected (its lane's): a QP's frames are all of one link.
+    const uint32_t flow = qos::Scheduler::flow(o.qos_container, o.cls);
     QosQueue& q = qos_queues_[flow];
     if (q.tail)
       q.tail->qos_next = &o;

@@ -28,6 +28,8 @@ int Router::attach_outbound(const PendingConnect& pc, std::unique_ptr<Outbound>*
   o->qpn = pc.qpn;
   o->info = pc.qp;
   o->dst_qpn = pc.dst_qpn;
+  o->cls = pc.cls;
+  o->lane = lane_of(pc.cls);
   auto p = peer(pc.qp.owner);
   if (!p) return EIO;
   o->peer = p;
@@ -152,7 +154,7 @@ Link* Router::ud_link(Outbound& o, const uint8_t* dgid) {
   HostEntry h;
   if (dir_.host_of(ip, &h) != Lookup::kFound || h.host_id == cfg_.host_id) return nullptr;
   int err;
-  Link* l = outbound_link(h.host_id, &err);
+  Link* l = outbound_link(h.host_id, o.lane, &err);
   if (l) o.ud_links[ip] = l->id();
   return l;
 }

@@ -13,13 +13,17 @@
 
 #include "common/clock.h"
 #include "common/log.h"
-#include "daemon/router/router.h"
+#include "daemon/router/router_state.h"
 
 namespace vrdma::daemon {
 
-Link* Router::self_link(int* err) {
-  if (auto it = host_links_.find(cfg_.host_id); it != host_links_.end())
+Link* Router::self_link(uint32_t lane, int* err) {
+  if (auto it = host_links_.find(lane_key(cfg_.host_id, lane)); it != host_links_.end())
     if (Link* l = find_link(it->second); l && l->self) return l;
+  if (lane >= wire::kLanes) {
+    *err = EINVAL;
+    return nullptr;
+  }
   if (links_.size() + 2 > lim_.max_links) {
     *err = EAGAIN;
     return nullptr;
@@ -41,6 +45,7 @@ Link* Router::self_link(int* err) {
   auto in = std::make_unique<Link>(in_id, UniqueFd(fds[1]), false);
   for (Link* l : {out.get(), in.get()}) {
     l->self = true;
+    l->lane = lane;
     l->host_id = cfg_.host_id;
     l->peer_addr = "this host";
     l->peer_boot = boot_;
@@ -55,21 +60,23 @@ Link* Router::self_link(int* err) {
   Link* l = out.get();
   links_.emplace(out_id, std::move(out));
   links_.emplace(in_id, std::move(in));
-  host_links_[cfg_.host_id] = out_id;
+  host_links_[lane_key(cfg_.host_id, lane)] = out_id;
   ++link_connects_[cfg_.host_id];
-  LOG_INFO("router: links %u and %u: this host to itself (mediated connections)", out_id, in_id);
+  LOG_INFO("router: links %u and %u: this host to itself (mediated connections, %s lane)", out_id,
+           in_id, lane == wire::kMainLane ? "main" : "latency");
   return l;
 }
 
 void Router::connect_local(uint32_t qpn, const LocalQp& qp, uint32_t dst_ipv4, uint32_t dst_qpn,
                            ConnectDone done) {
   int err = 0;
-  Link* link = self_link(&err);
+  const int cls = connect_class(qpn, qp);
+  Link* link = self_link(lane_of(cls), &err);
   if (!link) {
     LOG_WARN("router: no link to this host itself: %s", strerror(err));
     return done(err, 0);
   }
-  send_connect(*link, qpn, qp, dst_ipv4, dst_qpn, std::move(done));
+  send_connect(*link, qpn, qp, cls, dst_ipv4, dst_qpn, std::move(done));
 }
 
 bool Router::tenants_pair(uint32_t src_ipv4, const std::string& dst_tenant) const {

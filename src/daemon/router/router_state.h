@@ -42,7 +42,11 @@ struct Router::Outbound {
   uint32_t qpn = 0;
   LocalQp info;
   uint32_t dst_qpn = 0;
-  uint32_t link_id = 0;  // RC, UC: the link to the destination's host
+  // Its QoS class, fixed when it connected (its address's), and so its lane: every frame of
+  // the QP goes on that lane's link, in order.
+  int cls = qos::kBulk;
+  uint32_t lane = wire::kMainLane;
+  uint32_t link_id = 0;  // RC, UC: the link to the destination's host (in its lane)
   std::shared_ptr<shm::Peer> peer;
   shm::QpShared* qp = nullptr;
   shm::SendQueue* sq = nullptr;
@@ -117,6 +121,23 @@ struct Router::RxFrame {
   // kMcast: a datagram to a multicast group, copied to each member once it is all here.
   std::array<uint8_t, 4096> mcast_data{};
 };
+
+// The QoS class of a QP by its address (QpShared::traffic_class: SL << 8 | GRH traffic class):
+// a nonzero SL, or DSCP 46 (Expedited Forwarding) in the traffic class, is the latency class;
+// anything else is bulk.
+inline int qos_class_of(uint32_t traffic_class) {
+  const uint32_t sl = traffic_class >> 8 & 15, dscp = (traffic_class & 0xff) >> 2;
+  return sl != 0 || dscp == 46 ? qos::kLatency : qos::kBulk;
+}
+
+// The lane of a class's QPs: the latency class has a link of its own to each host.
+inline uint32_t lane_of(int cls) {
+  return cls == qos::kLatency ? wire::kLatencyLane : wire::kMainLane;
+}
+
+inline uint64_t lane_key(uint32_t host_id, uint32_t lane) {
+  return uint64_t(host_id) << 8 | lane;
+}
 
 inline uint64_t inbound_key(uint32_t link_id, uint32_t src_qpn) {
   return uint64_t(link_id) << 32 | src_qpn;

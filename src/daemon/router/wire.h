@@ -1,7 +1,8 @@
 // Frames between the routers of two hosts, over TCP (inside TLS 1.3 unless the cluster runs
-// with --router-plaintext). Each host opens its own link to every host it sends to; requests
-// travel on the sender's link and their responses come back on it, so per-QP order is the
-// link's byte order. Hosts of one cluster run the same vrdmad build on the same architecture:
+// with --router-plaintext). Each host opens its own links to every host it sends to, one per
+// lane (the main link, and one for the latency class once a QP of that class connects); a QP's
+// requests all travel on the link of its lane and their responses come back on it, so per-QP
+// order is the link's byte order. Hosts of one cluster run the same vrdmad build on the same architecture:
 // fields are in host byte order.
 //
 //   Frame header (8 bytes), then the type's body, then `payload` bytes of data.
@@ -43,11 +44,17 @@ struct Header {
   uint32_t payload;  // data bytes after the body
 };
 
+// Lanes: the links one host opens to another, chosen by the QoS class of the QPs they carry,
+// so that latency-class frames never wait behind bulk bytes in a TCP stream.
+inline constexpr uint32_t kMainLane = 0;     // bulk, and everything that is not a QP's work
+inline constexpr uint32_t kLatencyLane = 1;  // QPs of the latency class (SL != 0 or DSCP 46)
+inline constexpr uint32_t kLanes = 2;
+
 struct Hello {
   uint32_t magic;
   uint32_t version;
   uint32_t host_id;
-  uint32_t reserved;
+  uint32_t lane;  // which of the sender's links to this host this is (< kLanes)
   uint64_t boot;
 };
 
