@@ -110,6 +110,12 @@ Lookup FakeDirectory::host_by_router(uint32_t ipv4_net, HostEntry* out) {
   return Lookup::kNotFound;
 }
 
+void FakeDirectory::group_members(uint32_t group_net,
+                                  std::vector<std::pair<uint32_t, uint32_t>>* out) {
+  if (auto it = groups.find(group_net); it != groups.end())
+    out->insert(out->end(), it->second.begin(), it->second.end());
+}
+
 Lookup FakeDirectory::tenant_of(uint32_t ipv4_net, std::string* tenant) {
   auto it = tenants.find(ipv4_net);
   if (it == tenants.end()) return Lookup::kNotFound;
@@ -327,6 +333,12 @@ FakeHost::FakeHost(uint32_t host_id, FakeDirectory& dir, const RouterLimits& lim
     std::string t;
     return dir_.tenant_of(ipv4, &t) == Lookup::kFound ? t : std::string();
   };
+  h.mcast_members = [this](const std::string& tenant, const uint8_t* gid) {
+    uint32_t group = 0;
+    gid_to_ipv4(gid, &group);
+    auto it = mcast_.find({tenant, group});
+    return it == mcast_.end() ? std::vector<uint32_t>{} : it->second;
+  };
   h.on_cm = [](uint32_t, const wire::Cm&) {};
   h.cm_connections_with = [](uint32_t) { return size_t(0); };
   h.host_gone = [this](uint32_t host) { hosts_gone.push_back(host); };
@@ -340,6 +352,11 @@ FakeHost::~FakeHost() {
   srqs_.clear();
   clients_.clear();
   ::close(epoll_);
+}
+
+void FakeHost::join(FakeQp& q, uint32_t group_net) {
+  mcast_[{q.client->tenant, group_net}].push_back(q.qpn);
+  dir_.groups[group_net].emplace_back(host_id_, q.client->ipv4);
 }
 
 FakeClient& FakeHost::client(const char* ipv4, const std::string& tenant) {

@@ -33,6 +33,8 @@ class FakeDirectory : public Directory {
   void add_host(uint32_t id, const std::string& router, const std::string& cidr);
   void remove_host(uint32_t id);
   std::map<uint32_t, std::string> tenants;  // container address (network order) ->
+  // IPv4 multicast group (network order) -> (host, container address) of its members.
+  std::map<uint32_t, std::vector<std::pair<uint32_t, uint32_t>>> groups;
 
   int start(const HostEntry&) override { return 0; }
   void stop() override {}
@@ -44,6 +46,8 @@ class FakeDirectory : public Directory {
   Lookup host_by_id(uint32_t host_id, HostEntry* out) override;
   Lookup host_by_router(uint32_t ipv4_net, HostEntry* out) override;
   Lookup tenant_of(uint32_t ipv4_net, std::string* tenant) override;
+  void group_members(uint32_t group_net,
+                     std::vector<std::pair<uint32_t, uint32_t>>* out) override;
   std::string describe() const override { return "fake"; }
   bool available() const override { return true; }
   size_t hosts_known() const override { return hosts_.size(); }
@@ -176,6 +180,9 @@ class FakeHost {
   FakeSrq& srq(FakeClient& c, uint32_t cap = 64, uint32_t max_sge = 4);
   // The client is gone (vrdmad marks its arena and QPs dead and tells the router).
   void client_gone(FakeClient& c);
+  // UD QP `q` joins IPv4 multicast group `group_net`: this host's members (what vrdmad keeps)
+  // and the directory's entry for its container.
+  void join(FakeQp& q, uint32_t group_net);
 
   std::vector<Fatal> fatals;
   std::vector<uint32_t> hosts_gone;  // what the host_gone hook heard
@@ -189,6 +196,7 @@ class FakeHost {
   std::vector<std::unique_ptr<FakeQp>> qps_;
   std::vector<std::unique_ptr<FakeSrq>> srqs_;
   std::map<uint32_t, FakeQp*> by_qpn_;
+  std::map<std::pair<std::string, uint32_t>, std::vector<uint32_t>> mcast_;  // (tenant, group)
   uint32_t next_client_ = 1, next_qpn_ = 1;
 };
 

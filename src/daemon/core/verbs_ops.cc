@@ -118,11 +118,18 @@ void Daemon::handle(Client& c, const Decoded& d, const proto::FreeQpnReq& r) {
     metrics_retire(c, r.qpn);
   int err = registry_.free_qpn(c.id, r.qpn);
   if (err == 0) release(c, Resource::kQps);
-  if (err == 0 && router_) router_->qp_freed(r.qpn);
   if (err == 0) {
     auto changed = mcast_.qp_gone(r.qpn);
     if (!changed.empty()) publish_groups(c);
     mcast_changed(changed);
+  }
+  if (err == 0 && router_) {
+    // The answer waits for the router: it first sends what the QP posted and it has not taken
+    // yet (a UD QP's last datagrams), while the queue and the memory they name are still there.
+    router_->qp_freed(r.qpn, [this, id = c.id, seq = d.seq] {
+      if (Client* cl = find_live(id)) send(*cl, Op::kFreeQpn, seq, 0, nullptr, 0);
+    });
+    return;
   }
   send(c, Op::kFreeQpn, d.seq, err, nullptr, 0);
 }

@@ -286,6 +286,7 @@ void Router::qp_freed(uint32_t qpn) {
   auto it = outbound_.find(qpn);
   if (it != outbound_.end()) {
     Outbound& o = *it->second;
+    send_posted(o);
     if (Link* l = find_link(o.link_id); l && l->routed_qps) --l->routed_qps;
     outbound_.erase(it);
   }

@@ -154,6 +154,8 @@ class Router : public LinkHandler {
   // it checks another host's.
   void connect_local(uint32_t qpn, const LocalQp& qp, uint32_t dst_ipv4, uint32_t dst_qpn,
                      ConnectDone done);
+  // A local QP released by its owner: a UD QP's datagrams posted and not yet sent go out first
+  // (router_retire.cc); the caller answers the owner only after this returns.
   void qp_freed(uint32_t qpn);
   // Local UD QP `qpn` sends to multicast groups: its work comes to the router, which carries
   // one copy to each other host with members (router_multicast.cc). 0 or an errno.
@@ -286,6 +288,9 @@ class Router : public LinkHandler {
   Link* ud_link(Outbound& o, const uint8_t* dgid);
   // Multicast (router_multicast.cc).
   bool send_multicast(Outbound& o, const Wqe& w, int64_t now);
+  // A UD QP being released: what it posted and the router has not sent yet goes out now
+  // (router_retire.cc). Returns how many datagrams found no room (lost).
+  uint64_t send_posted(Outbound& o);
   static bool is_multicast_request(const wire::Request& r);
   void on_mcast_datagram(Link& link, const wire::Request& r, uint32_t payload, PayloadDest& dest,
                          RxFrame& f);

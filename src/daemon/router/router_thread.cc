@@ -124,8 +124,11 @@ void RouterThread::attach_multicast(uint32_t qpn, const LocalQp& qp,
   });
 }
 
-void RouterThread::qp_freed(uint32_t qpn) {
-  post([qpn](Router& r) { r.qp_freed(qpn); });
+void RouterThread::qp_freed(uint32_t qpn, std::function<void()> done) {
+  post([this, qpn, done = std::move(done)](Router& r) mutable {
+    r.qp_freed(qpn);
+    if (done) post_to_control(std::move(done));
+  });
 }
 
 void RouterThread::client_gone(uint32_t client) {

@@ -70,7 +70,9 @@ class RouterThread {
   // A UD QP's multicast sends go through the router too (router_multicast.cc); `done` gets the
   // doorbell eventfd of the owner's routed QPs, or -1.
   void attach_multicast(uint32_t qpn, const LocalQp& qp, std::function<void(int fd)> done);
-  void qp_freed(uint32_t qpn);
+  // `done` runs on the control thread once the router has sent what the QP posted (a UD QP's
+  // last datagrams, router_retire.cc): the owner may free the memory they come from after that.
+  void qp_freed(uint32_t qpn, std::function<void()> done = nullptr);
   void client_gone(uint32_t client);
   // An rdma_cm message to a host; `unreachable` runs on the control thread when no link to it
   // can be had.
