@@ -134,6 +134,7 @@ class FakeClient : public shm::FdSource {
   const uint32_t id, ipv4;
   const std::string tenant;
   Arena arena;
+  int doorbell = -1;  // its router's doorbell eventfd for it (the router owns it)
 
   FakeMr& reg_mr(uint64_t len, uint32_t access, uint32_t pd = 1);
   void dereg_mr(FakeMr& mr);  // its key dies at once (the key table's generation)
@@ -172,6 +173,8 @@ class FakeHost {
   FakeSrq& srq(FakeClient& c, uint32_t cap = 64, uint32_t max_sge = 4);
   // The client is gone (vrdmad marks its arena and QPs dead and tells the router).
   void client_gone(FakeClient& c);
+  // Hands the router what its epoll holds (doorbells rung), as its thread does.
+  void events(int64_t now);
 
   std::vector<Fatal> fatals;
 
