@@ -250,6 +250,13 @@ void FakeQp::post_send(const ibv_send_wr& wr, uint32_t ud_dst_ipv4) {
     memcpy(e->sge, wr.sg_list, sizeof(ibv_sge) * wr.num_sge);
   }
   sq->tail.store(tail + 1, std::memory_order_release);
+  // As the library does: the router's doorbell when it armed it.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (sq->doorbell.load(std::memory_order_relaxed) &&
+      sq->doorbell.exchange(0, std::memory_order_relaxed) && client->doorbell >= 0) {
+    uint64_t one = 1;
+    ASSERT_EQ(::write(client->doorbell, &one, sizeof(one)), ssize_t(sizeof(one)));
+  }
 }
 
 void FakeSrq::post_recv(uint64_t wr_id, std::vector<ibv_sge> sges) {
@@ -361,6 +368,7 @@ void FakeHost::join(FakeQp& q, uint32_t group_net) {
 
 FakeClient& FakeHost::client(const char* ipv4, const std::string& tenant) {
   clients_.push_back(std::make_unique<FakeClient>(next_client_++, ip(ipv4), tenant));
+  clients_.back()->doorbell = router_->doorbell_for(clients_.back()->id);
   dir_.tenants[ip(ipv4)] = tenant;
   return *clients_.back();
 }
@@ -476,6 +484,7 @@ void FakeHost::client_gone(FakeClient& c) {
       by_qpn_.erase(q->qpn);
     }
   router_->client_gone(c.id);
+  c.doorbell = -1;  // the router closed it
 }
 
 // ---- two hosts -----------------------------------------------------------------------------
@@ -518,10 +527,18 @@ void RouterPair::start() {
   }
 }
 
+void FakeHost::events(int64_t now) {
+  epoll_event ev[16];
+  int n = ::epoll_wait(epoll_, ev, 16, 0);
+  for (int i = 0; i < n; ++i) router_->on_event(ev[i].data.u64, now);
+}
+
 bool RouterPair::run_until(const std::function<bool()>& pred, int passes, int64_t dt) {
   for (int i = 0; i < passes; ++i) {
     if (pred()) return true;
     now += dt;
+    if (h1) h1->events(now);
+    if (h2) h2->events(now);
     if (h1) h1->router().poll(now);
     if (h2) h2->router().poll(now);
   }
@@ -535,6 +552,7 @@ void RouterPair::run(int passes, int64_t dt) {
 void RouterPair::run_only_h1(int64_t duration, int64_t dt) {
   for (int64_t t = 0; t < duration; t += dt) {
     now += dt;
+    h1->events(now);
     h1->router().poll(now);
   }
 }

@@ -142,6 +142,7 @@ class FakeClient : public shm::FdSource {
   const uint32_t id, ipv4;
   const std::string tenant;
   Arena arena;
+  int doorbell = -1;  // its router's doorbell eventfd for it (the router owns it)
 
   FakeMr& reg_mr(uint64_t len, uint32_t access, uint32_t pd = 1);
   void dereg_mr(FakeMr& mr);  // its key dies at once (the key table's generation)
@@ -183,6 +184,8 @@ class FakeHost {
   // UD QP `q` joins IPv4 multicast group `group_net`: this host's members (what vrdmad keeps)
   // and the directory's entry for its container.
   void join(FakeQp& q, uint32_t group_net);
+  // Hands the router what its epoll holds (doorbells rung), as its thread does.
+  void events(int64_t now);
 
   std::vector<Fatal> fatals;
   std::vector<uint32_t> hosts_gone;  // what the host_gone hook heard

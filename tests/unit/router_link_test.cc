@@ -291,6 +291,114 @@ TEST_F(RouterTls, MutualHandshakeCarriesFramesIntact) {
   EXPECT_FALSE(out_->ktls_send());  // a socket pair has no kernel TLS
 }
 
+// Frames queued in one pass leave in one write to the socket (the records of one SSL_write
+// of the staged frames), and the receiver takes them in one large read.
+TEST_F(RouterTls, ManyFramesGoOutInOneWrite) {
+  pair(pki_.files("host-1"), pki_.files("host-2"), "10.76.0.3");
+  std::string wo, wi;
+  ASSERT_EQ(shake(*out_, *in_, &wo, &wi), 1) << wo << " / " << wi;
+  const int kFrames = 300;
+  const size_t kLen = 64;
+  auto sent = std::vector<uint8_t>(kFrames * kLen);
+  for (size_t i = 0; i < sent.size(); ++i) sent[i] = static_cast<uint8_t>(i * 7 + i / 251);
+  for (int f = 0; f < kFrames; ++f) {
+    wire::Request r = write_request(kLen);
+    shm::Seg seg{sent.data() + f * kLen, kLen};
+    ASSERT_TRUE(out_->send(wire::Type::kRequest, &r, sizeof(r), &seg, 1, kLen));
+  }
+  const uint64_t writes = out_->socket_writes;
+  ASSERT_TRUE(out_->flush(1));
+  EXPECT_FALSE(out_->tx_pending());
+  EXPECT_EQ(out_->socket_writes - writes, 1u) << "one write for the whole batch";
+  Collect got;
+  const uint64_t reads = in_->socket_reads;
+  const char* why = nullptr;
+  ASSERT_TRUE(in_->receive(got, 1 << 20, &why)) << why;
+  EXPECT_EQ(got.frames, kFrames);
+  EXPECT_EQ(got.data, sent);
+  EXPECT_EQ(in_->socket_reads - reads, 1u) << "one read for the whole batch";
+}
+
+// A socket that takes part of a batch: the rest goes out later, in order, nothing twice.
+TEST_F(RouterTls, APartialWriteContinuesInOrder) {
+  pair(pki_.files("host-1"), pki_.files("host-2"), "10.76.0.3");
+  std::string wo, wi;
+  ASSERT_EQ(shake(*out_, *in_, &wo, &wi), 1) << wo << " / " << wi;
+  int small = 16 * 1024;
+  ASSERT_EQ(::setsockopt(out_->fd(), SOL_SOCKET, SO_SNDBUF, &small, sizeof(small)), 0);
+  // Frames of every size: small ones staged together, large ones encrypted in place.
+  std::vector<size_t> lens;
+  size_t total = 0;
+  for (int f = 0; f < 200; ++f) {
+    lens.push_back(f % 5 == 0 ? 70'000 + f : 100 + (f * 37) % 3000);
+    total += lens.back();
+  }
+  std::vector<uint8_t> sent(total);
+  for (size_t i = 0; i < total; ++i) sent[i] = static_cast<uint8_t>(i * 13 + i / 509);
+  size_t at = 0;
+  for (size_t len : lens) {
+    wire::Request r = write_request(len);
+    shm::Seg seg{sent.data() + at, len};
+    ASSERT_TRUE(out_->send(wire::Type::kRequest, &r, sizeof(r), &seg, 1, len));
+    at += len;
+  }
+  ASSERT_TRUE(out_->flush(1));
+  EXPECT_TRUE(out_->tx_pending()) << "the socket took only part of it";
+  Collect got;
+  for (int i = 0; i < 100000 && (out_->tx_pending() || got.data.size() < total); ++i) {
+    ASSERT_TRUE(out_->flush(i + 2));
+    const char* why = nullptr;
+    ASSERT_TRUE(in_->receive(got, 1 << 20, &why)) << why;
+  }
+  EXPECT_EQ(got.frames, 200);
+  ASSERT_EQ(got.data.size(), total);
+  EXPECT_TRUE(got.data == sent);
+}
+
+// The same without TLS: one sendmsg gathers every frame's header and payload.
+TEST(RouterLinkPlain, ManyFramesGoOutInOneWriteAndAPartialOneContinues) {
+  int sv[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv), 0);
+  Link out(1, UniqueFd(sv[0]), true), in(2, UniqueFd(sv[1]), false);
+  out.tcp_connected();
+  const size_t kLen = 64;
+  std::vector<uint8_t> sent(300 * kLen);
+  for (size_t i = 0; i < sent.size(); ++i) sent[i] = static_cast<uint8_t>(i * 3 + 1);
+  for (int f = 0; f < 300; ++f) {
+    wire::Request r = write_request(kLen);
+    shm::Seg seg{sent.data() + f * kLen, kLen};
+    ASSERT_TRUE(out.send(wire::Type::kRequest, &r, sizeof(r), &seg, 1, kLen));
+  }
+  ASSERT_TRUE(out.flush(1));
+  EXPECT_FALSE(out.tx_pending());
+  EXPECT_EQ(out.socket_writes, 1u);
+  Collect got;
+  const char* why = nullptr;
+  ASSERT_TRUE(in.receive(got, 1 << 20, &why)) << why;
+  EXPECT_EQ(got.frames, 300);
+  EXPECT_EQ(got.data, sent);
+  // A batch larger than the socket takes: partial writes, then the rest in order.
+  int small = 8 * 1024;
+  ASSERT_EQ(::setsockopt(out.fd(), SOL_SOCKET, SO_SNDBUF, &small, sizeof(small)), 0);
+  std::vector<uint8_t> big(3 << 20);
+  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<uint8_t>(i * 11 + i / 4093);
+  for (size_t off = 0; off < big.size(); off += 96 * 1024 + 5) {
+    size_t len = std::min<size_t>(96 * 1024 + 5, big.size() - off);
+    wire::Request r = write_request(len);
+    shm::Seg seg{big.data() + off, len};
+    ASSERT_TRUE(out.send(wire::Type::kRequest, &r, sizeof(r), &seg, 1, len));
+  }
+  ASSERT_TRUE(out.flush(2));
+  EXPECT_TRUE(out.tx_pending());
+  Collect rest;
+  for (int i = 0; i < 100000 && (out.tx_pending() || rest.data.size() < big.size()); ++i) {
+    ASSERT_TRUE(out.flush(i + 3));
+    ASSERT_TRUE(in.receive(rest, 1 << 20, &why)) << why;
+  }
+  ASSERT_EQ(rest.data.size(), big.size());
+  EXPECT_TRUE(rest.data == big);
+}
+
 TEST_F(RouterTls, CertificateOfAnotherCaIsRefused) {
   // (The rogue trusts its own CA only, so it is the one that stops the handshake here; the
   // attack suite has a client that trusts anything.)

@@ -12,7 +12,7 @@
 namespace vrdma::daemon {
 
 namespace {
-constexpr int kIovBatch = 64;
+constexpr int kIovBatch = 1024;  // IOV_MAX: what one sendmsg takes
 constexpr int kTlsWritesPerFlush = 64;  // SSL_write calls per flush(): bounded work per pass
 }  // namespace
 
@@ -41,6 +41,7 @@ int Link::handshake(std::string* why) {
   ERR_clear_error();
   int rc = SSL_do_handshake(ssl_);
   if (rc == 1) {
+    ERR_clear_error();  // reads and writes from now on expect an empty error queue
     state_ = State::kOpen;
     ktls_send_ = BIO_get_ktls_send(SSL_get_wbio(ssl_)) > 0;
     ktls_recv_ = BIO_get_ktls_recv(SSL_get_rbio(ssl_)) > 0;
@@ -54,6 +55,17 @@ int Link::handshake(std::string* why) {
       BIO_set_data(out, this);
       tls_out_.reset(new uint8_t[kTlsOut]);
       SSL_set0_wbio(ssl_, out);
+    }
+    if (!ktls_recv_) {
+      // Records are read from tls_in_ from now on (OpenSSL keeps what it read ahead).
+      BIO* in = BIO_new(in_method());
+      if (!in) {
+        *why = "TLS: " + tls_error_text();
+        return -1;
+      }
+      BIO_set_data(in, this);
+      tls_in_.reset(new uint8_t[kTlsIn]);
+      SSL_set0_rbio(ssl_, in);
     }
     return 1;
   }
@@ -73,7 +85,7 @@ int Link::handshake(std::string* why) {
 }
 
 bool Link::rx_pending() const {
-  return ssl_ && state_ == State::kOpen && SSL_has_pending(ssl_);
+  return ssl_ && state_ == State::kOpen && (SSL_has_pending(ssl_) || tls_in_pos_ < tls_in_len_);
 }
 
 bool Link::send(wire::Type type, const void* body, uint32_t body_len, const shm::Seg* payload,
@@ -163,6 +175,7 @@ bool Link::flush_plain() {
       return false;
     }
     bytes_out += static_cast<uint64_t>(w);
+    ++socket_writes;
     // Retire whole frames.
     uint64_t left = static_cast<uint64_t>(w) + tail_off_;
     tail_off_ = 0;
@@ -219,6 +232,43 @@ int Link::out_write(BIO* b, const char* data, int len) {
   return static_cast<int>(n);
 }
 
+BIO_METHOD* Link::in_method() {
+  static BIO_METHOD* m = [] {
+    BIO_METHOD* meth = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK, "vrdma link in");
+    BIO_meth_set_read(meth, &Link::in_read);
+    BIO_meth_set_ctrl(meth, [](BIO*, int cmd, long, void*) -> long {
+      return cmd == BIO_CTRL_FLUSH ? 1 : 0;
+    });
+    BIO_meth_set_create(meth, [](BIO* b) {
+      BIO_set_init(b, 1);
+      return 1;
+    });
+    return meth;
+  }();
+  return m;
+}
+
+int Link::in_read(BIO* b, char* data, int len) {
+  auto* l = static_cast<Link*>(BIO_get_data(b));
+  BIO_clear_retry_flags(b);
+  if (len <= 0) return 0;
+  if (l->tls_in_pos_ == l->tls_in_len_) {
+    l->tls_in_pos_ = l->tls_in_len_ = 0;
+    ssize_t n = ::recv(l->fd_.get(), l->tls_in_.get(), kTlsIn, MSG_DONTWAIT);
+    if (n == 0) return 0;  // the end of the stream
+    if (n < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) BIO_set_retry_read(b);
+      return -1;
+    }
+    l->tls_in_len_ = static_cast<size_t>(n);
+    ++l->socket_reads;
+  }
+  size_t n = std::min(l->tls_in_len_ - l->tls_in_pos_, static_cast<size_t>(len));
+  memcpy(data, l->tls_in_.get() + l->tls_in_pos_, n);
+  l->tls_in_pos_ += n;
+  return static_cast<int>(n);
+}
+
 bool Link::next_plain() {
   if (plain_len_) return true;
   if (!stage_) stage_.reset(new uint8_t[kStage]);
@@ -267,17 +317,22 @@ bool Link::drain_tls_out() {
       return false;
     }
     tls_out_pos_ += static_cast<size_t>(w);
+    ++socket_writes;
   }
   tls_out_pos_ = tls_out_len_ = 0;
   return true;
 }
 
 bool Link::flush_tls() {
+  // SSL_write makes one record per call (partial writes); the records collect in tls_out_ and
+  // go to the socket together, in one send per kTlsOutHigh bytes of them, not one per record.
   for (int i = 0; i < kTlsWritesPerFlush; ++i) {
-    if (!drain_tls_out()) return false;
-    if (tls_out_len_ - tls_out_pos_ >= kTlsOutHigh) return true;  // the socket is full
-    if (!next_plain()) return true;
-    ERR_clear_error();
+    if (tls_out_len_ - tls_out_pos_ >= kTlsOutHigh) {
+      if (!drain_tls_out()) return false;
+      if (tls_out_len_ - tls_out_pos_ >= kTlsOutHigh) return true;  // the socket is full
+    }
+    if (!next_plain()) break;
+    // (The error queue is empty: a failure clears it.)
     int n = SSL_write(ssl_, plain_, static_cast<int>(std::min<size_t>(plain_len_, 1 << 30)));
     if (n > 0) {
       plain_ += n;
@@ -287,7 +342,13 @@ bool Link::flush_tls() {
       continue;
     }
     int e = SSL_get_error(ssl_, n);
-    if (e == SSL_ERROR_WANT_WRITE || e == SSL_ERROR_WANT_READ) continue;  // drained next round
+    if (e == SSL_ERROR_WANT_WRITE || e == SSL_ERROR_WANT_READ) {
+      // tls_out_ is full: to the socket, then on if it took some.
+      const size_t before = tls_out_len_ - tls_out_pos_;
+      if (!drain_tls_out()) return false;
+      if (tls_out_len_ - tls_out_pos_ == before) return true;
+      continue;
+    }
     ERR_clear_error();
     return false;
   }
@@ -297,9 +358,10 @@ bool Link::flush_tls() {
 ssize_t Link::read_some(uint8_t* buf, size_t len) {
   if (!ssl_ || (ktls_recv_ && !SSL_has_pending(ssl_))) {
     ssize_t n = ::recv(fd_.get(), buf, len, MSG_DONTWAIT);
+    if (n > 0) ++socket_reads;
     return n;
   }
-  ERR_clear_error();
+  // (The error queue is empty: every failure below clears it, so no call per read does.)
   errno = 0;
   int n = SSL_read(ssl_, buf, static_cast<int>(std::min<size_t>(len, INT32_MAX)));
   if (n > 0) return n;
@@ -324,7 +386,9 @@ ssize_t Link::read_vec(const iovec* iov, int n) {
     msghdr mh{};
     mh.msg_iov = const_cast<iovec*>(iov);
     mh.msg_iovlen = static_cast<size_t>(n);
-    return ::recvmsg(fd_.get(), &mh, MSG_DONTWAIT);
+    ssize_t got = ::recvmsg(fd_.get(), &mh, MSG_DONTWAIT);
+    if (got > 0) ++socket_reads;
+    return got;
   }
   // SSL_read fills one buffer at a time.
   return read_some(static_cast<uint8_t*>(iov[0].iov_base), iov[0].iov_len);
@@ -343,11 +407,11 @@ void Link::on_payload() {
   handler_->on_payload(*this);
 }
 
-bool Link::receive(LinkHandler& h, size_t budget, const char** why) {
+bool Link::receive(LinkHandler& h, size_t budget, const char** why, size_t direct_budget) {
   if (state_ != State::kOpen) return true;
   handler_ = &h;
-  size_t got = 0;
-  while (got < budget) {
+  size_t got = 0, total = 0;
+  while (got < budget && total < direct_budget) {
     iovec iov[shm::kMaxRecvSge + 1];
     int k = parser_.direct_iov(iov, shm::kMaxRecvSge + 1, kDirectRead);
     ssize_t n;
@@ -360,9 +424,10 @@ bool Link::receive(LinkHandler& h, size_t budget, const char** why) {
       // dispatches.
       n = read_some(rbuf_.get(), std::min(kRecvBuffer, budget - got));
       if (n > 0 && !parser_.feed(rbuf_.get(), static_cast<size_t>(n), *this, why)) return false;
+      if (n > 0) got += static_cast<size_t>(n);
     }
     if (n > 0) {
-      got += static_cast<size_t>(n);
+      total += static_cast<size_t>(n);
       bytes_in += static_cast<uint64_t>(n);
       continue;
     }

@@ -113,11 +113,17 @@ class Link : private FrameSink {
   // Writes what the socket takes. Returns false when the connection failed. Progress of any
   // byte clears tx_stalled_ns.
   bool flush(int64_t now);
-  // Reads and dispatches frames until the socket is empty or `budget` bytes were read.
+  // Reads and dispatches frames until the socket is empty, `budget` bytes of frames went
+  // through the receive buffer (which bounds how many frames one call dispatches), or
+  // `direct_budget` bytes were read in all (payloads read straight into their destination
+  // count there only: a link carrying large payloads yields to the others now and then).
   // Returns false when the connection ended or sent garbage (*why says which).
-  bool receive(LinkHandler& h, size_t budget, const char** why);
+  bool receive(LinkHandler& h, size_t budget, const char** why,
+               size_t direct_budget = kDirectBudget);
+  static constexpr size_t kDirectBudget = 1024 * 1024;
 
   uint64_t bytes_out = 0, bytes_in = 0;
+  uint64_t socket_writes = 0, socket_reads = 0;  // send/recv calls on the socket that moved data
   uint64_t bytes_queued = 0;  // frame bytes queued by send() since the link opened
   // Queued frame bytes not yet written to the socket (plaintext).
   uint64_t unwritten_bytes() const { return bytes_queued - bytes_out; }
@@ -141,6 +147,9 @@ class Link : private FrameSink {
   static constexpr uint64_t kDirectWrite = 16 * 1024;
   static constexpr size_t kTlsOut = 256 * 1024;
   static constexpr size_t kTlsOutHigh = kTlsOut / 2;  // stop encrypting while this much waits
+  // User-space TLS: what the socket holds is read into tls_in_ in large reads, from which
+  // OpenSSL takes its records (one recv per up to kTlsIn bytes, not one per record).
+  static constexpr size_t kTlsIn = 256 * 1024;
 
   // FrameSink, forwarded to the handler of the receive() in progress.
   bool on_frame(wire::Type type, const uint8_t* body, uint32_t payload, PayloadDest& dest,
@@ -156,6 +165,8 @@ class Link : private FrameSink {
   bool drain_tls_out();  // writes the collected records to the socket
   static BIO_METHOD* out_method();
   static int out_write(BIO* b, const char* data, int len);
+  static BIO_METHOD* in_method();
+  static int in_read(BIO* b, char* data, int len);
   // recv / SSL_read into one buffer or a scatter list: >0 bytes, 0 end of stream, -1 errno set
   // (EAGAIN: nothing now).
   ssize_t read_some(uint8_t* buf, size_t len);
@@ -180,6 +191,8 @@ class Link : private FrameSink {
   bool plain_direct_ = false;  // plain_ points into a frame (its bytes count in tail_off_)
   std::unique_ptr<uint8_t[]> tls_out_;
   size_t tls_out_pos_ = 0, tls_out_len_ = 0;
+  std::unique_ptr<uint8_t[]> tls_in_;
+  size_t tls_in_pos_ = 0, tls_in_len_ = 0;
 
   // Receive side.
   std::unique_ptr<uint8_t[]> rbuf_;

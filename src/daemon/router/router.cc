@@ -102,6 +102,7 @@ void Router::on_event(uint64_t tag, int64_t now) {
     if (it != doorbells_.end()) {
       uint64_t v;
       [[maybe_unused]] ssize_t n = ::read(it->second.get(), &v, sizeof(v));
+      work_ring(it->first);
     }
     return;
   }
@@ -169,7 +170,9 @@ bool Router::poll(int64_t now) {
     if (idle) graveyard_.clear();
   }
   check_timeouts(now);
+  work_pass_done();
   if (now >= next_check_ns_) {
+    work_sweep();
     check_links(now);
     reclaim_mappings();
     next_check_ns_ = now + 100'000'000;
@@ -229,7 +232,7 @@ int64_t Router::next_deadline(int64_t now) const {
   bool busy = held_count_ || !connects_.empty();
   for (auto& [id, l] : links_)
     busy |= !l->open() || (!l->outbound() && !l->authenticated) || l->tx_pending();
-  for (auto& [qpn, o] : outbound_) busy |= o->done != o->sent;
+  for (const Outbound* o = work_head_; o; o = o->work_next) busy |= o->done != o->sent;
   // A flow held by its rate limit needs the clock when it may send again.
   if (qos_ready_ns_ >= 0) return std::clamp<int64_t>(qos_ready_ns_, now, now + 5'000'000);
   if (busy) return now + 5'000'000;
@@ -237,9 +240,11 @@ int64_t Router::next_deadline(int64_t now) const {
 }
 
 bool Router::prepare_sleep() {
-  for (auto& [qpn, o] : outbound_) o->sq->doorbell.store(1, std::memory_order_relaxed);
+  // QPs off the work list are armed already (router_worklist.cc).
+  for (Outbound* o = work_head_; o; o = o->work_next)
+    o->sq->doorbell.store(1, std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_seq_cst);
-  for (auto& [qpn, o] : outbound_) {
+  for (Outbound* o = work_head_; o; o = o->work_next) {
     // Work posted (within what the queue can hold: a nonsense tail is not work).
     uint64_t t = o->sq->tail.load(std::memory_order_relaxed);
     if (t != o->sent && t >= o->done && t - o->done <= uint64_t(o->sq_mask) + 1 &&
@@ -248,6 +253,12 @@ bool Router::prepare_sleep() {
   }
   for (auto& [id, l] : links_)
     if (l->tx_pending() || (l->rx_pending() && !l->rx_paused)) return false;
+  // Armed: those with nothing to do leave the list; a ring brings them back.
+  for (Outbound* o = work_head_; o;) {
+    Outbound* next = o->work_next;
+    if (!has_work(*o)) work_remove(*o);
+    o = next;
+  }
   return true;
 }
 
@@ -288,7 +299,7 @@ void Router::qp_freed(uint32_t qpn) {
     Outbound& o = *it->second;
     send_posted(o);
     if (Link* l = find_link(o.link_id); l && l->routed_qps) --l->routed_qps;
-    outbound_.erase(it);
+    erase_outbound(it);
   }
 }
 
@@ -302,7 +313,7 @@ void Router::client_gone(uint32_t client) {
         l->send(wire::Type::kPeerGone, &g, sizeof(g));
       }
       if (l && l->routed_qps) --l->routed_qps;
-      it = outbound_.erase(it);
+      it = erase_outbound(it);
     } else {
       ++it;
     }
@@ -475,7 +486,7 @@ void Router::on_connect_rep(Link& link, const wire::ConnectRep& r) {
     if (Link* l = find_link(ex->second->link_id); l && l->routed_qps) --l->routed_qps;
   }
   qos_attach(*o);
-  outbound_[pc.qpn] = std::move(o);
+  put_outbound(std::move(o));
   pc.done(0, r.qp_type);
 }
 

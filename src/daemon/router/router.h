@@ -183,6 +183,10 @@ class Router : public LinkHandler {
   // Requests held for each local client (the destination QP's owner): count and payload bytes.
   std::map<uint32_t, std::pair<uint64_t, uint64_t>> held_by_owner() const;
   size_t routed_qps() const { return outbound_.size(); }
+  // Routed QPs on the work list now (router_worklist.cc), and how many times passes looked at
+  // a QP's queue since the router started.
+  size_t active_qps() const { return work_count_; }
+  uint64_t qp_visits() const { return qp_visits_; }
 
   // QoS (router_qos.cc). Applies a rule at once (control path); the rules in force.
   void set_qos(const qos::NamedRule& rule);
@@ -300,6 +304,19 @@ class Router : public LinkHandler {
   void qos_attach(Outbound& o);
   bool pump_all(int64_t now);
   uint32_t qos_container(uint32_t ipv4, const std::string& tenant);
+  // The work list (router_worklist.cc): the routed QPs a pass serves.
+  bool has_work(const Outbound& o) const;
+  void work_add(Outbound& o);
+  void work_remove(Outbound& o);
+  // Arms its doorbell and takes it off the list, unless it has work after all (false).
+  bool work_retire(Outbound& o);
+  void work_pass_done();             // QPs idle for a while leave the list
+  void work_ring(uint32_t client);   // the client's doorbell rang
+  void work_sweep();                 // every routed QP with work joins (state changes)
+  // Every routed QP goes into outbound_ through put_outbound and leaves through erase_outbound.
+  void put_outbound(std::unique_ptr<Outbound> o);
+  std::map<uint32_t, std::unique_ptr<Outbound>>::iterator erase_outbound(
+      std::map<uint32_t, std::unique_ptr<Outbound>>::iterator it);
 
   // Responder (router_responder.cc, router_hold.cc).
   void on_request(Link& link, const wire::Request& r, uint32_t payload, PayloadDest& dest);
@@ -349,6 +366,10 @@ class Router : public LinkHandler {
   int64_t next_check_ns_ = 0;      // check_links
   int64_t next_dir_check_ns_ = 0;  // the directory still knows the links' hosts
   std::map<uint32_t, std::unique_ptr<Outbound>> outbound_;     // local qpn ->
+  Outbound* work_head_ = nullptr;  // the work list, through Outbound::work_next
+  Outbound* work_tail_ = nullptr;
+  size_t work_count_ = 0;
+  uint64_t qp_visits_ = 0;
   std::map<uint32_t, uint64_t> link_connects_;                 // peer host -> links that came up
   std::map<uint64_t, std::unique_ptr<Inbound>> inbound_;       // link id << 32 | src qpn ->
   std::unordered_map<uint32_t, std::unique_ptr<RxFrame>> rx_;  // link id -> frame in progress

@@ -34,7 +34,7 @@ int Router::attach_multicast(uint32_t qpn, const LocalQp& qp) {
   std::unique_ptr<Outbound> o;
   if (int err = attach_outbound(pc, &o)) return err;
   qos_attach(*o);
-  outbound_[qpn] = std::move(o);
+  put_outbound(std::move(o));
   return 0;
 }
 

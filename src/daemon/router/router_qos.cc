@@ -2,7 +2,7 @@
 // links, in the order the QoS scheduler (daemon/qos) gives: the latency class first, then
 // tenants and their containers by weight, within their rate limits.
 //
-// Each pass, every routed QP is pumped once for its state changes and flushes; the QPs with
+// Each pass, every routed QP on the work list (router_worklist.cc) is pumped once for its state changes and flushes; the QPs with
 // requests to send join their flow (their container's traffic of their class), and flows are
 // then served one request at a time, the QPs of a flow in turn. A QP leaves the pass when its
 // queue is empty, its link has no room (or has link_window_bytes unwritten: the rest waits in
@@ -83,8 +83,9 @@ std::vector<Router::QosFlowInfo> Router::qos_flows() const {
 bool Router::pump_all(int64_t now) {
   bool work = false;
   // Every QP: state changes and flushes; those with requests to send join their flow.
-  for (auto& [qpn, op] : outbound_) {
+  for (Outbound* op = work_head_; op; op = op->work_next) {
     Outbound& o = *op;
+    ++qp_visits_;
     work |= pump(o, now, 0);
     o.qos_next = nullptr;
     o.qos_pass_sent = 0;

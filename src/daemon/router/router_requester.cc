@@ -245,6 +245,7 @@ bool Router::send_wqe(Outbound& o, const Wqe& w, int64_t now) {
 bool Router::pump(Outbound& o, int64_t now, uint32_t max_wqes) {
   if (o.qp->gone.load(std::memory_order_relaxed)) return false;
   uint32_t st = o.qp->state.load(std::memory_order_acquire);
+  o.last_state = st;
   if (st == IBV_QPS_RESET) {
     // A reset drops the queue; the QP may be connected again later. Numbering goes on where
     // it was, so that the connection's sequence has no gap.
@@ -368,7 +369,8 @@ bool Router::link_silent(Link& l, int64_t now, int64_t bound) {
 
 void Router::check_timeouts(int64_t now) {
   std::vector<uint32_t> silent;
-  for (auto& [qpn, op] : outbound_) {
+  // QPs with outstanding requests are on the work list.
+  for (Outbound* op = work_head_; op; op = op->work_next) {
     Outbound& o = *op;
     if (o.failed || o.done == o.sent || o.info.type == IBV_QPT_UD) continue;
     Link* l = find_link(o.link_id);

@@ -72,6 +72,12 @@ struct Router::Outbound {
   uint64_t stamp_end[kStamps] = {};
   int64_t stamp_ns[kStamps] = {};
   uint8_t stamp_first = 0, stamp_count = 0;
+  // The work list (router_worklist.cc): its neighbours there while it is on it, and how many
+  // passes in a row found it with nothing to do.
+  Outbound* work_prev = nullptr;
+  Outbound* work_next = nullptr;
+  bool on_work = false;
+  uint32_t idle_passes = 0;
 };
 
 struct Router::HeldRequest {

@@ -147,9 +147,12 @@ SSL* TlsContext::new_session(int fd, bool client, uint32_t expect_ipv4, std::str
   return ssl;
 }
 
+// (These leave OpenSSL's error queue empty: the link's reads and writes rely on it.)
 bool tls_peer_host_id(SSL* ssl, uint32_t* id) {
   X509* cert = SSL_get0_peer_certificate(ssl);
-  return cert && SSL_get_verify_result(ssl) == X509_V_OK && parse_host_cn(subject_cn(cert), id);
+  bool ok = cert && SSL_get_verify_result(ssl) == X509_V_OK && parse_host_cn(subject_cn(cert), id);
+  ERR_clear_error();
+  return ok;
 }
 
 bool tls_peer_has_ip(SSL* ssl, uint32_t ipv4) {
@@ -157,7 +160,9 @@ bool tls_peer_has_ip(SSL* ssl, uint32_t ipv4) {
   if (!cert) return false;
   unsigned char raw[4];
   std::memcpy(raw, &ipv4, 4);
-  return X509_check_ip(cert, raw, sizeof(raw), 0) == 1;
+  bool ok = X509_check_ip(cert, raw, sizeof(raw), 0) == 1;
+  ERR_clear_error();
+  return ok;
 }
 
 }  // namespace vrdma::daemon

@@ -1,0 +1,124 @@
+// The router's work list (router_worklist.cc): a pass serves the routed QPs with work; idle
+// ones leave the list with their doorbell armed and come back when their owner rings it; a QP
+// freed while on the list is gone from it.
+#include <cstring>
+
+#include "router_fake.h"
+
+namespace vrdma::daemon::testing {
+namespace {
+
+class WorkList : public RoutedRc {
+ protected:
+  void SetUp() override {
+    RoutedRc::SetUp();
+    for (int i = 0; i < 20; ++i) pairs.push_back(new_pair());
+  }
+  // A signaled WRITE of `n` bytes from q's client's MR into the other side's.
+  void write(FakeQp& q, uint64_t wr_id, uint32_t n = 4096) {
+    post_rdma(q, wr_id, IBV_WR_RDMA_WRITE, m1->sge(0, n), m2->addr(), m2->key);
+  }
+  std::vector<std::pair<FakeQp*, FakeQp*>> pairs;
+};
+
+TEST_F(WorkList, IdleQpsLeaveTheListAndAreNotVisited) {
+  write(*a, 1);
+  ASSERT_EQ(send_completions(*a, 1).size(), 1u);
+  run(500);  // longer than a QP stays on the list idle
+  EXPECT_EQ(h1->router().routed_qps(), 21u);
+  EXPECT_EQ(h1->router().active_qps(), 0u);
+  EXPECT_EQ(h2->router().active_qps(), 0u);
+  const uint64_t v1 = h1->router().qp_visits(), v2 = h2->router().qp_visits();
+  run(2000);
+  EXPECT_EQ(h1->router().qp_visits(), v1) << "no idle QP is looked at";
+  EXPECT_EQ(h2->router().qp_visits(), v2);
+  // Every idle QP's doorbell is armed: its owner's next post rings.
+  EXPECT_EQ(a->sq->doorbell.load(), 1u);
+  for (auto& [x, y] : pairs) EXPECT_EQ(x->sq->doorbell.load(), 1u);
+}
+
+TEST_F(WorkList, APostRingsTheDoorbellAndOnlyThatQpIsServed) {
+  run(500);
+  ASSERT_EQ(h1->router().active_qps(), 0u);
+  FakeQp& q = *pairs[7].first;
+  const uint64_t before = h1->router().qp_visits();
+  auto data = random_bytes(4096, 5);
+  memcpy(m1->ptr, data.data(), data.size());
+  write(q, 42);
+  EXPECT_EQ(q.sq->doorbell.load(), 0u) << "the post took the armed doorbell";
+  run(1);
+  EXPECT_EQ(h1->router().active_qps(), 1u);
+  auto wcs = send_completions(q, 1);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].wr_id, 42u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(memcmp(m2->ptr, data.data(), data.size()), 0);
+  run(500);
+  EXPECT_EQ(h1->router().active_qps(), 0u);
+  // One QP visited once a pass while it was on the list, not 21.
+  EXPECT_LT(h1->router().qp_visits() - before, 700u);
+}
+
+TEST_F(WorkList, PostsWhileQpsAreListedNeedNoDoorbell) {
+  write(*a, 1);
+  run(1);
+  ASSERT_GE(h1->router().active_qps(), 1u);
+  EXPECT_EQ(a->sq->doorbell.load(), 0u);
+  // More posts while it is served: nothing to ring, all complete in order.
+  for (uint64_t i = 2; i <= 40; ++i) write(*a, i, 512);
+  auto wcs = send_completions(*a, 40);
+  ASSERT_EQ(wcs.size(), 40u);
+  for (size_t i = 0; i < wcs.size(); ++i) {
+    EXPECT_EQ(wcs[i].wr_id, i + 1);
+    EXPECT_EQ(wcs[i].status, IBV_WC_SUCCESS);
+  }
+}
+
+TEST_F(WorkList, QpsFreedWhileListedAreGoneFromIt) {
+  run(500);
+  // Three QPs with work; the middle one and the last one are freed while on the list.
+  FakeQp* q[3] = {pairs[2].first, pairs[3].first, pairs[4].first};
+  for (int i = 0; i < 3; ++i)
+    for (uint64_t k = 0; k < 8; ++k) write(*q[i], 100 * i + k, 8192);
+  run(1);
+  ASSERT_EQ(h1->router().active_qps(), 3u);
+  h1->router().qp_freed(q[1]->qpn);
+  EXPECT_EQ(h1->router().active_qps(), 2u);
+  EXPECT_EQ(h1->router().routed_qps(), 20u);
+  auto wcs = send_completions(*q[0], 8);
+  EXPECT_EQ(wcs.size(), 8u);
+  h1->router().qp_freed(q[2]->qpn);
+  run(500);
+  EXPECT_EQ(h1->router().active_qps(), 0u);
+  // The list still works: a QP after them is served.
+  write(*pairs[5].first, 7);
+  wcs = send_completions(*pairs[5].first, 1);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_SUCCESS);
+  // And the freed one's client going away leaves nothing behind.
+  h1->client_gone(*c1);
+  run(100);
+  EXPECT_EQ(h1->router().active_qps(), 0u);
+  EXPECT_EQ(h1->router().routed_qps(), 0u);
+}
+
+TEST_F(WorkList, AStateChangeNobodyRangForIsSeenBySweep) {
+  run(500);
+  ASSERT_EQ(h1->router().active_qps(), 0u);
+  // Entries posted without a ring (an owner that found the doorbell unarmed a moment before
+  // the router armed it cannot do that; a state change rings nothing at all): the periodic
+  // sweep still finds them.
+  a->sq->doorbell.store(0);
+  const int fd = c1->doorbell;
+  c1->doorbell = -1;
+  write(*a, 9);
+  c1->doorbell = fd;
+  run(50);
+  EXPECT_EQ(h1->router().active_qps(), 0u);
+  auto wcs = send_completions(*a, 1, 2000, 100'000);  // 200 ms of simulated time
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_SUCCESS);
+}
+
+}  // namespace
+}  // namespace vrdma::daemon::testing
