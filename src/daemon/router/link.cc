@@ -14,6 +14,23 @@ namespace vrdma::daemon {
 namespace {
 constexpr int kIovBatch = 1024;  // IOV_MAX: what one sendmsg takes
 constexpr int kTlsWritesPerFlush = 64;  // SSL_write calls per flush(): bounded work per pass
+// A BIO of the link's own buffers (one direction each): flushing is a no-op, there is nothing
+// to set up.
+BIO_METHOD* sink_method(const char* name, int (*write)(BIO*, const char*, int),
+                        int (*read)(BIO*, char*, int)) {
+  BIO_METHOD* meth = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK, name);
+  if (write) BIO_meth_set_write(meth, write);
+  if (read) BIO_meth_set_read(meth, read);
+  BIO_meth_set_ctrl(meth, [](BIO*, int cmd, long, void*) -> long {
+    return cmd == BIO_CTRL_FLUSH ? 1 : 0;
+  });
+  BIO_meth_set_create(meth, [](BIO* b) {
+    BIO_set_init(b, 1);
+    return 1;
+  });
+  return meth;
+}
+
 }  // namespace
 
 Link::Link(uint32_t id, UniqueFd fd, bool outbound)
@@ -196,18 +213,7 @@ bool Link::flush_plain() {
 }
 
 BIO_METHOD* Link::out_method() {
-  static BIO_METHOD* m = [] {
-    BIO_METHOD* meth = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK, "vrdma link");
-    BIO_meth_set_write(meth, &Link::out_write);
-    BIO_meth_set_ctrl(meth, [](BIO*, int cmd, long, void*) -> long {
-      return cmd == BIO_CTRL_FLUSH ? 1 : 0;
-    });
-    BIO_meth_set_create(meth, [](BIO* b) {
-      BIO_set_init(b, 1);
-      return 1;
-    });
-    return meth;
-  }();
+  static BIO_METHOD* m = sink_method("vrdma link", &Link::out_write, nullptr);
   return m;
 }
 
@@ -233,18 +239,7 @@ int Link::out_write(BIO* b, const char* data, int len) {
 }
 
 BIO_METHOD* Link::in_method() {
-  static BIO_METHOD* m = [] {
-    BIO_METHOD* meth = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK, "vrdma link in");
-    BIO_meth_set_read(meth, &Link::in_read);
-    BIO_meth_set_ctrl(meth, [](BIO*, int cmd, long, void*) -> long {
-      return cmd == BIO_CTRL_FLUSH ? 1 : 0;
-    });
-    BIO_meth_set_create(meth, [](BIO* b) {
-      BIO_set_init(b, 1);
-      return 1;
-    });
-    return meth;
-  }();
+  static BIO_METHOD* m = sink_method("vrdma link in", nullptr, &Link::in_read);
   return m;
 }
 
