@@ -54,26 +54,34 @@ static_assert(sizeof(PacingPage) <= kPacingPageSize);
 
 // Whether vrdmad set a limit in the page.
 inline bool limited(const PacingPage& p) {
-  return p.bytes_per_s.load(std::memory_order_relaxed) | p.msgs_per_s.load(std::memory_order_relaxed);
+  return p.bytes_per_s.load(std::memory_order_relaxed) |
+         p.msgs_per_s.load(std::memory_order_relaxed);
+}
+
+// What one request costs each meter of `p` at its limits, in ns of the rate (0: no limit).
+struct PacingCost {
+  uint64_t bytes_ns, msg_ns;
+};
+inline PacingCost pacing_cost(const PacingPage& p, uint64_t bytes) {
+  const uint64_t bps = p.bytes_per_s.load(std::memory_order_relaxed);
+  const uint64_t mps = p.msgs_per_s.load(std::memory_order_relaxed);
+  return {
+      bps ? static_cast<uint64_t>(static_cast<unsigned __int128>(bytes) * 1'000'000'000 / bps) : 0,
+      mps ? 1'000'000'000 / mps : 0};
 }
 
 // A request of `bytes` against one page: 0 (it may go; both meters charged), or the ns to wait.
 inline int64_t pace(PacingPage& p, uint64_t bytes, int64_t now) {
-  const uint64_t bps = p.bytes_per_s.load(std::memory_order_relaxed);
-  const uint64_t mps = p.msgs_per_s.load(std::memory_order_relaxed);
-  const uint64_t byte_cost = bps ? static_cast<uint64_t>(
-                                       static_cast<unsigned __int128>(bytes) * 1'000'000'000 / bps)
-                                 : 0;
-  const uint64_t msg_cost = mps ? 1'000'000'000 / mps : 0;
-  if (byte_cost) {
-    if (int64_t wait = p.bytes.admit(byte_cost, now)) {
+  const PacingCost c = pacing_cost(p, bytes);
+  if (c.bytes_ns) {
+    if (int64_t wait = p.bytes.admit(c.bytes_ns, now)) {
       p.holds.fetch_add(1, std::memory_order_relaxed);
       return wait;
     }
   }
-  if (msg_cost) {
-    if (int64_t wait = p.msgs.admit(msg_cost, now)) {
-      if (byte_cost) p.bytes.refund(byte_cost);
+  if (c.msg_ns) {
+    if (int64_t wait = p.msgs.admit(c.msg_ns, now)) {
+      if (c.bytes_ns) p.bytes.refund(c.bytes_ns);
       p.holds.fetch_add(1, std::memory_order_relaxed);
       return wait;
     }
@@ -84,12 +92,9 @@ inline int64_t pace(PacingPage& p, uint64_t bytes, int64_t now) {
 // Gives back what pace() charged for a request that did not go after all (the destination had
 // no receive posted, or was not ready).
 inline void unpace(PacingPage& p, uint64_t bytes) {
-  const uint64_t bps = p.bytes_per_s.load(std::memory_order_relaxed);
-  const uint64_t mps = p.msgs_per_s.load(std::memory_order_relaxed);
-  if (bps)
-    p.bytes.refund(
-        static_cast<uint64_t>(static_cast<unsigned __int128>(bytes) * 1'000'000'000 / bps));
-  if (mps) p.msgs.refund(1'000'000'000 / mps);
+  const PacingCost c = pacing_cost(p, bytes);
+  if (c.bytes_ns) p.bytes.refund(c.bytes_ns);
+  if (c.msg_ns) p.msgs.refund(c.msg_ns);
 }
 
 }  // namespace vrdma::shm

@@ -1,14 +1,15 @@
 // Same-host rate limits: the meters of a pacing page (shm/pacing.h) with simulated time, shared
 // between threads, and vrdmad's table of pages (daemon/core/pacing_table.h).
-#include <gtest/gtest.h>
+#include "shm/pacing.h"
+
 #include <arpa/inet.h>
+#include <gtest/gtest.h>
 #include <sys/mman.h>
 
 #include <thread>
 #include <vector>
 
 #include "daemon/core/pacing_table.h"
-#include "shm/pacing.h"
 
 namespace vrdma {
 namespace {

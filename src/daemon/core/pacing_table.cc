@@ -68,7 +68,8 @@ int PacingTable::acquire(uint32_t ipv4, const std::string& tenant, int fds[2]) {
 }
 
 void PacingTable::release(uint32_t ipv4, const std::string& tenant) {
-  if (auto it = containers_.find({tenant, ipv4}); it != containers_.end() && --it->second.users == 0) {
+  if (auto it = containers_.find({tenant, ipv4});
+      it != containers_.end() && --it->second.users == 0) {
     unmap(it->second);
     containers_.erase(it);
   }
@@ -84,8 +85,7 @@ void PacingTable::apply(const qos::RuleSet& rules) {
   for (auto& [name, p] : tenants_) set_limits(p, name.empty() ? qos::Rule{} : rules_.tenant(name));
 }
 
-const shm::PacingPage* PacingTable::container_page(uint32_t ipv4,
-                                                   const std::string& tenant) const {
+const shm::PacingPage* PacingTable::container_page(uint32_t ipv4, const std::string& tenant) const {
   auto it = containers_.find({tenant, ipv4});
   return it == containers_.end() ? nullptr : it->second.page;
 }
