@@ -91,6 +91,42 @@ TEST(QosScheduler, WeightsOneToThreeGiveOneToThreeBytes) {
   EXPECT_NEAR(ratio, 3.0, 0.03) << link.sent[bulk(a)] << " vs " << link.sent[bulk(b)];
 }
 
+TEST(QosScheduler, RemovedContainersAndTenantsGiveTheirIdsAgainFresh) {
+  Scheduler s;
+  uint32_t t = s.add_tenant({}, 0);
+  uint32_t a = s.add_container(t, Rule{1, 0, 0}, 0);
+  uint32_t b = s.add_container(t, Rule{1, 1000, 0}, 0);  // 1000 B/s
+  s.backlog(bulk(b));
+  s.charge(bulk(b), 5000, 1, 0);
+  EXPECT_EQ(s.containers_of(t), 2u);
+  s.remove_container(b);
+  EXPECT_FALSE(s.live(b));
+  EXPECT_FALSE(s.backlogged(bulk(b)));
+  EXPECT_EQ(s.containers_of(t), 1u);
+  s.remove_tenant(t);  // still has a container: stays
+  uint32_t u = s.add_tenant({}, 0);
+  EXPECT_NE(u, t);
+  // b's id again, with nothing of b: no counters, no limit, no debt in its bucket.
+  uint32_t c = s.add_container(u, Rule{3, 0, 0}, 0);
+  EXPECT_EQ(c, b);
+  EXPECT_TRUE(s.live(c));
+  EXPECT_EQ(s.tenant_of(c), u);
+  EXPECT_EQ(s.counters(bulk(c)).bytes, 0u);
+  EXPECT_EQ(s.containers(), 2u);
+  // The tables work as before with the id given again: weights 1 and 3 across tenants of
+  // equal weight give 1:1 between the tenants.
+  s.backlog(bulk(a));
+  s.backlog(bulk(c));
+  SimLink link{s, 1e9, {4096, 4096, 4096, 4096}};
+  link.run(kSecond / 10);
+  EXPECT_NEAR(double(link.sent[bulk(c)]) / double(link.sent[bulk(a)]), 1.0, 0.03);
+  // A tenant without containers leaves; its id is given again.
+  s.idle(bulk(a));
+  s.remove_container(a);
+  s.remove_tenant(t);
+  EXPECT_EQ(s.add_tenant({}, 0), t);
+}
+
 TEST(QosScheduler, TenantsShareByWeightWhateverTheirContainers) {
   Scheduler s;
   uint32_t t1 = s.add_tenant(Rule{1, 0, 0}, 0);

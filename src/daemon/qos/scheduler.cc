@@ -15,25 +15,55 @@ const char* class_name(int cls) {
 }
 
 uint32_t Scheduler::add_tenant(const Rule& rule, int64_t now) {
-  tenants_.emplace_back();
-  auto id = static_cast<uint32_t>(tenants_.size() - 1);
+  uint32_t id;
+  if (!free_tenants_.empty()) {
+    id = free_tenants_.back();
+    free_tenants_.pop_back();
+    tenants_[id] = Tenant{};
+  } else {
+    tenants_.emplace_back();
+    id = static_cast<uint32_t>(tenants_.size() - 1);
+  }
   set_tenant_rule(id, rule, now);
   for (int c = 0; c < kClasses; ++c) tenants_[id].vtime[c] = served_[c];
   return id;
 }
 
 uint32_t Scheduler::add_container(uint32_t tenant, const Rule& rule, int64_t now) {
-  containers_.emplace_back();
-  auto id = static_cast<uint32_t>(containers_.size() - 1);
-  containers_[id].tenant = tenant;
-  set_container_rule(id, rule, now);
-  for (int c = 0; c < kClasses; ++c) {
-    containers_[id].vtime[c] = tenants_[tenant].served[c];
-    flows_.emplace_back();
+  uint32_t id;
+  if (!free_containers_.empty()) {
+    id = free_containers_.back();
+    free_containers_.pop_back();
+    containers_[id] = Container{};
+    for (int c = 0; c < kClasses; ++c) flows_[flow(id, c)] = Flow{};
+  } else {
+    containers_.emplace_back();
+    id = static_cast<uint32_t>(containers_.size() - 1);
+    for (int c = 0; c < kClasses; ++c) flows_.emplace_back();
   }
+  containers_[id].tenant = tenant;
+  ++tenants_[tenant].containers;
+  set_container_rule(id, rule, now);
+  for (int c = 0; c < kClasses; ++c) containers_[id].vtime[c] = tenants_[tenant].served[c];
   // Room for every flow in the lists of backlogged flows: backlog() never allocates.
   for (auto& a : active_) a.reserve(flows_.size());
   return id;
+}
+
+void Scheduler::remove_container(uint32_t container) {
+  Container& c = containers_[container];
+  if (!c.live) return;
+  for (int cls = 0; cls < kClasses; ++cls) idle(flow(container, cls));
+  c.live = false;
+  --tenants_[c.tenant].containers;
+  free_containers_.push_back(container);
+}
+
+void Scheduler::remove_tenant(uint32_t tenant) {
+  Tenant& t = tenants_[tenant];
+  if (!t.live || t.containers) return;
+  t.live = false;
+  free_tenants_.push_back(tenant);
 }
 
 void Scheduler::set_tenant_rule(uint32_t tenant, const Rule& rule, int64_t now) {

@@ -14,6 +14,10 @@
 // Rate limits are token buckets (token_bucket.h) in bytes/s and messages/s, per container and
 // per tenant, shared by the classes: a flow whose container's or tenant's bucket is empty is
 // held (skipped) until it refills, which next_ready() tells.
+//
+// Tenants and containers that are gone are removed (control path, when none of their flows is
+// backlogged); their ids are given again to the next ones added, so the tables stay as large
+// as the most there were at once.
 #pragma once
 
 #include <cstdint>
@@ -51,10 +55,17 @@ class Scheduler {
   // Control path.
   uint32_t add_tenant(const Rule& rule, int64_t now);
   uint32_t add_container(uint32_t tenant, const Rule& rule, int64_t now);
+  // Frees an idle container's id (its flows' counters go with it) / a tenant's that has no
+  // containers left.
+  void remove_container(uint32_t container);
+  void remove_tenant(uint32_t tenant);
   void set_tenant_rule(uint32_t tenant, const Rule& rule, int64_t now);
   void set_container_rule(uint32_t container, const Rule& rule, int64_t now);
+  // Ids in use are below these; live() tells which are.
   size_t tenants() const { return tenants_.size(); }
   size_t containers() const { return containers_.size(); }
+  bool live(uint32_t container) const { return containers_[container].live; }
+  uint32_t containers_of(uint32_t tenant) const { return tenants_[tenant].containers; }
   const Rule& tenant_rule(uint32_t t) const { return tenants_[t].rule; }
   const Rule& container_rule(uint32_t c) const { return containers_[c].rule; }
   uint32_t tenant_of(uint32_t container) const { return containers_[container].tenant; }
@@ -96,12 +107,15 @@ class Scheduler {
     double vtime[kClasses] = {};     // its virtual time among tenants
     double served[kClasses] = {};    // the virtual time of its container served last
     uint32_t active[kClasses] = {};  // its backlogged containers per class
+    uint32_t containers = 0;         // live containers
+    bool live = true;
   };
   struct Container {
     Rule rule;
     Limits limits;
     uint32_t tenant = 0;
     double vtime[kClasses] = {};
+    bool live = true;
   };
   struct Flow {
     bool backlogged = false;
@@ -114,6 +128,7 @@ class Scheduler {
   std::vector<Tenant> tenants_;
   std::vector<Container> containers_;
   std::vector<Flow> flows_;
+  std::vector<uint32_t> free_tenants_, free_containers_;
   std::vector<uint32_t> active_[kClasses];  // backlogged flows (capacity: every flow)
   double served_[kClasses] = {};            // virtual time of the tenant served last
 };

@@ -173,6 +173,7 @@ bool Router::poll(int64_t now) {
   work_pass_done();
   if (now >= next_check_ns_) {
     work_sweep();
+    qos_prune(now);
     check_links(now);
     reclaim_mappings();
     next_check_ns_ = now + 100'000'000;

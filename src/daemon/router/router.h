@@ -200,6 +200,8 @@ class Router : public LinkHandler {
   };
   // Every container's flows that carried traffic, and the configured ones.
   std::vector<QosFlowInfo> qos_flows() const;
+  // Containers the scheduler's tables have room for (those that left give their room again).
+  size_t qos_table_size() const { return qos_.containers(); }
   bool tls() const { return tls_ != nullptr; }
 
   // LinkHandler.
@@ -304,6 +306,11 @@ class Router : public LinkHandler {
   void qos_attach(Outbound& o);
   bool pump_all(int64_t now);
   uint32_t qos_container(uint32_t ipv4, const std::string& tenant);
+  // A routed QP of the container came / went; containers without QPs for qos_linger_ns leave
+  // the scheduler (their counters with them).
+  void qos_hold(uint32_t container);
+  void qos_release(uint32_t container);
+  void qos_prune(int64_t now);
   // The work list (router_worklist.cc): the routed QPs a pass serves.
   bool has_work(const Outbound& o) const;
   void work_add(Outbound& o);
@@ -375,13 +382,16 @@ class Router : public LinkHandler {
   std::unordered_map<uint32_t, std::unique_ptr<RxFrame>> rx_;  // link id -> frame in progress
   std::map<uint64_t, PendingConnect> connects_;
   std::map<uint32_t, uint64_t> host_held_;  // host id -> payload bytes held for it
-  // QoS: the scheduler, its containers (by address) and tenants (by name), and per flow the
+  // QoS: the scheduler, its containers (by address and tenant: an address given again to a
+  // container of another tenant is another container) and tenants (by name), and per flow the
   // QPs with work in this pass (a list through Outbound::qos_next).
   qos::Scheduler qos_;
-  std::unordered_map<uint32_t, uint32_t> qos_containers_;
+  std::map<std::pair<uint32_t, std::string>, uint32_t> qos_containers_;
   std::map<std::string, uint32_t> qos_tenants_;
   std::vector<uint32_t> qos_container_ip_;          // container id -> address
   std::vector<std::string> qos_container_tenant_;  // container id -> tenant name
+  std::vector<uint32_t> qos_container_qps_;        // container id -> its routed QPs
+  std::vector<int64_t> qos_container_idle_ns_;     // container id -> when its last QP went
   struct QosQueue {
     Outbound* head = nullptr;
     Outbound* tail = nullptr;

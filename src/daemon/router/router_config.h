@@ -29,6 +29,8 @@ struct RouterLimits {
   // Request bytes queued on a link and not yet written to its socket beyond which no more are
   // queued: what waits is in the QPs' queues, where the QoS scheduler chooses what goes next.
   uint64_t link_window_bytes = 1ull << 20;
+  // A container's QoS state and counters stay this long after its last routed QP went.
+  int64_t qos_linger_ns = 300'000'000'000;
 };
 
 struct RouterConfig {

@@ -2,13 +2,13 @@
 // links, in the order the QoS scheduler (daemon/qos) gives: the latency class first, then
 // tenants and their containers by weight, within their rate limits.
 //
-// Each pass, every routed QP on the work list (router_worklist.cc) is pumped once for its state changes and flushes; the QPs with
-// requests to send join their flow (their container's traffic of their class), and flows are
-// then served one request at a time, the QPs of a flow in turn. A QP leaves the pass when its
-// queue is empty, its link has no room (or has link_window_bytes unwritten: the rest waits in
-// the QPs' queues, where the scheduler can still choose), or it sent wqes_per_pump requests.
-// Nothing here allocates: flows' lists run through the QPs, and the scheduler's tables grow
-// when a QP is attached.
+// Each pass, every routed QP on the work list (router_worklist.cc) is pumped once for its state
+// changes and flushes; the QPs with requests to send join their flow (their container's traffic of
+// their class), and flows are then served one request at a time, the QPs of a flow in turn. A QP
+// leaves the pass when its queue is empty, its link has no room (or has link_window_bytes
+// unwritten: the rest waits in the QPs' queues, where the scheduler can still choose), or it sent
+// wqes_per_pump requests. Nothing here allocates: flows' lists run through the QPs, and the
+// scheduler's tables grow when a QP is attached.
 #include <algorithm>
 
 #include "daemon/router/router_state.h"
@@ -25,7 +25,7 @@ bool own_tenant(const std::string& tenant) {
 }  // namespace
 
 uint32_t Router::qos_container(uint32_t ipv4, const std::string& tenant) {
-  auto it = qos_containers_.find(ipv4);
+  auto it = qos_containers_.find({ipv4, tenant});
   if (it != qos_containers_.end()) return it->second;
   const int64_t now = now_;
   const qos::Rule rule = cfg_.qos.container(ipv4);
@@ -40,11 +40,18 @@ uint32_t Router::qos_container(uint32_t ipv4, const std::string& tenant) {
       t = qos_tenants_.emplace(tenant, qos_.add_tenant(cfg_.qos.tenant(tenant), now)).first;
     tenant_id = t->second;
   }
-  uint32_t id = qos_.add_container(tenant_id, rule, now);
-  qos_containers_[ipv4] = id;
-  qos_container_ip_.push_back(ipv4);
-  qos_container_tenant_.push_back(tenant);
-  qos_queues_.resize(qos_.containers() * qos::kClasses);
+  const uint32_t id = qos_.add_container(tenant_id, rule, now);
+  qos_containers_[{ipv4, tenant}] = id;
+  const size_t n = qos_.containers();
+  qos_container_ip_.resize(n);
+  qos_container_tenant_.resize(n);
+  qos_container_qps_.resize(n);
+  qos_container_idle_ns_.resize(n);
+  qos_container_ip_[id] = ipv4;
+  qos_container_tenant_[id] = tenant;
+  qos_container_qps_[id] = 0;
+  qos_container_idle_ns_[id] = now;
+  qos_queues_.resize(n * qos::kClasses);
   return id;
 }
 
@@ -52,13 +59,40 @@ void Router::qos_attach(Outbound& o) {
   o.qos_container = qos_container(o.info.ipv4, o.info.tenant);
 }
 
+void Router::qos_hold(uint32_t container) {
+  if (container < qos_container_qps_.size()) ++qos_container_qps_[container];
+}
+
+void Router::qos_release(uint32_t container) {
+  if (container >= qos_container_qps_.size() || !qos_container_qps_[container]) return;
+  if (--qos_container_qps_[container] == 0) qos_container_idle_ns_[container] = now_;
+}
+
+void Router::qos_prune(int64_t now) {
+  for (uint32_t c = 0; c < qos_.containers(); ++c) {
+    if (!qos_.live(c) || qos_container_qps_[c] ||
+        now - qos_container_idle_ns_[c] < lim_.qos_linger_ns)
+      continue;
+    const std::string tenant = std::move(qos_container_tenant_[c]);
+    qos_containers_.erase({qos_container_ip_[c], tenant});
+    const uint32_t t = qos_.tenant_of(c);
+    qos_.remove_container(c);
+    qos_container_tenant_[c].clear();
+    if (qos_.containers_of(t)) continue;
+    qos_.remove_tenant(t);
+    if (!own_tenant(tenant)) qos_tenants_.erase(tenant);
+  }
+}
+
 void Router::set_qos(const qos::NamedRule& rule) {
   cfg_.qos.put(rule);
   if (rule.kind == qos::NamedRule::Kind::kContainer) {
-    auto it = qos_containers_.find(rule.ipv4);
-    if (it != qos_containers_.end()) {
+    // Every container at that address (one, unless the address passed to another tenant
+    // while the last one's state lingers).
+    for (auto it = qos_containers_.lower_bound({rule.ipv4, std::string()});
+         it != qos_containers_.end() && it->first.first == rule.ipv4; ++it) {
       qos_.set_container_rule(it->second, rule.rule, now_);
-      if (own_tenant(qos_container_tenant_[it->second]))
+      if (own_tenant(it->first.second))
         qos_.set_tenant_rule(qos_.tenant_of(it->second), qos::Rule{rule.rule.weight, 0, 0}, now_);
     }
   } else {
@@ -70,7 +104,7 @@ void Router::set_qos(const qos::NamedRule& rule) {
 std::vector<Router::QosFlowInfo> Router::qos_flows() const {
   std::vector<QosFlowInfo> out;
   for (uint32_t c = 0; c < qos_.containers(); ++c)
-    for (int cls = 0; cls < qos::kClasses; ++cls) {
+    for (int cls = 0; cls < qos::kClasses && qos_.live(c); ++cls) {
       const qos::FlowCounters& k = qos_.counters(qos::Scheduler::flow(c, cls));
       if (!k.msgs && !k.holds && cls != qos::kBulk) continue;
       const uint32_t t = qos_.tenant_of(c);

@@ -100,7 +100,11 @@ void Router::work_sweep() {
 void Router::put_outbound(std::unique_ptr<Outbound> o) {
   const uint32_t qpn = o->qpn;
   o->last_state = o->qp->state.load(std::memory_order_relaxed);
-  if (auto ex = outbound_.find(qpn); ex != outbound_.end()) work_remove(*ex->second);
+  if (auto ex = outbound_.find(qpn); ex != outbound_.end()) {
+    work_remove(*ex->second);
+    qos_release(ex->second->qos_container);
+  }
+  qos_hold(o->qos_container);
   Outbound& ref = *o;
   outbound_[qpn] = std::move(o);
   work_add(ref);
@@ -109,6 +113,7 @@ void Router::put_outbound(std::unique_ptr<Outbound> o) {
 std::map<uint32_t, std::unique_ptr<Router::Outbound>>::iterator Router::erase_outbound(
     std::map<uint32_t, std::unique_ptr<Outbound>>::iterator it) {
   work_remove(*it->second);
+  qos_release(it->second->qos_container);
   return outbound_.erase(it);
 }
 
