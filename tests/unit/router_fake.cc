@@ -302,13 +302,15 @@ std::vector<RecvCompletion> FakeQp::poll_recv() {
 
 // ---- a host --------------------------------------------------------------------------------
 
-FakeHost::FakeHost(uint32_t host_id, FakeDirectory& dir, const RouterLimits& lim)
+FakeHost::FakeHost(uint32_t host_id, FakeDirectory& dir, const RouterLimits& lim,
+                   uint32_t bulk_links)
     : host_id_(host_id), dir_(dir) {
   epoll_ = ::epoll_create1(EPOLL_CLOEXEC);
   RouterConfig cfg;
   cfg.host_id = host_id;
   cfg.plaintext = true;
   cfg.limits = lim;
+  cfg.bulk_links = bulk_links;
   Router::Hooks h;
   auto owner = [this](uint32_t client) -> FakeClient* {
     for (auto& c : clients_)
@@ -503,8 +505,8 @@ RouterPair::~RouterPair() {
 }
 
 void RouterPair::start() {
-  h1 = std::make_unique<FakeHost>(1, dir, limits);
-  h2 = std::make_unique<FakeHost>(2, dir, limits);
+  h1 = std::make_unique<FakeHost>(1, dir, limits, bulk_links);
+  h2 = std::make_unique<FakeHost>(2, dir, limits, bulk_links);
   // One pair per direction: host 1's outbound link is host 2's inbound one, and back.
   for (int dir12 = 0; dir12 < 2; ++dir12) {
     int sv[2];
@@ -515,6 +517,18 @@ void RouterPair::start() {
     ASSERT_EQ(out.router().adopt_link(UniqueFd(sv[0]), in.id(), true, now), 0);
     ASSERT_EQ(in.router().adopt_link(UniqueFd(sv[1]), out.id(), false, now), 0);
   }
+  // The other bulk links, a pair each way per lane.
+  for (uint32_t k = 1; k < bulk_links; ++k)
+    for (int dir12 = 0; dir12 < 2; ++dir12) {
+      int sv[2];
+      ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv), 0);
+      FakeHost& out = dir12 == 0 ? *h1 : *h2;
+      FakeHost& in = dir12 == 0 ? *h2 : *h1;
+      const uint32_t lane = wire::bulk_lane(k);
+      bulk_fds_.push_back(sv[0]);
+      ASSERT_EQ(out.router().adopt_link(UniqueFd(sv[0]), in.id(), true, now, lane), 0);
+      ASSERT_EQ(in.router().adopt_link(UniqueFd(sv[1]), out.id(), false, now, lane), 0);
+    }
   for (int dir12 = 0; latency_lane && dir12 < 2; ++dir12) {
     int sv[2];
     ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv), 0);
@@ -579,6 +593,11 @@ void RouterPair::connect(FakeQp& a, FakeQp& b) {
 
 void RouterPair::cut_links() {
   for (int fd : link_fds_) ::shutdown(fd, SHUT_RDWR);
+}
+
+void RouterPair::cut_bulk_links(uint32_t k) {
+  for (size_t i = 2 * (k - 1); i < 2 * k && i < bulk_fds_.size(); ++i)
+    ::shutdown(bulk_fds_[i], SHUT_RDWR);
 }
 
 void RouterPair::cut_latency_links() {

@@ -171,7 +171,8 @@ struct Fatal {
 // One host: its router with fake hooks, its clients and QPs.
 class FakeHost {
  public:
-  FakeHost(uint32_t host_id, FakeDirectory& dir, const RouterLimits& lim);
+  FakeHost(uint32_t host_id, FakeDirectory& dir, const RouterLimits& lim,
+           uint32_t bulk_links = 1);
   ~FakeHost();
   Router& router() { return *router_; }
   uint32_t id() const { return host_id_; }
@@ -212,6 +213,9 @@ class RouterPair : public ::testing::Test {
   // start() also joins the hosts by a latency lane (wire.h), a pair each way, as the routers'
   // own links would be once a latency-class QP connects.
   bool latency_lane = false;
+  // start() also joins the hosts by the other bulk links (RouterConfig::bulk_links), a pair
+  // each way per lane, and gives both routers that setting.
+  uint32_t bulk_links = 1;
   void start();
 
   FakeDirectory dir;
@@ -233,14 +237,16 @@ class RouterPair : public ::testing::Test {
   int connect_one(FakeQp& a, FakeQp& b);
   // Cuts the main links between the hosts (both directions of both socket pairs).
   void cut_links();
-  // The same for the latency lane's links.
+  // The same for the latency lane's links / bulk link k's (1 .. bulk_links - 1).
   void cut_latency_links();
+  void cut_bulk_links(uint32_t k);
   // Host `h`'s link to or from the other host in `lane` (none: nullopt).
   static std::optional<Router::LinkInfo> link_of(FakeHost& h, bool outbound, uint32_t lane);
   void kill_h2() { h2.reset(); }
 
   std::vector<int> link_fds_;  // h1's ends: [0] outbound to h2, [1] inbound from h2
   std::vector<int> latency_fds_;  // the same in the latency lane
+  std::vector<int> bulk_fds_;     // the same per other bulk link (k - 1) * 2 + direction
 };
 
 inline constexpr uint32_t kAllAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |

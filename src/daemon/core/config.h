@@ -29,6 +29,7 @@ struct DaemonConfig {
     r.listen = router_listen;
     r.tls = TlsFiles{tls_ca, tls_cert, tls_key};
     r.plaintext = router_plaintext;
+    r.bulk_links = router_links;
     r.qos = qos;
     return r;
   }
@@ -87,6 +88,7 @@ struct DaemonConfig {
   // user, whose role may write only this host's keys).
   std::string tls_ca, tls_cert, tls_key;
   bool router_plaintext = false;  // links between routers without TLS (insecure)
+  uint32_t router_links = 1;      // bulk links to each other host (RouterConfig::bulk_links)
   std::vector<Ipv4Cidr> pod_cidrs;      // container networks this host owns
   qos::RuleSet qos;  // weights and rate limits of containers and tenants on the router's links
   std::string directory = "embedded";   // "embedded" or "etcd://host:port[,host:port...]"

@@ -145,7 +145,7 @@ std::string Daemon::metrics_text() {
       ls.outbound = l.outbound;
       ls.up = l.connected;
       ls.security = !l.tls ? "plaintext" : l.ktls ? "ktls" : "tls";
-      ls.lane = l.lane == wire::kMainLane ? "main" : "latency";
+      ls.lane = wire::lane_label(l.lane);
       ls.rx_bytes = l.bytes_in;
       ls.tx_bytes = l.bytes_out;
       ls.rx_frames = l.frames_in;

@@ -10,6 +10,7 @@
 #include "daemon/identity/tenant_policy.h"
 #include "daemon/identity/tenants.h"
 #include "daemon/qos/rules.h"
+#include "daemon/router/wire.h"
 
 namespace vrdma::daemon {
 
@@ -183,6 +184,12 @@ void add_options(CLI::App& app, DaemonOptions& opts) {
                "INSECURE: links between routers without TLS, neither authenticated nor "
                "encrypted (for benchmarks and closed test networks); without it a router needs "
                "--tls-ca, --tls-cert and --tls-key");
+  app.add_option("--router-links", cfg.router_links,
+                 "Bulk links (TCP streams) this host's router opens to each other host; the "
+                 "bulk QPs connecting to a host take them in turn (the latency class has a link "
+                 "of its own). More links spread the kernel's work where cores allow")
+      ->default_val(cfg.router_links)
+      ->check(CLI::Range(1u, wire::kMaxBulkLinks));
   app.add_option("--qos", opts.qos,
                  "Quality of service between hosts: the share and limits of a container "
                  "(container=IPV4:...) or a tenant (tenant=NAME:...) on the router's links, as "

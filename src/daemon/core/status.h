@@ -61,6 +61,7 @@ struct StatusInput {
   size_t directory_hosts = 1;
   bool router = false;
   size_t routed_qps = 0;
+  uint32_t router_links = 0;  // bulk links per host pair (--router-links)
   struct Link {
     uint32_t host_id;
     bool outbound, connected;

@@ -159,9 +159,9 @@ bool Router::poll(int64_t now) {
   // scheduler just let go ahead leaves at once, and what arrived on them is not left waiting
   // behind the bulk links' reads and writes (router_lanes.cc).
   for (auto& [id, l] : links_)
-    if (l->lane != wire::kMainLane) work |= serve_link(*l, now);
+    if (l->lane == wire::kLatencyLane) work |= serve_link(*l, now);
   for (auto& [id, l] : links_)
-    if (l->lane == wire::kMainLane) work |= serve_link(*l, now);
+    if (l->lane != wire::kLatencyLane) work |= serve_link(*l, now);
   close_doomed();
   if (held_count_) retry_held(now);
   if (!graveyard_.empty()) {
@@ -275,7 +275,7 @@ void Router::connect_qp(uint32_t qpn, const LocalQp& qp, uint32_t dst_ipv4, uint
   if (r == Lookup::kNotFound || h.host_id == cfg_.host_id) return done(EHOSTUNREACH, 0);
   int err = 0;
   const int cls = connect_class(qpn, qp);
-  Link* link = outbound_link(h.host_id, lane_of(cls), &err);
+  Link* link = outbound_link(h.host_id, connect_lane(qpn, qp, cls), &err);
   if (!link) {
     LOG_WARN("router: no link to host %u: %s", h.host_id, strerror(err));
     return done(err, 0);
@@ -289,9 +289,8 @@ void Router::send_connect(Link& link, uint32_t qpn, const LocalQp& qp, int cls,
   wire::Connect c{id, qp.ipv4, dst_ipv4, qpn, dst_qpn, qp.type, 0};
   if (!link.send(wire::Type::kConnect, &c, sizeof(c))) return done(EAGAIN, 0);
   link.last_used_ns = now_ns();
-  connects_[id] = PendingConnect{link.id(), dst_ipv4, qpn,
-                                 qp,        dst_qpn,  now_ns() + kConnectReplyNs,
-                                 std::move(done), cls};
+  connects_[id] = PendingConnect{link.id(),      dst_ipv4, qpn,       qp, dst_qpn,
+                                 now_ns() + kConnectReplyNs, std::move(done), cls, link.lane};
 }
 
 void Router::qp_freed(uint32_t qpn) {

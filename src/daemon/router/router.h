@@ -225,7 +225,8 @@ class Router : public LinkHandler {
     uint32_t dst_qpn;
     int64_t deadline;
     ConnectDone done;
-    int cls = qos::kBulk;  // the QP's QoS class as it connects: its lane, and its flow
+    int cls = qos::kBulk;  // the QP's QoS class as it connects: its flow
+    uint32_t lane = wire::kMainLane;  // the lane of the link its Connect went on: all its frames'
   };
 
   // Links (router.cc, router_links.cc). Our link to a host in a lane (made on first use), or
@@ -239,6 +240,9 @@ class Router : public LinkHandler {
   // Lanes (router_lanes.cc): the QoS class local QP `qpn` connects with (its address's, read
   // where the library keeps it; a UD QP already routed keeps its own).
   int connect_class(uint32_t qpn, const LocalQp& qp);
+  // The lane its Connect goes on: the latency lane for that class; for bulk, one of the
+  // cfg_.bulk_links bulk links to the host in turn (a UD QP already routed keeps its own).
+  uint32_t connect_lane(uint32_t qpn, const LocalQp& qp, int cls);
   // Serves one link in poll(): connect, handshake, write, read. Whether it did any work.
   bool serve_link(Link& link, int64_t now);
   // Sends a Connect for local QP `qpn` of class `cls` on `link` and waits for its ConnectRep.
@@ -360,6 +364,7 @@ class Router : public LinkHandler {
   std::unique_ptr<ClientFds> fd_source_;
   uint32_t next_link_id_ = 1;
   std::map<uint32_t, std::unique_ptr<Link>> links_;
+  uint32_t next_bulk_link_ = 0;  // connect_lane's turn among the bulk links
   std::map<uint64_t, uint32_t> host_links_;  // lane_key(host id, lane) -> our outbound link id
   std::vector<std::pair<uint32_t, std::string>> doomed_links_;
   std::unordered_map<uint32_t, std::shared_ptr<shm::Peer>> peers_;  // client id -> mapped arena

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "daemon/qos/rules.h"
+#include "daemon/router/wire.h"
 #include "daemon/router/tls.h"
 
 namespace vrdma::daemon {
@@ -13,7 +14,8 @@ namespace vrdma::daemon {
 // cluster; tests shrink them.
 struct RouterLimits {
   uint32_t max_links = 256;          // links in every state, both directions
-  uint32_t max_links_per_host = 4;   // from one router address (before and after its Hello)
+  // From one router address (before and after its Hello): one per lane, and two more.
+  uint32_t max_links_per_host = wire::kLanes + 2;
   uint32_t max_connections_per_link = 65536;  // inbound connections (Connect) on one link
   int64_t handshake_ns = 2'000'000'000;        // TCP connect + TLS handshake
   int64_t hello_ns = 3'000'000'000;            // from accept to a valid Hello
@@ -42,6 +44,9 @@ struct RouterConfig {
   // no links but the one to itself.
   bool local_only = false;
   RouterLimits limits;
+  // Bulk links to each other host (1..wire::kMaxBulkLinks): the bulk QPs to a host are spread
+  // over them in turn, each QP on one.
+  uint32_t bulk_links = 1;
   qos::RuleSet qos;  // weights and rate limits of containers and tenants (default: equal, none)
 };
 

@@ -9,6 +9,13 @@
 // frames keep their order, and a link that fails takes exactly its own QPs with it. A lane's
 // link is opened when its first QP connects (most host pairs never carry the latency class),
 // and closes when idle like any link.
+//
+// With several bulk links per host pair (RouterConfig::bulk_links, vrdmad --router-links), the
+// bulk QPs connecting to a host take them in turn: lanes main, bulk1, bulk2, ... Each link is
+// its own TCP stream (and TLS session), so the kernel's send and receive work of one QP's
+// stream does not queue behind another's.
+#include <algorithm>
+
 #include "common/log.h"
 #include "daemon/router/router_state.h"
 
@@ -23,6 +30,14 @@ int Router::connect_class(uint32_t qpn, const LocalQp& qp) {
     return qos::kBulk;  // attaching it will fail as well
   const auto* s = reinterpret_cast<const shm::QpShared*>(p->base() + qp.arena_offset);
   return qos_class_of(s->traffic_class.load(std::memory_order_acquire));
+}
+
+uint32_t Router::connect_lane(uint32_t qpn, const LocalQp& qp, int cls) {
+  if (qp.type == IBV_QPT_UD)
+    if (auto it = outbound_.find(qpn); it != outbound_.end()) return it->second->lane;
+  if (cls == qos::kLatency) return wire::kLatencyLane;
+  const uint32_t n = std::clamp<uint32_t>(cfg_.bulk_links, 1, wire::kMaxBulkLinks);
+  return lane_of(cls, next_bulk_link_++ % n);
 }
 
 }  // namespace vrdma::daemon

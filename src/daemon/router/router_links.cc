@@ -185,8 +185,8 @@ Link* Router::outbound_link(uint32_t host_id, uint32_t lane, int* err) {
   Link* l = link.get();
   links_.emplace(id, std::move(link));
   host_links_[lane_key(host_id, lane)] = id;
-  LOG_INFO("router: link %u to host %u at %s (%s lane): connecting", id, host_id,
-           h.router.c_str(), lane == wire::kMainLane ? "main" : "latency");
+  LOG_INFO("router: link %u to host %u at %s (%s lane %u): connecting", id, host_id,
+           h.router.c_str(), wire::lane_label(lane).c_str(), lane);
   return l;
 }
 
@@ -278,10 +278,10 @@ bool Router::on_hello(Link& link, const wire::Hello& h, const char** why) {
   link.peer_cidrs = e.cidrs;
   link.authenticated = true;
   link.last_rx_ns = now_;
-  LOG_INFO("router: link %u from host %u (%s, %s, %s lane)", link.id(), h.host_id,
+  LOG_INFO("router: link %u from host %u (%s, %s, %s lane %u)", link.id(), h.host_id,
            link.peer_addr.c_str(),
            !link.ssl() ? "plaintext" : link.ktls_recv() ? "TLS, kernel" : "TLS",
-           h.lane == wire::kMainLane ? "main" : "latency");
+           wire::lane_label(h.lane).c_str(), h.lane);
   return true;
 }
 

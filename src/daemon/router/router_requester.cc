@@ -29,7 +29,7 @@ int Router::attach_outbound(const PendingConnect& pc, std::unique_ptr<Outbound>*
   o->info = pc.qp;
   o->dst_qpn = pc.dst_qpn;
   o->cls = pc.cls;
-  o->lane = lane_of(pc.cls);
+  o->lane = pc.lane;
   auto p = peer(pc.qp.owner);
   if (!p) return EIO;
   o->peer = p;

@@ -136,9 +136,10 @@ inline int qos_class_of(uint32_t traffic_class) {
   return sl != 0 || dscp == 46 ? qos::kLatency : qos::kBulk;
 }
 
-// The lane of a class's QPs: the latency class has a link of its own to each host.
-inline uint32_t lane_of(int cls) {
-  return cls == qos::kLatency ? wire::kLatencyLane : wire::kMainLane;
+// The lane of a class's QPs: the latency class has a link of its own to each host; the bulk
+// class the main lane, or bulk link `k` of several (router_lanes.cc).
+inline uint32_t lane_of(int cls, uint32_t k = 0) {
+  return cls == qos::kLatency ? wire::kLatencyLane : wire::bulk_lane(k);
 }
 
 inline uint64_t lane_key(uint32_t host_id, uint32_t lane) {

@@ -15,6 +15,7 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <string>
 #include <type_traits>
 
 #include "common/protocol.h"
@@ -45,10 +46,22 @@ struct Header {
 };
 
 // Lanes: the links one host opens to another, chosen by the QoS class of the QPs they carry,
-// so that latency-class frames never wait behind bulk bytes in a TCP stream.
+// so that latency-class frames never wait behind bulk bytes in a TCP stream; bulk QPs are
+// spread over the main lane and up to kMaxBulkLinks - 1 more bulk lanes (--router-links).
 inline constexpr uint32_t kMainLane = 0;     // bulk, and everything that is not a QP's work
 inline constexpr uint32_t kLatencyLane = 1;  // QPs of the latency class (SL != 0 or DSCP 46)
-inline constexpr uint32_t kLanes = 2;
+inline constexpr uint32_t kMaxBulkLinks = 8;
+inline constexpr uint32_t kLanes = 1 + kMaxBulkLinks;  // main, latency, bulk 2..8
+// The lane of a host pair's bulk link number k (0: the main lane).
+inline constexpr uint32_t bulk_lane(uint32_t k) {
+  return k == 0 ? kMainLane : kLatencyLane + k;
+}
+// "main", "latency", "bulk1" .. "bulk7" (status, metrics, logs).
+inline std::string lane_label(uint32_t lane) {
+  if (lane == kMainLane) return "main";
+  if (lane == kLatencyLane) return "latency";
+  return "bulk" + std::to_string(lane - kLatencyLane);
+}
 
 struct Hello {
   uint32_t magic;

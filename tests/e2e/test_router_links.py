@@ -1,0 +1,67 @@
+"""Several bulk links per host pair (vrdmad --router-links 3): four container pairs run
+vrdma_stress across hosts at once (every opcode, every byte checked); their QPs are spread over
+the three TLS links h0 opens to h1 (lanes main, bulk1, bulk2), each of which carries traffic,
+and no pair sees an error, a corruption or a loss.
+
+VRDMA_STRESS names the vrdma_stress binary (set by CTest)."""
+
+import unittest
+
+import conftest_path  # noqa: F401
+from test_cross_host_load import OPCODES, PORT, find_stress, summary
+from vrdma_py.sandbox import Sandbox, container_ip
+
+PAIRS = 4
+LINKS = 3
+SECONDS = 8
+SB = Sandbox(hosts=2, containers=PAIRS, extra_args=[f"--daemon-arg=--router-links={LINKS}"])
+setUpModule = SB.up
+tearDownModule = SB.down
+
+
+class RouterLinks(unittest.TestCase):
+    def bulk_links(self, host, outbound):
+        return {l["lane"]: l for l in SB.status(host)["daemon"]["router"]["links"]
+                if l["direction"] == ("out" if outbound else "in") and l["lane"] != "latency"}
+
+    def test_bulk_qps_spread_over_the_links_with_every_byte_checked(self):
+        self.assertEqual(SB.status("h0")["daemon"]["router"]["bulk_links_per_host"], LINKS)
+        stress = find_stress()
+        servers = [SB.start(f"h1c{i}", stress) for i in range(PAIRS)]
+        try:
+            for i in range(PAIRS):
+                self.assertTrue(SB.wait_listening(f"h1c{i}", PORT, timeout=30),
+                                f"the server in h1c{i} never listened")
+            clients = [SB.start(f"h0c{i}", stress, "--seconds", str(SECONDS), "--gid-index",
+                                "0", container_ip(f"h1c{i}")) for i in range(PAIRS)]
+            results = [(i, clients[i].wait(SECONDS + 90), servers[i].wait(60))
+                       for i in range(PAIRS)]
+        finally:
+            for p in servers:
+                p.kill()
+        for i, crc, src in results:
+            c, s = clients[i], servers[i]
+            report = f"pair {i}:\n{c.out}{c.err}\nserver:\n{s.out}{s.err}"
+            self.assertEqual((crc, src), (0, 0), report)
+            cs, ss = summary(c.out), summary(s.out)
+            self.assertIsNotNone(cs, report)
+            self.assertIsNotNone(ss, report)
+            for side in (cs, ss):
+                for k in ("errors", "corrupt", "lost"):
+                    self.assertEqual(side[k], 0, f"{k}: {report}")
+            for op in OPCODES:
+                self.assertGreater(cs[op], 0, f"no {op} operations: {report}")
+        # h0's links to h1: one per bulk lane, TLS, each carried requests; h1 accepted them.
+        out = self.bulk_links("h0", True)
+        print("\n  h0 -> h1 links: " + ", ".join(
+            f"{lane} {l['bytes_out'] / 1e6:.1f} MB out" for lane, l in sorted(out.items())),
+            flush=True)
+        self.assertEqual(sorted(out), ["bulk1", "bulk2", "main"], out)
+        for lane, l in out.items():
+            self.assertEqual(l["security"], "tls", l)
+            self.assertGreater(l["bytes_out"], 1 << 20, f"{lane} carried nothing: {l}")
+        self.assertEqual(sorted(self.bulk_links("h1", False)), ["bulk1", "bulk2", "main"])
+
+
+if __name__ == "__main__":
+    unittest.main()
