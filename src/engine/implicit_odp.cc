@@ -12,16 +12,119 @@
 #include "engine/implicit_odp.h"
 
 #include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include <condition_variable>
+#include <deque>
 #include <memory>
+#include <thread>
 
 #include "engine/control.h"
 
 namespace vrdma {
 
 namespace {
+
 constexpr uint64_t kPage = shm::kPage;
+constexpr uint32_t kWrites =
+    IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC;
+constexpr size_t kMaxQueuedFaults = 64;
+
+// Whether every page of [start, end) is mapped readable, writable when `write`, and not
+// executable, as /proc/self/maps says: a registration maps its backing readable and writable in
+// place, which must not widen what the application's mapping allowed (a peer with remote write
+// rights must not turn the owner's code or read-only data writable).
+bool range_usable(uint64_t start, uint64_t end, bool write) {
+  FILE* f = ::fopen("/proc/self/maps", "re");
+  if (!f) return false;
+  char* line = nullptr;
+  size_t cap = 0;
+  uint64_t pos = start;
+  while (pos < end && ::getline(&line, &cap, f) > 0) {
+    unsigned long long lo, hi;
+    char perms[5] = {};
+    if (::sscanf(line, "%llx-%llx %4s", &lo, &hi, perms) != 3) break;
+    if (hi <= pos) continue;
+    if (lo > pos) break;  // a hole
+    if (perms[0] != 'r' || (write && perms[1] != 'w') || perms[2] == 'x') break;
+    pos = hi;
+  }
+  ::free(line);
+  ::fclose(f);
+  return pos >= end;
+}
+
+}  // namespace
+
+// The thread that registers what peers ask for (request_fault): vrdmad's notification may be
+// read by any thread that waits in a control call, with locks held.
+class OdpFaults {
+ public:
+  explicit OdpFaults(MemoryRegistry& mem) : mem_(mem) {
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &old);  // no signals meant for the application
+    thread_ = std::thread([this] { loop(); });
+    pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  }
+  ~OdpFaults() {
+    {
+      std::lock_guard lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  void push(uint32_t key, uint64_t addr, uint64_t length) {
+    std::lock_guard lock(mu_);
+    if (queue_.size() >= kMaxQueuedFaults) return;
+    for (const Fault& f : queue_)
+      if (f.key == key && f.addr == addr && f.length == length) return;  // asked already
+    queue_.push_back(Fault{key, addr, length});
+    cv_.notify_all();
+  }
+
+ private:
+  struct Fault {
+    uint32_t key;
+    uint64_t addr, length;
+  };
+  void loop() {
+    std::unique_lock lock(mu_);
+    for (;;) {
+      cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      if (stop_) return;
+      Fault f = queue_.front();
+      lock.unlock();
+      int err;
+      mem_.fault_in(f.key, f.addr, f.length, err);  // the peer asks again and sees the result
+      lock.lock();
+      queue_.pop_front();
+    }
+  }
+  MemoryRegistry& mem_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Fault> queue_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+void MemoryRegistry::request_fault(uint32_t key, uint64_t addr, uint64_t length) {
+  if (!has_implicit() || !is_implicit(key)) return;
+  std::lock_guard lock(faults_mu_);
+  if (!faults_) faults_ = new OdpFaults(*this);
+  faults_->push(key, addr, length);
+}
+
+void MemoryRegistry::stop_faults() {
+  std::lock_guard lock(faults_mu_);
+  delete faults_;
+  faults_ = nullptr;
 }
 
 int MemoryRegistry::reg_implicit(uint32_t pd, uint32_t access, LocalMr& out) {
@@ -30,7 +133,7 @@ int MemoryRegistry::reg_implicit(uint32_t pd, uint32_t access, LocalMr& out) {
   if (free_slots_.empty()) return ENOMEM;
   uint32_t slot = free_slots_.back();
   // No bytes of its own: its children are counted as they are registered.
-  proto::AllocKeyReq kreq{slot, access, 0, pd, 0};
+  proto::AllocKeyReq kreq{slot, access | proto::kKeyImplicit, 0, pd, 0};
   auto reply = std::make_unique<Packet>();
   int e = control_.call(proto::Op::kAllocKey, kreq, reply.get());
   auto* krep = reply->as<proto::AllocKeyRep>();
@@ -73,6 +176,11 @@ uint32_t MemoryRegistry::fault_in(uint32_t key, uint64_t addr, uint64_t len, int
   if (it != kids.begin()) {
     --it;
     if (it->second.end >= end) return it->second.key;
+  }
+  // Only what the application's own mapping allows (see range_usable).
+  if (!range_usable(start, end, access & kWrites)) {
+    err = EFAULT;
+    return 0;
   }
   LocalMr child;
   err = reg(pd, reinterpret_cast<void*>(start), end - start, start, access, child);

@@ -78,6 +78,7 @@ void copy_pages(void* dst, const void* src, size_t len) { memcpy(dst, src, len);
 uint32_t allocate_fd_id() { return g_next_fd_id.fetch_add(1); }
 
 MemoryRegistry::~MemoryRegistry() {
+  stop_faults();
   if (keys_) ::munmap(keys_, (sizeof(shm::KeyTable) + kPage - 1) & ~(kPage - 1));
   if (keys_fd_ >= 0) ::close(keys_fd_);
   for (auto& [s, b] : backings_) ::close(b.fd);

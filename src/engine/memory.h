@@ -126,6 +126,10 @@ class MemoryRegistry {
   // entry whose range cannot be made accessible gets key 0 (no MR: an access error when it is
   // used). Whether any entry named an implicit MR.
   bool resolve_implicit(ibv_sge* sge, int n);
+  // vrdmad says a peer wants [addr, addr+length) of the implicit MR `key`: fault_in() on the
+  // registry's fault thread (the caller may be inside a control call). Bounded queue: a request
+  // that does not fit is dropped (the peer asks again).
+  void request_fault(uint32_t key, uint64_t addr, uint64_t length);
 
   // Memory windows (window.cc). A window takes an MR slot of its own, whose key family vrdmad
   // reserves (the key with its low byte 0 and the 255 variants a bind may pick); a bound
@@ -195,6 +199,9 @@ class MemoryRegistry {
   std::map<uint32_t, std::map<uint64_t, Child>> children_;
   std::atomic<bool> implicit_[shm::kMrSlots] = {};
   std::atomic<uint32_t> implicit_count_{0};
+  class OdpFaults* faults_ = nullptr;  // the fault thread, made at the first request
+  std::mutex faults_mu_;
+  void stop_faults();
 
   Control& control_;
   shm::MrEntry* table_;

@@ -26,6 +26,7 @@ struct MrGrant {
   uint32_t pd = 0;
   uint32_t nseg = 0;
   bool writable = false;
+  bool implicit = false;  // through an implicit ODP MR's key: other ranges, other grants
   uint64_t iova = 0;
   uint64_t length = 0;
   uint64_t va_offset = 0;  // va - map_start
@@ -50,6 +51,13 @@ class FdSource {
   // of the reached QP points into it; else the remote rights wanted), or a positive errno.
   virtual int grant_mr(uint32_t owner, uint32_t via_qpn, uint32_t key, uint32_t access,
                        MrGrant& out) = 0;
+  // The same, naming the range wanted: for an implicit ODP MR's key the grant is of a
+  // registration covering it (MrGrant::implicit), and EAGAIN says the owner was asked to make
+  // one. Sources that know no implicit MRs need not override it.
+  virtual int grant_mr_range(uint32_t owner, uint32_t via_qpn, uint32_t key, uint32_t access,
+                             uint64_t /*addr*/, uint64_t /*length*/, MrGrant& out) {
+    return grant_mr(owner, via_qpn, key, access, out);
+  }
   // Trusted sources only: a writable mapping the source keeps of a backing that refuses new
   // writable mappings (write-sealed). nullptr otherwise.
   virtual uint8_t* kept_mapping(uint32_t owner, uint32_t fd_id, uint64_t& size);
@@ -111,10 +119,13 @@ class Peer {
     uint64_t map_len = 0;
     uint32_t access = 0, pd = 0;
     bool writable = false;
+    bool implicit = false;  // one registration of an implicit MR's: other ranges ask again
   };
   const uint8_t* lookup(uint32_t pd, uint32_t key, uint64_t addr, uint64_t len, uint32_t access,
                         bool& retry) const;
-  bool map_mr(uint32_t via_qpn, uint32_t key, uint32_t access);  // requires mu_
+  // 0 or a positive errno (EAGAIN: an implicit MR's owner was asked to register the range).
+  int map_mr(uint32_t via_qpn, uint32_t key, uint32_t access, uint64_t addr,
+             uint64_t len);  // requires mu_
   void retire(void* area, uint64_t len, bool same_registration);  // requires mu_
   int attach_keys(uint32_t via_qpn);                              // requires mu_
 
