@@ -19,9 +19,6 @@ constexpr uint32_t kWriteAccess =
 constexpr uint32_t kRemoteAccess =
     IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC;
 constexpr uint64_t kMaxMrBytes = 1ull << 40;
-// How long an access waits for the owner of an implicit ODP MR to register the range it names
-// (a page fault): past it, the access fails as one to memory the owner does not have.
-constexpr int64_t kOdpWaitUs = 1000000;
 constexpr uint32_t kMaxRingCapacity = 1u << 20;
 
 void close_all(MrGrant& g) {
@@ -186,7 +183,8 @@ uint8_t* Peer::translate(uint32_t via_qpn, uint32_t pd, uint32_t key, uint64_t a
     return const_cast<uint8_t*>(p);
   if (!retry || key == 0) return nullptr;
   // Slow path: ask for a grant; twice, in case the owner moved the MR in between. A range of an
-  // implicit ODP MR that its owner is registering now: ask again after a while, bounded.
+  // implicit ODP MR that its owner is registering now (a page fault): ask again after a while,
+  // within odp_wait_us_; past it the access fails as one to memory the owner does not have.
   int64_t waited_us = 0, pause_us = 50;
   for (int attempt = 0; attempt < 2; ++attempt) {
     int err;
@@ -195,7 +193,7 @@ uint8_t* Peer::translate(uint32_t via_qpn, uint32_t pd, uint32_t key, uint64_t a
       if (attach_keys(via_qpn) != 0) return nullptr;
       err = map_mr(via_qpn, key, access, addr, len);
     }
-    if (err == EAGAIN && waited_us < kOdpWaitUs) {
+    if (err == EAGAIN && waited_us < odp_wait_us_) {
       ::usleep(static_cast<useconds_t>(pause_us));
       waited_us += pause_us;
       pause_us = std::min<int64_t>(pause_us * 2, 20000);

@@ -104,6 +104,9 @@ class Peer {
   // pages or comes from them, instead of anonymous memory. Without it, such areas are emptied
   // at once.
   void defer_retire() { defer_retire_ = true; }
+  // How long translate() waits for the owner of an implicit ODP MR to register a range (1 s by
+  // default). vrdmad's router, whose one thread serves every QP of the host, waits less.
+  void set_odp_wait_us(int64_t us) { odp_wait_us_ = us; }
   // The owner's KeyTable::moves (0 before the first translate() attached the key table).
   uint32_t moves() const {
     const KeyTable* k = keys_.load(std::memory_order_acquire);
@@ -157,6 +160,7 @@ class Peer {
   // reclaim().
   std::vector<std::pair<void*, size_t>> kept_, retired_;
   bool defer_retire_ = false;
+  int64_t odp_wait_us_ = 1000000;
 };
 
 // A destination QP as the initiator sees it: validated views of its rings.
