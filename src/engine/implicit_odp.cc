@@ -44,7 +44,7 @@ bool range_usable(uint64_t start, uint64_t end, bool write) {
   char* line = nullptr;
   size_t cap = 0;
   uint64_t pos = start;
-  while (pos < end && ::getline(&line, &cap, f) > 0) {
+  while (pos<end&& ::getline(&line, &cap, f)> 0) {
     unsigned long long lo, hi;
     char perms[5] = {};
     if (::sscanf(line, "%llx-%llx %4s", &lo, &hi, perms) != 3) break;
@@ -220,8 +220,7 @@ int MemoryRegistry::dereg_children(uint32_t key) {
 
 // ---- the data path's copies ------------------------------------------------------------------
 
-const ibv_send_wr& resolve_implicit(MemoryRegistry& mem, const ibv_send_wr& wr,
-                                    OdpSendCopy& copy) {
+const ibv_send_wr& resolve_implicit(MemoryRegistry& mem, const ibv_send_wr& wr, OdpSendCopy& copy) {
   if (!mem.has_implicit() || (wr.send_flags & IBV_SEND_INLINE) || wr.num_sge <= 0 ||
       wr.num_sge > static_cast<int>(shm::kMaxSendSge) || !wr.sg_list)
     return wr;
@@ -232,10 +231,9 @@ const ibv_send_wr& resolve_implicit(MemoryRegistry& mem, const ibv_send_wr& wr,
   return copy.wr;
 }
 
-const ibv_recv_wr& resolve_implicit(MemoryRegistry& mem, const ibv_recv_wr& wr,
-                                    OdpRecvCopy& copy) {
-  if (!mem.has_implicit() || wr.num_sge <= 0 ||
-      wr.num_sge > static_cast<int>(shm::kMaxRecvSge) || !wr.sg_list)
+const ibv_recv_wr& resolve_implicit(MemoryRegistry& mem, const ibv_recv_wr& wr, OdpRecvCopy& copy) {
+  if (!mem.has_implicit() || wr.num_sge <= 0 || wr.num_sge > static_cast<int>(shm::kMaxRecvSge) ||
+      !wr.sg_list)
     return wr;
   memcpy(copy.sge, wr.sg_list, sizeof(ibv_sge) * wr.num_sge);
   if (!mem.resolve_implicit(copy.sge, wr.num_sge)) return wr;

@@ -21,11 +21,9 @@ struct OdpRecvCopy {
 };
 
 // `wr` itself when no implicit MR exists or none of its entries names one, else `copy` filled
-// with the entries resolved. `max_sge` bounds what the queue accepts (larger lists are left to
-// the caller's own checks).
-const ibv_send_wr& resolve_implicit(MemoryRegistry& mem, const ibv_send_wr& wr,
-                                    OdpSendCopy& copy);
-const ibv_recv_wr& resolve_implicit(MemoryRegistry& mem, const ibv_recv_wr& wr,
-                                    OdpRecvCopy& copy);
+// with the entries resolved. Inline sends and lists longer than the device's maximum are
+// returned as they are (the caller's own checks refuse the latter).
+const ibv_send_wr& resolve_implicit(MemoryRegistry& mem, const ibv_send_wr& wr, OdpSendCopy& copy);
+const ibv_recv_wr& resolve_implicit(MemoryRegistry& mem, const ibv_recv_wr& wr, OdpRecvCopy& copy);
 
 }  // namespace vrdma

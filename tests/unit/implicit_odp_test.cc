@@ -140,9 +140,9 @@ TEST_F(ImplicitOdpTest, RdmaWriteReadAndAtomicsThroughTheImplicitRkey) {
   std::vector<uint8_t> src(n), back(n, 0);
   fill_random(src.data(), n, 2);
   Pages target(3);
-  ASSERT_EQ(rdma(a, ca, IBV_WR_RDMA_WRITE, reinterpret_cast<uint64_t>(src.data()), n,
-                 target.addr(100)),
-            IBV_WC_SUCCESS);
+  ASSERT_EQ(
+      rdma(a, ca, IBV_WR_RDMA_WRITE, reinterpret_cast<uint64_t>(src.data()), n, target.addr(100)),
+      IBV_WC_SUCCESS);
   EXPECT_EQ(memcmp(target.base + 100, src.data(), n), 0);
   EXPECT_EQ(target.base[99], 0);
   // Read it back from another fresh mapping, and into a fresh one.
@@ -150,30 +150,29 @@ TEST_F(ImplicitOdpTest, RdmaWriteReadAndAtomicsThroughTheImplicitRkey) {
   fill_random(other.base, other.len, 3);
   ASSERT_EQ(rdma(a, ca, IBV_WR_RDMA_READ, into.addr(5), 5000, other.addr(50)), IBV_WC_SUCCESS);
   EXPECT_EQ(memcmp(into.base + 5, other.base + 50, 5000), 0);
-  ASSERT_EQ(rdma(a, ca, IBV_WR_RDMA_READ, reinterpret_cast<uint64_t>(back.data()), n,
-                 target.addr(100)),
-            IBV_WC_SUCCESS);
+  ASSERT_EQ(
+      rdma(a, ca, IBV_WR_RDMA_READ, reinterpret_cast<uint64_t>(back.data()), n, target.addr(100)),
+      IBV_WC_SUCCESS);
   EXPECT_EQ(back, src);
   // Atomics on a fresh page.
   Pages cell(1);
   auto* word = reinterpret_cast<uint64_t*>(cell.base + 64);
   *word = 40;
   uint64_t old = 0;
-  ASSERT_EQ(atomic(IBV_WR_ATOMIC_FETCH_AND_ADD, reinterpret_cast<uint64_t>(&old), cell.addr(64),
-                   2),
+  ASSERT_EQ(atomic(IBV_WR_ATOMIC_FETCH_AND_ADD, reinterpret_cast<uint64_t>(&old), cell.addr(64), 2),
             IBV_WC_SUCCESS);
   EXPECT_EQ(old, 40u);
   EXPECT_EQ(*word, 42u);
-  ASSERT_EQ(atomic(IBV_WR_ATOMIC_CMP_AND_SWP, reinterpret_cast<uint64_t>(&old), cell.addr(64),
-                   42, 7),
-            IBV_WC_SUCCESS);
+  ASSERT_EQ(
+      atomic(IBV_WR_ATOMIC_CMP_AND_SWP, reinterpret_cast<uint64_t>(&old), cell.addr(64), 42, 7),
+      IBV_WC_SUCCESS);
   EXPECT_EQ(old, 42u);
   EXPECT_EQ(*word, 7u);
   // The same ranges again: served by what was registered.
   fill_random(src.data(), n, 4);
-  ASSERT_EQ(rdma(b, cb, IBV_WR_RDMA_WRITE, reinterpret_cast<uint64_t>(src.data()), n,
-                 target.addr(100)),
-            IBV_WC_SUCCESS);
+  ASSERT_EQ(
+      rdma(b, cb, IBV_WR_RDMA_WRITE, reinterpret_cast<uint64_t>(src.data()), n, target.addr(100)),
+      IBV_WC_SUCCESS);
   EXPECT_EQ(memcmp(target.base + 100, src.data(), n), 0);
 }
 
@@ -191,17 +190,16 @@ TEST_F(ImplicitOdpTest, UnmappedTargetFailsAndTheNeighbourPairGoesOn) {
   // Remote: nothing mapped there, or a range that runs into the hole.
   EXPECT_EQ(rdma(a, ca, IBV_WR_RDMA_WRITE, s, 256, hole.addr(4096 + 8)), IBV_WC_REM_ACCESS_ERR);
   // The hole, now a page without access (that no later mapping lands there): the same.
-  ASSERT_NE(::mmap(hole.base + 4096, 4096, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1,
-                   0),
-            MAP_FAILED);
+  ASSERT_NE(
+      ::mmap(hole.base + 4096, 4096, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0),
+      MAP_FAILED);
   hole.len = 8192;
   // The neighbour pair is not affected.
   Pages ok(1);
   ASSERT_EQ(rdma(c, cc, IBV_WR_RDMA_WRITE, s, 256, ok.addr(0)), IBV_WC_SUCCESS);
   EXPECT_EQ(memcmp(ok.base, src.data(), 256), 0);
   ASSERT_EQ(rdma(c, cc, IBV_WR_RDMA_READ, s, 256, hole.addr(4096 - 256)), IBV_WC_SUCCESS);
-  EXPECT_EQ(rdma(c, cc, IBV_WR_RDMA_READ, s, 256, hole.addr(4096 - 128)),
-            IBV_WC_REM_ACCESS_ERR);
+  EXPECT_EQ(rdma(c, cc, IBV_WR_RDMA_READ, s, 256, hole.addr(4096 - 128)), IBV_WC_REM_ACCESS_ERR);
   EXPECT_EQ(perms_at(hole.addr(4096)), "---p");
   // Local: a gather list in the hole.
   ibv_cq* ce = cq();
@@ -210,8 +208,7 @@ TEST_F(ImplicitOdpTest, UnmappedTargetFailsAndTheNeighbourPairGoesOn) {
   ibv_qp* f = qp(cf, cf);
   ASSERT_TRUE(e && f);
   connect(e, f);
-  EXPECT_EQ(rdma(e, ce, IBV_WR_RDMA_WRITE, hole.addr(4096), 64, ok.addr(0)),
-            IBV_WC_LOC_PROT_ERR);
+  EXPECT_EQ(rdma(e, ce, IBV_WR_RDMA_WRITE, hole.addr(4096), 64, ok.addr(0)), IBV_WC_LOC_PROT_ERR);
 }
 
 TEST_F(ImplicitOdpTest, ReadOnlyMemoryIsNotMadeWritable) {
@@ -222,8 +219,7 @@ TEST_F(ImplicitOdpTest, ReadOnlyMemoryIsNotMadeWritable) {
   memset(ro.base, 0x11, ro.len);
   ASSERT_EQ(::mprotect(ro.base, ro.len, PROT_READ), 0);
   std::vector<uint8_t> src(64, 0x77);
-  EXPECT_EQ(rdma(a, ca, IBV_WR_RDMA_WRITE, reinterpret_cast<uint64_t>(src.data()), 64,
-                 ro.addr(0)),
+  EXPECT_EQ(rdma(a, ca, IBV_WR_RDMA_WRITE, reinterpret_cast<uint64_t>(src.data()), 64, ro.addr(0)),
             IBV_WC_REM_ACCESS_ERR);
   EXPECT_EQ(perms_at(ro.addr(0)), "r--p");
   EXPECT_EQ(ro.base[0], 0x11);
@@ -232,9 +228,8 @@ TEST_F(ImplicitOdpTest, ReadOnlyMemoryIsNotMadeWritable) {
 TEST_F(ImplicitOdpTest, PrefetchRegistersRangesAndRefusesHoles) {
   Pages p(2);
   ibv_sge sge{p.addr(10), 5000, mr->lkey};
-  EXPECT_EQ(ibv_advise_mr(pd, IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE, IBV_ADVISE_MR_FLAG_FLUSH, &sge,
-                          1),
-            0);
+  EXPECT_EQ(
+      ibv_advise_mr(pd, IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE, IBV_ADVISE_MR_FLAG_FLUSH, &sge, 1), 0);
   // Registered: the pages are now a shared backing.
   EXPECT_EQ(perms_at(p.addr(10)), "rw-s");
   Pages hole(1);

@@ -27,8 +27,8 @@ void Daemon::alloc_implicit_key(Client& c, const Decoded& d, const proto::AllocK
   send(c, proto::Op::kAllocKey, d.seq, 0, &rep, sizeof(rep));
 }
 
-int Daemon::implicit_target(const Client& owner, const KeyRecord& k, uint32_t key,
-                            uint64_t addr, uint64_t length, bool notify_here, uint32_t& target) {
+int Daemon::implicit_target(const Client& owner, const KeyRecord& k, uint32_t key, uint64_t addr,
+                            uint64_t length, bool notify_here, uint32_t& target) {
   if (length == 0 || addr + length < addr) return EACCES;
   for (uint32_t candidate : registry_.keys_of(owner.id)) {
     const KeyRecord* c = registry_.find_key(candidate);
