@@ -41,7 +41,7 @@ inline constexpr char kHello[] = "Hello", kPutFd[] = "PutFd", kGetFd[] = "GetFd"
                       kQpFatal[] = "QpFatal",
                       kCmRequest[] = "CmRequest", kCmReply[] = "CmReply",
                       kCmRejected[] = "CmRejected", kCmEstablished[] = "CmEstablished",
-                      kCmDisconnected[] = "CmDisconnected";
+                      kCmDisconnected[] = "CmDisconnected", kOdpFault[] = "OdpFault";
 }  // namespace op_names
 
 // Requests (client -> daemon).
@@ -118,6 +118,8 @@ template <>
 struct OpSpec<Op::kCmEstablished> : Spec<CmEvent, 0, op_names::kCmEstablished> {};
 template <>
 struct OpSpec<Op::kCmDisconnected> : Spec<CmEvent, 0, op_names::kCmDisconnected> {};
+template <>
+struct OpSpec<Op::kOdpFault> : Spec<OdpFaultEvent, 0, op_names::kOdpFault> {};
 
 template <Op... ops>
 struct OpList {};
@@ -130,7 +132,7 @@ using RequestOps =
            Op::kCloseXrcd, Op::kSetQpXrcd, Op::kMcastAttach, Op::kMcastDetach,
            Op::kMcastMembers, Op::kQos, Op::kOpenXrcQp, Op::kPacing>;
 using EventOps = OpList<Op::kQpFatal, Op::kCmRequest, Op::kCmReply, Op::kCmRejected,
-                        Op::kCmEstablished, Op::kCmDisconnected>;
+                        Op::kCmEstablished, Op::kCmDisconnected, Op::kOdpFault>;
 
 namespace detail {
 template <Op... ops>

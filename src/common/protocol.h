@@ -67,6 +67,9 @@ enum class Op : uint16_t {
   kCmRejected = 103,      // CmEvent, to the connector: rejected (reason 0) or refused
   kCmEstablished = 104,   // CmEvent, to the acceptor: the connector sent its RTU
   kCmDisconnected = 105,  // CmEvent, to the other side of a connection
+  // daemon -> client, seq 0: a peer wants a range of an implicit ODP MR that no registration
+  // covers yet: the owner registers it (OdpFaultEvent).
+  kOdpFault = 110,
 };
 
 inline constexpr bool is_cm_event(uint16_t op) {
@@ -154,6 +157,9 @@ struct GetMrReq {
   uint32_t via_qpn;
   uint32_t key;
   uint32_t access;
+  // An implicit ODP MR's key: the range wanted (the grant is of a registration covering it).
+  uint64_t addr;
+  uint64_t length;
 };
 struct GetMrSeg {
   uint32_t fd_id;
@@ -173,6 +179,8 @@ struct GetMrRep {
   uint64_t va_offset;
   uint64_t map_length;
   GetMrSeg seg[8];
+  uint32_t implicit;  // granted through an implicit ODP MR's key: other ranges, other grants
+  uint32_t reserved;
 };
 
 // Values of ibv_qp_type, and kXrcSrq: the receive side of an XRC SRQ, numbered like a QP (its
@@ -296,6 +304,11 @@ struct AllocKeyRep {
 // together with its 255 variants (the window's owner picks the low byte at each bind, as
 // ibv_inc_rkey does), and reads the rights of the window as bound from the owner's MR table.
 inline constexpr uint32_t kKeyWindow = 1u << 31;
+// In AllocKeyReq::access: an implicit ODP MR's key (length 0). It describes no pages itself: a
+// grant of it is a grant of a registration of the owner, with the same protection domain and
+// rights, that covers the range asked for; when none does, the owner is asked to register one
+// (kOdpFault) and the asker to try again (EAGAIN).
+inline constexpr uint32_t kKeyImplicit = 1u << 30;
 struct FreeKeyReq {
   uint32_t key;
 };
@@ -307,6 +320,12 @@ enum class FatalReason : uint32_t { kPeerGone = 1, kRouted = 2 };
 struct QpFatalEvent {
   uint32_t qpn;  // the receiving client's QP whose peer is gone
   uint32_t reason;
+};
+struct OdpFaultEvent {
+  uint32_t key;  // the receiving client's implicit ODP MR
+  uint32_t reserved;
+  uint64_t addr;
+  uint64_t length;
 };
 
 // ---- Connection manager (rdma_cm) -------------------------------------------------------
@@ -445,14 +464,14 @@ struct CmEvent {
 // The wire is these structs' bytes: pin every size (x86-64, as every peer of one host is).
 static_assert(sizeof(HelloReq) == 8 && sizeof(HelloRep) == 128);
 static_assert(sizeof(PutFdReq) == 24 && sizeof(DropFdReq) == 4 && sizeof(GetFdReq) == 16);
-static_assert(sizeof(GetMrReq) == 16 && sizeof(GetMrSeg) == 24 && sizeof(GetMrRep) == 248);
+static_assert(sizeof(GetMrReq) == 32 && sizeof(GetMrSeg) == 24 && sizeof(GetMrRep) == 256);
 static_assert(sizeof(AllocQpnReq) == 24 && sizeof(AllocQpnRep) == 4 && sizeof(FreeQpnReq) == 4);
 static_assert(sizeof(SetQpObjectReq) == 16);
 static_assert(sizeof(OpenXrcdReq) == 8 && sizeof(OpenXrcdRep) == 4 && sizeof(CloseXrcdReq) == 4 &&
               sizeof(SetQpXrcdReq) == 8 && sizeof(OpenXrcQpReq) == 8);
 static_assert(sizeof(ConnectQpReq) == 24 && sizeof(ConnectQpRep) == 16);
 static_assert(sizeof(AllocKeyReq) == 24 && sizeof(AllocKeyRep) == 4 && sizeof(FreeKeyReq) == 4);
-static_assert(sizeof(QpFatalEvent) == 8 && sizeof(CmParams) == 4);
+static_assert(sizeof(QpFatalEvent) == 8 && sizeof(OdpFaultEvent) == 24 && sizeof(CmParams) == 4);
 static_assert(sizeof(CmListenReq) == 16 && sizeof(CmListenRep) == 4 && sizeof(CmUnlistenReq) == 8);
 static_assert(sizeof(CmResolveReq) == 4 && sizeof(CmResolveRep) == 4);
 static_assert(sizeof(CmConnectReq) == 96 && sizeof(CmConnectRep) == 4);

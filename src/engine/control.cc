@@ -123,9 +123,10 @@ int ControlFdSource::fetch_fd(uint32_t owner, uint32_t fd_id, uint32_t via_qpn, 
   return 0;
 }
 
-int ControlFdSource::grant_mr(uint32_t owner, uint32_t via_qpn, uint32_t key, uint32_t access,
-                              shm::MrGrant& out) {
-  proto::GetMrReq req{owner, via_qpn, key, access};
+int ControlFdSource::grant_mr_range(uint32_t owner, uint32_t via_qpn, uint32_t key,
+                                    uint32_t access, uint64_t addr, uint64_t length,
+                                    shm::MrGrant& out) {
+  proto::GetMrReq req{owner, via_qpn, key, access, addr, length};
   auto reply = std::make_unique<Packet>();
   int e = control_.call(proto::Op::kGetMr, req, reply.get());
   const auto* rep = reply->as<proto::GetMrRep>();
@@ -140,6 +141,7 @@ int ControlFdSource::grant_mr(uint32_t owner, uint32_t via_qpn, uint32_t key, ui
   out.pd = rep->pd;
   out.nseg = rep->nseg;
   out.writable = rep->writable != 0;
+  out.implicit = rep->implicit != 0;
   out.iova = rep->iova;
   out.length = rep->length;
   out.va_offset = rep->va_offset;

@@ -64,7 +64,11 @@ class ControlFdSource : public shm::FdSource {
   explicit ControlFdSource(Control& control) : control_(control) {}
   int fetch_fd(uint32_t owner, uint32_t fd_id, uint32_t via_qpn, int& fd) override;
   int grant_mr(uint32_t owner, uint32_t via_qpn, uint32_t key, uint32_t access,
-               shm::MrGrant& out) override;
+               shm::MrGrant& out) override {
+    return grant_mr_range(owner, via_qpn, key, access, 0, 0, out);
+  }
+  int grant_mr_range(uint32_t owner, uint32_t via_qpn, uint32_t key, uint32_t access,
+                     uint64_t addr, uint64_t length, shm::MrGrant& out) override;
 
  private:
   Control& control_;

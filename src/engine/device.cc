@@ -197,6 +197,12 @@ void Device::handle_event(const Packet& pkt) {
     if (g_cm_handler) g_cm_handler(pkt);
     return;
   }
+  if (pkt.header.op == static_cast<uint16_t>(proto::Op::kOdpFault)) {
+    // A peer wants a range of an implicit ODP MR: registered by the registry's own thread.
+    if (auto* ev = pkt.as<proto::OdpFaultEvent>())
+      memory_->request_fault(ev->key, ev->addr, ev->length);
+    return;
+  }
   if (pkt.header.op != static_cast<uint16_t>(proto::Op::kQpFatal)) return;
   auto* ev = pkt.as<proto::QpFatalEvent>();
   if (!ev) return;

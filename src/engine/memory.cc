@@ -78,6 +78,7 @@ void copy_pages(void* dst, const void* src, size_t len) { memcpy(dst, src, len);
 uint32_t allocate_fd_id() { return g_next_fd_id.fetch_add(1); }
 
 MemoryRegistry::~MemoryRegistry() {
+  stop_faults();
   if (keys_) ::munmap(keys_, (sizeof(shm::KeyTable) + kPage - 1) & ~(kPage - 1));
   if (keys_fd_ >= 0) ::close(keys_fd_);
   for (auto& [s, b] : backings_) ::close(b.fd);
@@ -372,6 +373,8 @@ int MemoryRegistry::reg(uint32_t pd, void* addr, size_t length, uint64_t iova, u
   if (replaces) {
     old_slot = index_.find(replaces);
     if (old_slot < 0 || local_[old_slot].key != replaces) return EINVAL;
+    // An implicit MR keeps its whole address space (no rereg of its translation).
+    if (implicit_[old_slot].load(std::memory_order_relaxed)) return EINVAL;
   }
   init_slots();
   if (free_slots_.empty()) return ENOMEM;
@@ -474,7 +477,15 @@ int MemoryRegistry::reg(uint32_t pd, void* addr, size_t length, uint64_t iova, u
 }
 
 int MemoryRegistry::dereg(uint32_t key) {
+  if (has_implicit() && is_implicit(key)) {
+    std::lock_guard odp(odp_mu_);
+    if (int e = dereg_children(key)) return e;
+  }
   std::lock_guard lock(mu_);
+  return dereg_locked(key);
+}
+
+int MemoryRegistry::dereg_locked(uint32_t key) {
   int found = index_.find(key);
   if (found < 0 || local_[found].key != key) return EINVAL;
   retire(static_cast<uint32_t>(found));
@@ -492,6 +503,8 @@ void MemoryRegistry::init_slots() {
 void MemoryRegistry::retire(uint32_t slot) {
   // Windows bound to the MR lose their binding with it.
   if (!windows_.empty()) unbind_windows_of(local_[slot].key);
+  if (implicit_[slot].exchange(false, std::memory_order_acq_rel))
+    implicit_count_.fetch_sub(1, std::memory_order_relaxed);
   // The key dies first: a peer's next access sees a new generation and asks again, in vain.
   keys_->gen[slot].store(++generation_[slot], std::memory_order_release);
   table_[slot].key_gen.store(0, std::memory_order_release);

@@ -106,6 +106,31 @@ class MemoryRegistry {
 
   size_t count() const;
 
+  // Implicit on-demand paging (implicit_odp.cc): one MR over the whole address space, whose key
+  // is a real key of vrdmad with the MR's rights and protection domain but no pages. A range
+  // a request names under it is registered on demand as a child MR (page-aligned, with the
+  // implicit MR's rights and PD, cached) and the request goes on under the child's key: the
+  // child is what peers, vrdmad and the router see.
+  int reg_implicit(uint32_t pd, uint32_t access, LocalMr& out);
+  // Data path: whether any implicit MR exists (one relaxed load).
+  bool has_implicit() const { return implicit_count_.load(std::memory_order_relaxed) != 0; }
+  // Whether `key` is an implicit MR's. Lock-free.
+  bool is_implicit(uint32_t key) const {
+    int slot = index_.find(key);
+    return slot >= 0 && implicit_[slot].load(std::memory_order_acquire);
+  }
+  // The key of a child of the implicit MR `key` that covers [addr, addr+len), registered now
+  // if none does; 0 (errno in `err`) when the range cannot be registered (not mapped, no slot).
+  uint32_t fault_in(uint32_t key, uint64_t addr, uint64_t len, int& err);
+  // Rewrites the entries that name an implicit MR to the key of a child covering them; an
+  // entry whose range cannot be made accessible gets key 0 (no MR: an access error when it is
+  // used). Whether any entry named an implicit MR.
+  bool resolve_implicit(ibv_sge* sge, int n);
+  // vrdmad says a peer wants [addr, addr+length) of the implicit MR `key`: fault_in() on the
+  // registry's fault thread (the caller may be inside a control call). Bounded queue: a request
+  // that does not fit is dropped (the peer asks again).
+  void request_fault(uint32_t key, uint64_t addr, uint64_t length);
+
   // Memory windows (window.cc). A window takes an MR slot of its own, whose key family vrdmad
   // reserves (the key with its low byte 0 and the 255 variants a bind may pick); a bound
   // window is published as an MR over the backings of its MR that hold its range, with its own
@@ -162,6 +187,21 @@ class MemoryRegistry {
   void retire(uint32_t slot);  // requires mu_: the slot's MR is gone (its key is not freed)
 
   int commit(struct Prepared& p);  // requires mu_
+  int dereg_locked(uint32_t key);  // requires mu_
+  int dereg_children(uint32_t key);  // requires odp_mu_, not mu_
+
+  // Implicit MRs: their children by start address, per implicit key.
+  struct Child {
+    uint64_t end;
+    uint32_t key;
+  };
+  std::mutex odp_mu_;  // taken before mu_
+  std::map<uint32_t, std::map<uint64_t, Child>> children_;
+  std::atomic<bool> implicit_[shm::kMrSlots] = {};
+  std::atomic<uint32_t> implicit_count_{0};
+  class OdpFaults* faults_ = nullptr;  // the fault thread, made at the first request
+  std::mutex faults_mu_;
+  void stop_faults();
 
   Control& control_;
   shm::MrEntry* table_;

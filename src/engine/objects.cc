@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "engine/implicit_odp.h"
 #include "engine/xrc.h"
 
 namespace vrdma {
@@ -365,9 +366,11 @@ int Srq::post(ibv_recv_wr* wr, ibv_recv_wr** bad) {
   MemoryRegistry& mem = pd_.context().device().memory();
   std::lock_guard lock(lock_);
   for (; wr; wr = wr->next) {
-    if (wr->num_sge > 0 && static_cast<uint32_t>(wr->num_sge) <= max_sge_)
-      mem.prepare_receive(wr->sg_list, wr->num_sge);
-    if (int e = recvs_.post(*wr)) {
+    OdpRecvCopy odp;
+    const ibv_recv_wr& w = resolve_implicit(mem, *wr, odp);
+    if (w.num_sge > 0 && static_cast<uint32_t>(w.num_sge) <= max_sge_)
+      mem.prepare_receive(w.sg_list, w.num_sge);
+    if (int e = recvs_.post(w)) {
       *bad = wr;
       return e;
     }

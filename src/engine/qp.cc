@@ -6,6 +6,7 @@
 
 #include <algorithm>
 
+#include "engine/implicit_odp.h"
 #include "engine/xrc.h"
 
 namespace vrdma {
@@ -418,9 +419,11 @@ int Qp::post_recv(ibv_recv_wr* wr, ibv_recv_wr** bad) {
   {
     std::lock_guard lock(recv_lock_);
     for (; wr; wr = wr->next) {
-      if (wr->num_sge > 0 && static_cast<uint32_t>(wr->num_sge) <= cap_.max_recv_sge)
-        mem.prepare_receive(wr->sg_list, wr->num_sge);
-      if (int e = own_recvs_.post(*wr)) {
+      OdpRecvCopy odp;
+      const ibv_recv_wr& w = resolve_implicit(mem, *wr, odp);
+      if (w.num_sge > 0 && static_cast<uint32_t>(w.num_sge) <= cap_.max_recv_sge)
+        mem.prepare_receive(w.sg_list, w.num_sge);
+      if (int e = own_recvs_.post(w)) {
         *bad = wr;
         return e;
       }
@@ -501,13 +504,16 @@ int Qp::post_send(ibv_send_wr* wr, ibv_send_wr** bad) {
     return EINVAL;
   }
   bool newly_blocked = false;
+  MemoryRegistry& mem = context().device().memory();
   for (; wr; wr = wr->next) {
     if (int e = validate(*wr)) {
       *bad = wr;
       return e;
     }
+    OdpSendCopy odp;
+    const ibv_send_wr& w = resolve_implicit(mem, *wr, odp);
     if (state() == IBV_QPS_ERR && !routed_) {
-      complete(*wr, Result{IBV_WC_WR_FLUSH_ERR, 0, Block::kNone});
+      complete(w, Result{IBV_WC_WR_FLUSH_ERR, 0, Block::kNone});
       continue;
     }
     if (pend_count_) {
@@ -515,17 +521,17 @@ int Qp::post_send(ibv_send_wr* wr, ibv_send_wr** bad) {
         *bad = wr;
         return ENOMEM;
       }
-      enqueue(*wr);
+      enqueue(w);
       continue;
     }
-    Result r = execute(*wr);
+    Result r = execute(w);
     if (r.block == Block::kRouted) continue;
     if (r.block == Block::kFull) {
       *bad = wr;
       return ENOMEM;
     }
     if (r.block != Block::kNone) {
-      enqueue(*wr);
+      enqueue(w);
       block_ = r.block;
       retries_left_ = r.block == Block::kRnr ? attr_.rnr_retry : attr_.retry_cnt;
       deadline_ns_ =
@@ -533,7 +539,7 @@ int Qp::post_send(ibv_send_wr* wr, ibv_send_wr** bad) {
       newly_blocked = true;
       continue;
     }
-    complete(*wr, r);
+    complete(w, r);
     if (r.status != IBV_WC_SUCCESS) set_error();
   }
   if (newly_blocked) context().device().mark_blocked(this);

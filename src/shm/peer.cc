@@ -4,6 +4,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
+
 #include "common/mremap_fixed.h"
 #include "shm/shared_file.h"
 #include "shm/sigbus_guard.h"
@@ -156,7 +158,7 @@ const uint8_t* Peer::lookup(uint32_t pd, uint32_t key, uint64_t addr, uint64_t l
   uint8_t* base = v.base;
   uint64_t iova = v.iova, length = v.length, va_off = v.va_off;
   uint32_t acc = v.access, mr_pd = v.pd;
-  bool writable = v.writable;
+  bool writable = v.writable, implicit = v.implicit;
   std::atomic_thread_fence(std::memory_order_acquire);
   if (v.tag.load(std::memory_order_relaxed) != tag) return nullptr;
   // Deregistered, re-registered or moved since: the mapping no longer aliases the MR.
@@ -167,7 +169,10 @@ const uint8_t* Peer::lookup(uint32_t pd, uint32_t key, uint64_t addr, uint64_t l
   if ((acc & access) != access) return nullptr;
   // An MR serves the QPs of its protection domain only: RDMA and receives alike.
   if (pd && mr_pd != pd) return nullptr;
-  if (addr < iova || len > length || addr - iova > length - len) return nullptr;
+  if (addr < iova || len > length || addr - iova > length - len) {
+    retry = implicit;  // an implicit MR's other ranges come with other grants
+    return nullptr;
+  }
   return base + va_off + (addr - iova);
 }
 
@@ -177,13 +182,25 @@ uint8_t* Peer::translate(uint32_t via_qpn, uint32_t pd, uint32_t key, uint64_t a
   if (const uint8_t* p = lookup(pd, key, addr, len, access, retry))
     return const_cast<uint8_t*>(p);
   if (!retry || key == 0) return nullptr;
-  // Slow path: ask for a grant; twice, in case the owner moved the MR in between.
+  // Slow path: ask for a grant; twice, in case the owner moved the MR in between. A range of an
+  // implicit ODP MR that its owner is registering now (a page fault): ask again after a while,
+  // within odp_wait_us_; past it the access fails as one to memory the owner does not have.
+  int64_t waited_us = 0, pause_us = 50;
   for (int attempt = 0; attempt < 2; ++attempt) {
+    int err;
     {
       std::lock_guard lock(mu_);
       if (attach_keys(via_qpn) != 0) return nullptr;
-      if (!map_mr(via_qpn, key, access)) return nullptr;
+      err = map_mr(via_qpn, key, access, addr, len);
     }
+    if (err == EAGAIN && waited_us < odp_wait_us_) {
+      ::usleep(static_cast<useconds_t>(pause_us));
+      waited_us += pause_us;
+      pause_us = std::min<int64_t>(pause_us * 2, 20000);
+      --attempt;
+      continue;
+    }
+    if (err) return nullptr;
     if (const uint8_t* p = lookup(pd, key, addr, len, access, retry))
       return const_cast<uint8_t*>(p);
     if (!retry) return nullptr;
@@ -209,20 +226,21 @@ void Peer::retire(void* area, uint64_t len, bool same_registration) {
   kept_.emplace_back(area, len);
 }
 
-bool Peer::map_mr(uint32_t via_qpn, uint32_t key, uint32_t access) {
+int Peer::map_mr(uint32_t via_qpn, uint32_t key, uint32_t access, uint64_t addr,
+                 uint64_t len) {
   MrGrant g;
-  if (source_.grant_mr(client_id_, via_qpn, key, access, g) != 0) {
+  if (int e = source_.grant_mr_range(client_id_, via_qpn, key, access, addr, len, g)) {
     close_all(g);
-    return false;
+    return e;
   }
   if (!grant_ok(g)) {
     close_all(g);
-    return false;
+    return EPROTO;
   }
   void* area = ::mmap(nullptr, g.map_length, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (area == MAP_FAILED) {
     close_all(g);
-    return false;
+    return ENOMEM;
   }
   const int prot = g.writable ? PROT_READ | PROT_WRITE : PROT_READ;
   uint64_t off = 0;
@@ -250,7 +268,7 @@ bool Peer::map_mr(uint32_t via_qpn, uint32_t key, uint32_t access) {
   close_all(g);
   if (!ok) {
     ::munmap(area, g.map_length);
-    return false;
+    return EPROTO;
   }
   // Publish: invalidate, fill, then set the new key and generation.
   View& v = views_[g.slot];
@@ -270,11 +288,12 @@ bool Peer::map_mr(uint32_t via_qpn, uint32_t key, uint32_t access) {
   v.access = g.access;
   v.pd = g.pd;
   v.writable = g.writable;
+  v.implicit = g.implicit;
   v.tag.store(new_tag, std::memory_order_release);
   if (old_area) retire(old_area, old_len, old_tag == new_tag);
   if (old_key && old_key != key) index_.erase(old_key);
   index_.insert(key, g.slot);
-  return true;
+  return 0;
 }
 
 int Peer::map_object(uint32_t fd_id, uint32_t via_qpn, ObjectKind kind, uint8_t*& base,

@@ -26,6 +26,7 @@ struct MrGrant {
   uint32_t pd = 0;
   uint32_t nseg = 0;
   bool writable = false;
+  bool implicit = false;  // through an implicit ODP MR's key: other ranges, other grants
   uint64_t iova = 0;
   uint64_t length = 0;
   uint64_t va_offset = 0;  // va - map_start
@@ -50,6 +51,13 @@ class FdSource {
   // of the reached QP points into it; else the remote rights wanted), or a positive errno.
   virtual int grant_mr(uint32_t owner, uint32_t via_qpn, uint32_t key, uint32_t access,
                        MrGrant& out) = 0;
+  // The same, naming the range wanted: for an implicit ODP MR's key the grant is of a
+  // registration covering it (MrGrant::implicit), and EAGAIN says the owner was asked to make
+  // one. Sources that know no implicit MRs need not override it.
+  virtual int grant_mr_range(uint32_t owner, uint32_t via_qpn, uint32_t key, uint32_t access,
+                             uint64_t /*addr*/, uint64_t /*length*/, MrGrant& out) {
+    return grant_mr(owner, via_qpn, key, access, out);
+  }
   // Trusted sources only: a writable mapping the source keeps of a backing that refuses new
   // writable mappings (write-sealed). nullptr otherwise.
   virtual uint8_t* kept_mapping(uint32_t owner, uint32_t fd_id, uint64_t& size);
@@ -96,6 +104,9 @@ class Peer {
   // pages or comes from them, instead of anonymous memory. Without it, such areas are emptied
   // at once.
   void defer_retire() { defer_retire_ = true; }
+  // How long translate() waits for the owner of an implicit ODP MR to register a range (1 s by
+  // default). vrdmad's router, whose one thread serves every QP of the host, waits less.
+  void set_odp_wait_us(int64_t us) { odp_wait_us_ = us; }
   // The owner's KeyTable::moves (0 before the first translate() attached the key table).
   uint32_t moves() const {
     const KeyTable* k = keys_.load(std::memory_order_acquire);
@@ -111,10 +122,13 @@ class Peer {
     uint64_t map_len = 0;
     uint32_t access = 0, pd = 0;
     bool writable = false;
+    bool implicit = false;  // one registration of an implicit MR's: other ranges ask again
   };
   const uint8_t* lookup(uint32_t pd, uint32_t key, uint64_t addr, uint64_t len, uint32_t access,
                         bool& retry) const;
-  bool map_mr(uint32_t via_qpn, uint32_t key, uint32_t access);  // requires mu_
+  // 0 or a positive errno (EAGAIN: an implicit MR's owner was asked to register the range).
+  int map_mr(uint32_t via_qpn, uint32_t key, uint32_t access, uint64_t addr,
+             uint64_t len);  // requires mu_
   void retire(void* area, uint64_t len, bool same_registration);  // requires mu_
   int attach_keys(uint32_t via_qpn);                              // requires mu_
 
@@ -146,6 +160,7 @@ class Peer {
   // reclaim().
   std::vector<std::pair<void*, size_t>> kept_, retired_;
   bool defer_retire_ = false;
+  int64_t odp_wait_us_ = 1000000;
 };
 
 // A destination QP as the initiator sees it: validated views of its rings.

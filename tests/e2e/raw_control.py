@@ -280,7 +280,7 @@ def cmd_grant(args):
     out = {"qpn": qpn, "peer_qpn": peer_qpn,
            "connect": errno_name(c.connect_qp(qpn, peer_qpn, gid))}
     # IBV_ACCESS_REMOTE_WRITE: what an RDMA WRITE to it would need.
-    st, _ = c.call(OP["get_mr"], struct.pack("<IIII", args.owner, qpn, rkey, 2))
+    st, _ = c.call(OP["get_mr"], struct.pack("<IIIIQQ", args.owner, qpn, rkey, 2, 0, 0))
     out["get_mr"] = errno_name(st)
     out["get_fd"] = {str(i): errno_name(c.call(OP["get_fd"], struct.pack(
         "<IIII", args.owner, i, qpn, 0))[0]) for i in range(0, 8)}

@@ -1,6 +1,6 @@
 // Device memory (ibv_alloc_dm, the copies, ibv_reg_dm_mr as a local SGE and a remote target),
 // parent domains with the application's allocator and thread domains, and on-demand paging
-// (explicit ODP MRs, ibv_advise_mr, implicit ODP refused), with data checked byte for byte and
+// (explicit ODP MRs, ibv_advise_mr; implicit ODP is implicit_odp_test.cc's), with data checked byte for byte and
 // their error paths.
 #include <algorithm>
 
@@ -294,15 +294,10 @@ TEST_F(MemoryExtTest, OdpMrsWorkAndAdviceIsChecked) {
   ibv_sge not_odp{plain.addr(), 64, plain.mr->lkey};
   EXPECT_EQ(ibv_advise_mr(pd, IBV_ADVISE_MR_ADVICE_PREFETCH, 0, &not_odp, 1), EINVAL);
   EXPECT_EQ(ibv_advise_mr(pd, static_cast<ibv_advise_mr_advice>(9), 0, &adv, 1), EOPNOTSUPP);
-  // Implicit ODP (the whole address space) is not done, and not advertised.
-  errno = 0;
-  EXPECT_EQ(ibv_reg_mr(pd, nullptr, SIZE_MAX, IBV_ACCESS_ON_DEMAND | IBV_ACCESS_LOCAL_WRITE),
-            nullptr);
-  EXPECT_EQ(errno, EOPNOTSUPP);
+  // Implicit ODP (the whole address space) is implicit_odp_test.cc's.
   ibv_device_attr_ex ax{};
   ASSERT_EQ(ibv_query_device_ex(ctx, nullptr, &ax), 0);
   EXPECT_TRUE(ax.odp_caps.general_caps & IBV_ODP_SUPPORT);
-  EXPECT_FALSE(ax.odp_caps.general_caps & IBV_ODP_SUPPORT_IMPLICIT);
 }
 
 }  // namespace

@@ -321,7 +321,7 @@ FakeHost::FakeHost(uint32_t host_id, FakeDirectory& dir, const RouterLimits& lim
     FakeClient* c = owner(client);
     return c ? c->fetch_fd(client, fd_id, 0, fd) : ENOENT;
   };
-  h.grant_mr = [owner](uint32_t client, uint32_t key, shm::MrGrant& out) {
+  h.grant_mr = [owner](uint32_t client, uint32_t key, uint64_t, uint64_t, shm::MrGrant& out) {
     FakeClient* c = owner(client);
     return c ? c->grant_mr(client, 0, key, 0, out) : ENOENT;
   };

@@ -77,8 +77,8 @@ TEST_F(VerbsExTest, QueryDeviceExFillsEveryAttributeAsTheDeviceHasIt) {
   EXPECT_EQ(ax.orig_attr.phys_port_cnt, 1);
   EXPECT_EQ(ax.hca_core_clock, 1000000u);
   EXPECT_EQ(ax.completion_timestamp_mask, ~uint64_t{0});
-  // Explicit ODP on every transport, never implicit; device memory in the process.
-  EXPECT_EQ(ax.odp_caps.general_caps, uint64_t(IBV_ODP_SUPPORT));
+  // Explicit and implicit ODP on every transport; device memory in the process.
+  EXPECT_EQ(ax.odp_caps.general_caps, uint64_t(IBV_ODP_SUPPORT | IBV_ODP_SUPPORT_IMPLICIT));
   EXPECT_EQ(ax.odp_caps.per_transport_caps.rc_odp_caps,
             uint32_t(IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE |
                      IBV_ODP_SUPPORT_READ | IBV_ODP_SUPPORT_ATOMIC | IBV_ODP_SUPPORT_SRQ_RECV));

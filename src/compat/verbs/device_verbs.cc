@@ -109,8 +109,8 @@ void fill_device_attr_ex(ibv_context* ctx, ibv_device_attr_ex& a) {
   a.hca_core_clock = 1000000;  // kHz: one tick per nanosecond
   a.device_cap_flags_ex = a.orig_attr.device_cap_flags;
   a.max_dm_size = kMaxDmSize;  // per allocation, in the process's memory (dm.cc)
-  // ODP: every operation on every transport; not implicit (memory_ops.cc says why).
-  a.odp_caps.general_caps = IBV_ODP_SUPPORT;
+  // ODP: every operation on every transport; implicit ODP too (the engine's implicit_odp.cc).
+  a.odp_caps.general_caps = IBV_ODP_SUPPORT | IBV_ODP_SUPPORT_IMPLICIT;
   a.odp_caps.per_transport_caps.rc_odp_caps =
       IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE | IBV_ODP_SUPPORT_READ |
       IBV_ODP_SUPPORT_ATOMIC | IBV_ODP_SUPPORT_SRQ_RECV;

@@ -35,17 +35,20 @@ VRDMA_EXPORT int ibv_dealloc_pd(ibv_pd* pd) {
 VRDMA_EXPORT ibv_mr* ibv_reg_mr_iova2(ibv_pd* pd, void* addr, size_t length, uint64_t iova,
                                       unsigned int access) {
   access &= ~static_cast<unsigned>(IBV_ACCESS_OPTIONAL_RANGE);
-  // Implicit ODP, the whole address space: not done (see memory_ops.cc).
-  if (!addr && length == SIZE_MAX && (access & IBV_ACCESS_ON_DEMAND))
-    return fail<ibv_mr>(EOPNOTSUPP);
   if ((access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) &&
       !(access & IBV_ACCESS_LOCAL_WRITE))
     return fail<ibv_mr>(EINVAL);
+  // Implicit ODP: the whole address space, its ranges registered as they are used (the
+  // engine's implicit_odp.cc).
+  const bool implicit = !addr && length == SIZE_MAX;
+  if (implicit && (!(access & IBV_ACCESS_ON_DEMAND) || iova != 0)) return fail<ibv_mr>(EINVAL);
   Pd* p = engine_of(pd);
   auto* h = static_cast<MrHandle*>(calloc(1, sizeof(MrHandle)));
   if (!h) return fail<ibv_mr>(ENOMEM);
   LocalMr mr;
-  if (int e = p->context().device().memory().reg(p->id(), addr, length, iova, access, mr)) {
+  MemoryRegistry& mem = p->context().device().memory();
+  if (int e = implicit ? mem.reg_implicit(p->id(), access, mr)
+                       : mem.reg(p->id(), addr, length, iova, access, mr)) {
     free(h);
     return fail<ibv_mr>(e);
   }
@@ -86,6 +89,7 @@ VRDMA_EXPORT int ibv_rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, siz
   };
   if (!mr || flags == 0 || (flags & ~IBV_REREG_MR_FLAGS_SUPPORTED)) return bad(EINVAL);
   if (handle_of<MrHandle>(mr)->dm) return bad(EINVAL);  // device memory stays where it is
+  if (!mr->addr && mr->length == SIZE_MAX) return bad(EINVAL);  // an implicit MR stays whole
   if ((flags & IBV_REREG_MR_CHANGE_TRANSLATION) && (!addr || length == 0)) return bad(EINVAL);
   if ((flags & IBV_REREG_MR_CHANGE_PD) && (!pd || pd->context != mr->context))
     return bad(EINVAL);

@@ -178,7 +178,13 @@ class Daemon : private CmPort {
   int describe_mr(const Client& owner, const KeyRecord& k, uint32_t key, proto::GetMrRep& rep,
                   const ClientFd** files) const;
   bool objects_ok(const Client& c, uint32_t object, uint32_t srq, uint32_t notify) const;
-  int router_grant(uint32_t owner, uint32_t key, shm::MrGrant& out);
+  // Implicit ODP MRs (implicit_odp.cc): their keys, and the registration that serves a range
+  // of one (0), or EAGAIN after the owner was asked to register it, or EACCES.
+  void alloc_implicit_key(Client& c, const Decoded& d, const proto::AllocKeyReq& r);
+  int implicit_target(const Client& owner, const KeyRecord& k, uint32_t key, uint64_t addr,
+                      uint64_t length, bool notify_here, uint32_t& target);
+  int router_grant(uint32_t owner, uint32_t key, uint64_t addr, uint64_t length,
+                   shm::MrGrant& out);
   uint8_t* router_kept_mapping(uint32_t owner, uint32_t fd_id, uint64_t& size);
   // A ConnectQp whose destination is on another host: through the router (async reply).
   // mediated: the destination is a local QP of another tenant that policy lets this client's

@@ -246,6 +246,8 @@ void Daemon::handle(Client& c, const Decoded& d, const proto::GetMrReq& r) {
     writable = (rights & kRemoteWrites) != 0;
   } else {
     // A receive buffer: while a receive of the reached QP (or its SRQ) points into it.
+    // Receives name an implicit MR's registrations, never its key (the owner rewrites them).
+    if (k->implicit) return deny("an implicit MR's key names no receive buffer");
     if (!(k->access & IBV_ACCESS_LOCAL_WRITE)) return deny("not writable by its owner");
     bool any = std::any_of(targets.begin(), targets.end(), [&](const QpRecord* a) {
       return owner->arena.receive_points_into(a->arena_offset, r.key);
@@ -253,13 +255,22 @@ void Daemon::handle(Client& c, const Decoded& d, const proto::GetMrReq& r) {
     if (!any) return deny("no receive of the reached QP points into it");
     writable = true;
   }
+  // An implicit MR: the owner's registration that covers the range, or ask for one.
+  const KeyRecord* mr = k;
+  uint32_t mr_key = r.key;
+  if (k->implicit) {
+    int err = implicit_target(*owner, *k, r.key, r.addr, r.length, true, mr_key);
+    if (err == EAGAIN) return void(reply_error(c, d, EAGAIN));
+    if (err || !(mr = registry_.find_key(mr_key))) return deny("implicit MR: bad range");
+  }
   proto::GetMrRep rep{};
   const ClientFd* files[shm::kMaxMrSegments] = {};
-  if (int err = describe_mr(*owner, *k, r.key, rep, files)) {
+  if (int err = describe_mr(*owner, *mr, mr_key, rep, files)) {
     LOG_DEBUG("client %u: GetMr of client %u key 0x%x: %s", c.id, owner->id, r.key, strerror(err));
     return void(reply_error(c, d, err == EPROTO ? EACCES : err));
   }
   rep.writable = writable;
+  rep.implicit = k->implicit;
   UniqueFd opened[shm::kMaxMrSegments];
   int fds[shm::kMaxMrSegments];
   for (uint32_t i = 0; i < rep.nseg; ++i) {
@@ -281,13 +292,22 @@ void Daemon::handle(Client& c, const Decoded& d, const proto::GetMrReq& r) {
   send(c, proto::Op::kGetMr, d.seq, 0, &rep, sizeof(rep), std::span<const int>(fds, rep.nseg));
 }
 
-int Daemon::router_grant(uint32_t owner_id, uint32_t key, shm::MrGrant& out) {
+int Daemon::router_grant(uint32_t owner_id, uint32_t key, uint64_t addr, uint64_t length,
+                         shm::MrGrant& out) {
   Client* owner = find_live(owner_id);
   const KeyRecord* k = registry_.find_key(key);
   if (!owner || !k || k->owner != owner_id) return ENOENT;
+  uint32_t mr_key = key;
+  const KeyRecord* mr = k;
+  if (k->implicit) {
+    // The router's thread: the owner is asked from the control thread.
+    if (int err = implicit_target(*owner, *k, key, addr, length, false, mr_key)) return err;
+    if (!(mr = registry_.find_key(mr_key))) return ENOENT;
+  }
   proto::GetMrRep rep{};
   const ClientFd* files[shm::kMaxMrSegments] = {};
-  if (int err = describe_mr(*owner, *k, key, rep, files)) return err;
+  if (int err = describe_mr(*owner, *mr, mr_key, rep, files)) return err;
+  out.implicit = k->implicit;
   out.slot = rep.slot;
   out.gen = rep.gen;
   out.access = rep.access;

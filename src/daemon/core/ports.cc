@@ -61,9 +61,10 @@ Router::Hooks Daemon::router_hooks() {
     fd = ::fcntl(it->second.fd.get(), F_DUPFD_CLOEXEC, 0);
     return fd < 0 ? errno : 0;
   };
-  h.grant_mr = [this](uint32_t client, uint32_t key, shm::MrGrant& out) {
+  h.grant_mr = [this](uint32_t client, uint32_t key, uint64_t addr, uint64_t length,
+                      shm::MrGrant& out) {
     std::lock_guard<std::mutex> g(state_mu_);
-    return router_grant(client, key, out);
+    return router_grant(client, key, addr, length, out);
   };
   h.kept_mapping = [this](uint32_t client, uint32_t fd_id, uint64_t& size) {
     std::lock_guard<std::mutex> g(state_mu_);

@@ -253,6 +253,7 @@ void Daemon::handle(Client& c, const Decoded& d, const proto::AllocKeyReq& r) {
     rep.key = r.replaces;
     return void(send(c, Op::kAllocKey, d.seq, 0, &rep, sizeof(rep)));
   }
+  if (r.access & proto::kKeyImplicit) return alloc_implicit_key(c, d, r);  // implicit_odp.cc
   if (int err = charge(c, Resource::kMrs)) return void(reply_error(c, d, err));
   if (r.access & proto::kKeyWindow) {
     // A memory window: counted as an MR, no bytes of its own (they are its MR's).

@@ -225,6 +225,11 @@ const KeyRecord* Registry::find_key(uint32_t key) const {
   return it != keys_.end() && it->second.window ? &it->second : nullptr;
 }
 
+void Registry::mark_implicit(uint32_t key) {
+  auto it = keys_.find(key);
+  if (it != keys_.end() && !it->second.window) it->second.implicit = true;
+}
+
 const std::set<uint32_t>& Registry::qpns_of(uint32_t client) const {
   auto c = clients_.find(client);
   return c == clients_.end() ? kEmpty : c->second.qpns;

@@ -42,6 +42,9 @@ struct KeyRecord {
   // A memory window: the record answers for key & ~0xff and its 255 variants; the rights and
   // range are the window's as bound, which the owner's MR table holds.
   bool window = false;
+  // An implicit ODP MR: no pages of its own; grants of it are of the owner's registrations
+  // with the same rights and protection domain (daemon/core/implicit_odp.cc).
+  bool implicit = false;
 };
 
 // "Tell `client` that its QP `qpn` lost its peer."
@@ -109,6 +112,8 @@ class Registry {
   int replace_key(uint32_t requester, uint32_t key, uint32_t index, uint32_t access,
                   uint64_t length, uint32_t pd);
   const KeyRecord* find_key(uint32_t key) const;
+  // The owner's key `key` is an implicit ODP MR's (KeyRecord::implicit).
+  void mark_implicit(uint32_t key);
 
   const std::set<uint32_t>& qpns_of(uint32_t client) const;
   const std::set<uint32_t>& keys_of(uint32_t client) const;

@@ -130,6 +130,9 @@ std::shared_ptr<shm::Peer> Router::peer(uint32_t client) {
   auto p = std::make_shared<shm::Peer>(*fd_source_, client);
   // Frames in flight keep using what they translated; reclaim_mappings() frees it between.
   p->defer_retire();
+  // An implicit ODP MR's range the owner is registering: this thread serves every QP of the
+  // host, so it waits for it briefly only.
+  p->set_odp_wait_us(50000);
   if (p->attach_arena() != 0) return nullptr;
   peers_[client] = p;
   return p;

@@ -79,7 +79,9 @@ class Router : public LinkHandler {
     // A new descriptor for a client's fd (arena, memory, eventfd), or a positive errno.
     std::function<int(uint32_t client, uint32_t fd_id, int& fd)> fetch_fd;
     // A client's MR `key`, with descriptors of its backings (the router is trusted with all).
-    std::function<int(uint32_t client, uint32_t key, shm::MrGrant& out)> grant_mr;
+    std::function<int(uint32_t client, uint32_t key, uint64_t addr, uint64_t length,
+                      shm::MrGrant& out)>
+        grant_mr;
     // The daemon's writable mapping of a backing sealed against new writable mappings.
     std::function<uint8_t*(uint32_t client, uint32_t fd_id, uint64_t& size)> kept_mapping;
     // A local QP lost its remote peer (link gone: kPeerGone) or its routed work failed (the

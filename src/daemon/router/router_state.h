@@ -17,7 +17,11 @@ class Router::ClientFds : public shm::FdSource {
   }
   int grant_mr(uint32_t owner, uint32_t /*via_qpn*/, uint32_t key, uint32_t /*access*/,
                shm::MrGrant& out) override {
-    return r_.hooks_.grant_mr ? r_.hooks_.grant_mr(owner, key, out) : ENOENT;
+    return r_.hooks_.grant_mr ? r_.hooks_.grant_mr(owner, key, 0, 0, out) : ENOENT;
+  }
+  int grant_mr_range(uint32_t owner, uint32_t /*via_qpn*/, uint32_t key, uint32_t /*access*/,
+                     uint64_t addr, uint64_t length, shm::MrGrant& out) override {
+    return r_.hooks_.grant_mr ? r_.hooks_.grant_mr(owner, key, addr, length, out) : ENOENT;
   }
   uint8_t* kept_mapping(uint32_t owner, uint32_t fd_id, uint64_t& size) override {
     return r_.hooks_.kept_mapping ? r_.hooks_.kept_mapping(owner, fd_id, size) : nullptr;
