@@ -7,7 +7,12 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <string>
 
 #include <algorithm>
 
@@ -642,6 +647,114 @@ TEST_F(VerbsXrcTest, TheQpLivesWhileAnOpenerHoldsIt) {
   // Gone with its last handle: nobody opens that number any more.
   errno = 0;
   EXPECT_EQ(open_qp(other, theirs, num), nullptr);
+  EXPECT_EQ(errno, EINVAL);
+}
+
+// ibv_open_qp of a QP another process made (tests/tools/xrc_qp_maker): the opener sees and sets
+// the QP's shared state, the maker's exit leaves the QP to the opener, an XRC_SEND QP sends
+// through it into the domain's SRQ afterwards, and the opener's last handle frees it.
+TEST_F(VerbsXrcTest, AnotherProcessesQpOpensAndOutlivesItsMaker) {
+  char path[] = "/tmp/vrdma-xrc-shared-XXXXXX";
+  int f = ::mkstemp(path);
+  ASSERT_GE(f, 0);
+  files.push_back(f);
+  int in[2], out[2];
+  ASSERT_EQ(::pipe(in), 0);
+  ASSERT_EQ(::pipe(out), 0);
+  pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    ::dup2(in[0], 0);
+    ::dup2(out[1], 1);
+    ::execl(XRC_QP_MAKER, XRC_QP_MAKER, path, static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  ::close(in[0]);
+  ::close(out[1]);
+  struct Child {
+    pid_t pid;
+    int to, from;
+    ~Child() {
+      ::close(to);
+      ::close(from);
+      if (pid > 0) {
+        ::kill(pid, SIGKILL);
+        ::waitpid(pid, nullptr, 0);
+      }
+    }
+  } child{pid, in[1], out[0]};
+  auto read_line = [&] {
+    std::string line;
+    char ch;
+    pollfd p{child.from, POLLIN, 0};
+    while (line.size() < 64 && ::poll(&p, 1, 20000) == 1 && ::read(child.from, &ch, 1) == 1 &&
+           ch != '\n')
+      line += ch;
+    return line;
+  };
+  std::string line = read_line();
+  unsigned num = 0;
+  ASSERT_EQ(::sscanf(line.c_str(), "qpn %x", &num), 1) << line;
+  ::unlink(path);
+
+  ibv_xrcd* x = open_xrcd(f, 0);
+  ASSERT_NE(x, nullptr);
+  ibv_qp* o = open_qp(ctx, x, num);
+  ASSERT_NE(o, nullptr) << strerror(errno);
+  EXPECT_EQ(o->qp_num, num);
+  ibv_qp_attr a{};
+  ibv_qp_init_attr ia{};
+  ASSERT_EQ(ibv_query_qp(o, &a, IBV_QP_STATE | IBV_QP_ACCESS_FLAGS, &ia), 0);
+  EXPECT_EQ(a.qp_state, IBV_QPS_INIT);  // as the maker set it
+  EXPECT_EQ(a.qp_access_flags, unsigned(IBV_ACCESS_REMOTE_WRITE));
+
+  ibv_cq* scq = cq();
+  ibv_cq* rcq = cq();
+  ibv_srq* s = xrc_srq(x, rcq);
+  ibv_qp* snd = send_qp(scq);
+  ASSERT_TRUE(s && snd);
+  connect_xrc(snd, o);  // driven through the opened handle
+  send_through(snd, scq, s, rcq, 1500, 41);
+
+  // The maker exits without destroying anything: the QP is the opener's now.
+  ASSERT_EQ(::write(child.to, "exit\n", 5), 5);
+  int status = -1;
+  ASSERT_EQ(::waitpid(child.pid, &status, 0), child.pid);
+  child.pid = 0;
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  ASSERT_EQ(ibv_query_qp(o, &a, IBV_QP_STATE, &ia), 0);
+  EXPECT_EQ(a.qp_state, IBV_QPS_RTR);  // as connect_xrc left it
+  send_through(snd, scq, s, rcq, 4096, 42);
+  send_through(snd, scq, s, rcq, 7, 43);
+  // A second handle of the same process, then the QP goes with the last one.
+  ibv_qp* o2 = open_qp(ctx, x, num);
+  ASSERT_NE(o2, nullptr) << strerror(errno);
+  drop(o);
+  send_through(snd, scq, s, rcq, 100, 44);
+  drop(o2);
+  errno = 0;
+  EXPECT_EQ(open_qp(ctx, x, num), nullptr);
+  EXPECT_EQ(errno, EINVAL);
+}
+
+// A number that is not an XRC_RECV QP of the domain (forged, or of another domain) opens
+// nothing while another process's QP is open and carries traffic.
+TEST_F(VerbsXrcTest, ForgedNumbersDoNotOpenAnotherProcessesQp) {
+  int f = file();
+  ibv_context* other = second_context();
+  ASSERT_NE(other, nullptr);
+  ibv_xrcd* mine = open_xrcd(f, O_CREAT);
+  ibv_xrcd* elsewhere = open_xrcd(file(), O_CREAT, other);
+  ASSERT_TRUE(mine && elsewhere);
+  ibv_qp* r = recv_qp(mine);
+  ASSERT_NE(r, nullptr);
+  for (uint32_t forged : {r->qp_num ^ 1u, r->qp_num + 0x1000u, 0xFFFFFFu}) {
+    errno = 0;
+    EXPECT_EQ(open_qp(other, elsewhere, forged), nullptr);
+    EXPECT_EQ(errno, EINVAL);
+  }
+  errno = 0;
+  EXPECT_EQ(open_qp(other, elsewhere, r->qp_num), nullptr);  // the right number, wrong domain
   EXPECT_EQ(errno, EINVAL);
 }
 
