@@ -21,6 +21,72 @@
 namespace vrdma::testing {
 namespace {
 
+
+// A tests/tools/xrc_qp_maker process with a pipe to its stdin and one from its stdout; killed
+// and reaped at the latest when it goes out of scope.
+class Helper {
+ public:
+  explicit Helper(std::vector<std::string> args) {
+    int in[2], out[2];
+    if (::pipe2(in, O_CLOEXEC) != 0 || ::pipe2(out, O_CLOEXEC) != 0) return;
+    std::vector<char*> argv{const_cast<char*>(XRC_QP_MAKER)};
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      ::dup2(in[0], 0);
+      ::dup2(out[1], 1);
+      ::execv(XRC_QP_MAKER, argv.data());
+      ::_exit(127);
+    }
+    ::close(in[0]);
+    ::close(out[1]);
+    to_ = in[1];
+    from_ = out[0];
+  }
+  ~Helper() {
+    ::close(to_);
+    ::close(from_);
+    if (pid_ > 0) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+  }
+  // A line of its output (without the newline); "" after 20 s without one.
+  std::string line() {
+    std::string l;
+    char ch;
+    pollfd p{from_, POLLIN, 0};
+    while (l.size() < 128 && ::poll(&p, 1, 20000) == 1 && ::read(from_, &ch, 1) == 1 && ch != '\n')
+      l += ch;
+    return l;
+  }
+  uint32_t qpn() {
+    std::string l = line();
+    unsigned n = 0;
+    return ::sscanf(l.c_str(), "qpn %x", &n) == 1 ? n : 0;
+  }
+  bool tell(const char* what) {
+    return ::write(to_, what, strlen(what)) == static_cast<ssize_t>(strlen(what));
+  }
+  // Its exit status once it ended (-1: killed, or not within 20 s).
+  int wait() {
+    for (int i = 0; i < 2000 && pid_ > 0; ++i) {
+      int status = 0;
+      if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = 0;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+      }
+      ::usleep(10000);
+    }
+    return -1;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  int to_ = -1, from_ = -1;
+};
+
 class VerbsXrcTest : public VerbsTest {
  protected:
   void TearDown() override {
@@ -658,44 +724,10 @@ TEST_F(VerbsXrcTest, AnotherProcessesQpOpensAndOutlivesItsMaker) {
   int f = ::mkstemp(path);
   ASSERT_GE(f, 0);
   files.push_back(f);
-  int in[2], out[2];
-  ASSERT_EQ(::pipe(in), 0);
-  ASSERT_EQ(::pipe(out), 0);
-  pid_t pid = ::fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    ::dup2(in[0], 0);
-    ::dup2(out[1], 1);
-    ::execl(XRC_QP_MAKER, XRC_QP_MAKER, path, static_cast<char*>(nullptr));
-    ::_exit(127);
-  }
-  ::close(in[0]);
-  ::close(out[1]);
-  struct Child {
-    pid_t pid;
-    int to, from;
-    ~Child() {
-      ::close(to);
-      ::close(from);
-      if (pid > 0) {
-        ::kill(pid, SIGKILL);
-        ::waitpid(pid, nullptr, 0);
-      }
-    }
-  } child{pid, in[1], out[0]};
-  auto read_line = [&] {
-    std::string line;
-    char ch;
-    pollfd p{child.from, POLLIN, 0};
-    while (line.size() < 64 && ::poll(&p, 1, 20000) == 1 && ::read(child.from, &ch, 1) == 1 &&
-           ch != '\n')
-      line += ch;
-    return line;
-  };
-  std::string line = read_line();
-  unsigned num = 0;
-  ASSERT_EQ(::sscanf(line.c_str(), "qpn %x", &num), 1) << line;
+  Helper maker({path});
+  const uint32_t num = maker.qpn();
   ::unlink(path);
+  ASSERT_NE(num, 0u);
 
   ibv_xrcd* x = open_xrcd(f, 0);
   ASSERT_NE(x, nullptr);
@@ -717,11 +749,8 @@ TEST_F(VerbsXrcTest, AnotherProcessesQpOpensAndOutlivesItsMaker) {
   send_through(snd, scq, s, rcq, 1500, 41);
 
   // The maker exits without destroying anything: the QP is the opener's now.
-  ASSERT_EQ(::write(child.to, "exit\n", 5), 5);
-  int status = -1;
-  ASSERT_EQ(::waitpid(child.pid, &status, 0), child.pid);
-  child.pid = 0;
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  ASSERT_TRUE(maker.tell("exit\n"));
+  ASSERT_EQ(maker.wait(), 0);
   ASSERT_EQ(ibv_query_qp(o, &a, IBV_QP_STATE, &ia), 0);
   EXPECT_EQ(a.qp_state, IBV_QPS_RTR);  // as connect_xrc left it
   send_through(snd, scq, s, rcq, 4096, 42);
@@ -732,6 +761,75 @@ TEST_F(VerbsXrcTest, AnotherProcessesQpOpensAndOutlivesItsMaker) {
   drop(o);
   send_through(snd, scq, s, rcq, 100, 44);
   drop(o2);
+  errno = 0;
+  EXPECT_EQ(open_qp(ctx, x, num), nullptr);
+  EXPECT_EQ(errno, EINVAL);
+}
+
+// The maker destroys its handle while another process holds the QP (it lives on; the maker's
+// domain closes), and an XRC_SEND QP of a third process sends through it into an SRQ of the
+// domain after the maker has exited; the data arrive byte for byte.
+TEST_F(VerbsXrcTest, AThirdProcessSendsThroughItAfterItsMakerWent) {
+  char path[] = "/tmp/vrdma-xrc-shared-XXXXXX";
+  int f = ::mkstemp(path);
+  ASSERT_GE(f, 0);
+  files.push_back(f);
+  Helper maker({path});
+  const uint32_t num = maker.qpn();
+  ::unlink(path);
+  ASSERT_NE(num, 0u);
+  ibv_xrcd* x = open_xrcd(f, 0);
+  ASSERT_NE(x, nullptr);
+  ibv_qp* o = open_qp(ctx, x, num);
+  ASSERT_NE(o, nullptr) << strerror(errno);
+  ASSERT_TRUE(maker.tell("destroy\n"));
+  EXPECT_EQ(maker.line(), "destroyed") << "its handle goes and its domain closes: no EBUSY";
+  ASSERT_EQ(maker.wait(), 0);
+
+  ibv_cq* rcq = cq();
+  ibv_srq* s = xrc_srq(x, rcq);
+  ASSERT_NE(s, nullptr);
+  constexpr int kCount = 3;
+  std::vector<Buffer*> dst;
+  for (int i = 0; i < kCount; ++i) {
+    dst.push_back(&buffer(512));
+    ASSERT_EQ(post_srq_recv(s, *dst.back(), 0, 512, 100 + i), 0);
+  }
+  char recv_hex[16], srq_hex[16];
+  snprintf(recv_hex, sizeof(recv_hex), "%x", num);
+  snprintf(srq_hex, sizeof(srq_hex), "%x", srq_num(s));
+  Helper sender({"--send", recv_hex, srq_hex, std::to_string(kCount)});
+  const uint32_t snd = sender.qpn();
+  ASSERT_NE(snd, 0u);
+  // The XRC_RECV side names the sender, through the handle this process holds.
+  ibv_qp_attr a{};
+  a.qp_state = IBV_QPS_RTR;
+  a.path_mtu = IBV_MTU_1024;
+  a.dest_qp_num = snd;
+  a.max_dest_rd_atomic = 4;
+  a.min_rnr_timer = 1;
+  a.ah_attr.port_num = 1;
+  ASSERT_EQ(ibv_modify_qp(o, &a,
+                          IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+                              IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER),
+            0);
+  ASSERT_TRUE(sender.tell("go\n"));
+  EXPECT_EQ(sender.line(), "ok 3");
+  auto wc = poll(rcq, kCount);
+  ASSERT_EQ(wc.size(), size_t(kCount));
+  for (int i = 0; i < kCount; ++i) {
+    EXPECT_EQ(wc[i].status, IBV_WC_SUCCESS);
+    EXPECT_EQ(wc[i].wr_id, uint64_t(100 + i));
+    EXPECT_EQ(wc[i].byte_len, 512u);
+    EXPECT_EQ(wc[i].qp_num, srq_num(s));
+    const uint8_t* d = static_cast<const uint8_t*>(dst[i]->data());
+    int wrong = 0;
+    for (int j = 0; j < 512; ++j) wrong += d[j] != uint8_t(i * 7 + j);
+    EXPECT_EQ(wrong, 0) << "message " << i;
+  }
+  sender.tell("done\n");
+  EXPECT_EQ(sender.wait(), 0);
+  drop(o);
   errno = 0;
   EXPECT_EQ(open_qp(ctx, x, num), nullptr);
   EXPECT_EQ(errno, EINVAL);
