@@ -7,6 +7,7 @@
 
 #include <memory>
 
+#include "engine/device.h"
 #include "engine/objects.h"
 #include "engine/qp.h"
 #include "shm/shared_file.h"
@@ -45,7 +46,15 @@ bool release_recv_qp(Context& ctx, uint32_t qpn, uint32_t* object_fd_id) {
 }
 
 SharedRecvQp::~SharedRecvQp() {
-  if (obj_) ::munmap(obj_, size_);
+  if (obj_) {
+    ctx_.device().remove_shared_qp(this);
+    ::munmap(obj_, size_);
+  }
+}
+
+void SharedRecvQp::fatal() {
+  attrs().state.store(IBV_QPS_ERR, std::memory_order_release);
+  ctx_.push_event(IBV_EVENT_QP_FATAL, user);
 }
 
 int SharedRecvQp::attach(int fd) {
@@ -66,6 +75,7 @@ int SharedRecvQp::attach(int fd) {
   attr_.qp_access_flags = o->attrs.access.load(std::memory_order_relaxed);
   attr_.min_rnr_timer = static_cast<uint8_t>(o->attrs.min_rnr_timer.load());
   attr_.port_num = 1;
+  ctx_.device().add_shared_qp(this);
   return 0;
 }
 

@@ -40,6 +40,11 @@ class SharedRecvQp {
   uint32_t qpn() const { return qpn_; }
   // This handle goes: vrdmad counts it out; when it was the QP's last, the QP is freed.
   void close();
+  // vrdmad says the QP's connection is lost (its XRC_SEND peer went): error state and
+  // IBV_EVENT_QP_FATAL for `user`. Called by the device's progress thread.
+  void fatal();
+
+  void* user = nullptr;  // the ibv_qp its events name
 
  private:
   shm::QpAttrs& attrs() const { return obj_->attrs; }

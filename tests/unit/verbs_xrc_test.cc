@@ -829,6 +829,17 @@ TEST_F(VerbsXrcTest, AThirdProcessSendsThroughItAfterItsMakerWent) {
   }
   sender.tell("done\n");
   EXPECT_EQ(sender.wait(), 0);
+  // The sender's process went: its connection is lost, and the handle still here hears it.
+  pollfd pfd{ctx->async_fd, POLLIN, 0};
+  ASSERT_EQ(::poll(&pfd, 1, 20000), 1) << "no async event";
+  ibv_async_event ev{};
+  ASSERT_EQ(ibv_get_async_event(ctx, &ev), 0);
+  EXPECT_EQ(ev.event_type, IBV_EVENT_QP_FATAL);
+  EXPECT_EQ(ev.element.qp, o);
+  ibv_ack_async_event(&ev);
+  ibv_qp_init_attr ia{};
+  ASSERT_EQ(ibv_query_qp(o, &a, IBV_QP_STATE, &ia), 0);
+  EXPECT_EQ(a.qp_state, IBV_QPS_ERR);
   drop(o);
   errno = 0;
   EXPECT_EQ(open_qp(ctx, x, num), nullptr);

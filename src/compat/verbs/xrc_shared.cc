@@ -39,6 +39,7 @@ ibv_qp* open_shared_recv_qp(ibv_context* ctx, std::shared_ptr<Xrcd> xrcd, uint32
     release_recv_qp(*engine_of(ctx), qpn);
     return fail<ibv_qp>(ENOMEM);
   }
+  shared->user = &h->base.ibv.qp_base;  // before attach, which makes it reachable by events
   if (int e = shared->attach(object_fd)) {
     shared->close();
     delete shared;
