@@ -69,9 +69,12 @@ bool Daemon::hand_over_xrc_qp(Client& from, uint32_t qpn, SharedXrcQp& s) {
     const uint32_t pd = q->pd;
     registry_.hand_over(qpn, to->id);
     registry_.set_objects(qpn, id, 0, 0, pd);
+    // What the QP and its object count for moves with them (a holder at its quota keeps the QP
+    // all the same: it lives while a handle does, as the kernel's).
     release(from, Resource::kQps);
-    if (charge(*to, Resource::kQps))
-      LOG_INFO("client %u: XRC_RECV QP 0x%x taken over beyond its quota", to->id, qpn);
+    release(from, Resource::kFds);
+    if (charge(*to, Resource::kQps) || charge(*to, Resource::kFds))
+      LOG_WARN("client %u: XRC_RECV QP 0x%x taken over beyond its quota", to->id, qpn);
     s.owner_handles = h->second;
     s.handed = true;
     s.holders.erase(h);
