@@ -54,7 +54,7 @@ enum class Op : uint16_t {
   kCloseXrcd = 23,  // CloseXrcdReq -> (empty)
   kSetQpXrcd = 24,  // SetQpXrcdReq -> (empty)
   kQos = 25,           // QosReq -> text: the QoS rules in force (after setting one)
-  kOpenXrcQp = 26,     // OpenXrcQpReq -> (empty): may the caller open this XRC_RECV QP?
+  kOpenXrcQp = 26,     // OpenXrcQpReq -> OpenXrcQpRep (+ the QP object when shared)
   kPacing = 28,        // PacingReq -> (empty) + 2 fds: the same-host rate limit pages
   kCloseXrcQp = 29,    // CloseXrcQpReq -> CloseXrcQpRep: a process's handles of an XRC_RECV QP
   // UD multicast (McastReq): attach, detach, and the group's members on this host.

@@ -45,8 +45,8 @@ Qp::~Qp() {
 
 // An XRC_RECV QP's state is its object's: a handle in another process may set it.
 ibv_qp_state Qp::state() const {
-  const auto& st = type_ == IBV_QPT_XRC_RECV && object_ ? object_->qp()->attrs.state
-                                                         : shared_->state;
+  const auto& st =
+      type_ == IBV_QPT_XRC_RECV && object_ ? object_->qp()->attrs.state : shared_->state;
   return static_cast<ibv_qp_state>(st.load(std::memory_order_relaxed));
 }
 

@@ -55,8 +55,9 @@ int send_mode(uint32_t recv_qpn, uint32_t srqn, int count) {
   a.timeout = 10;
   a.retry_cnt = 3;
   a.rnr_retry = 3;
-  if (modify(q, a, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-                       IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC))
+  if (modify(q, a,
+             IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+                 IBV_QP_MAX_QP_RD_ATOMIC))
     return 1;
   printf("qpn %x\n", q->qp_num);
   fflush(stdout);
@@ -121,8 +122,8 @@ int main(int argc, char** argv) {
   a.qp_state = IBV_QPS_INIT;
   a.port_num = 1;
   a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
-  if (int e = ibv_modify_qp(q, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
-                                      IBV_QP_ACCESS_FLAGS))
+  if (int e = ibv_modify_qp(q, &a,
+                            IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
     return fprintf(stderr, "modify: %s\n", strerror(e)), 1;
   printf("qpn %x\n", q->qp_num);
   fflush(stdout);

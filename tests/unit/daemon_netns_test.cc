@@ -497,8 +497,7 @@ TEST_F(DaemonNetnsTest, AnotherTenantCannotOpenOrAffectASharedXrcQp) {
   EXPECT_EQ(status_of(hostile, proto::Op::kOpenXrcQp, proto::OpenXrcQpReq{recv, xbad}), EINVAL);
   EXPECT_EQ(status_of(hostile, proto::Op::kOpenXrcQp, proto::OpenXrcQpReq{recv, xm}), EACCES);
   for (uint32_t forged : {recv ^ 1u, recv + 0x100u})
-    EXPECT_EQ(status_of(hostile, proto::Op::kOpenXrcQp, proto::OpenXrcQpReq{forged, xbad}),
-              EINVAL);
+    EXPECT_EQ(status_of(hostile, proto::Op::kOpenXrcQp, proto::OpenXrcQpReq{forged, xbad}), EINVAL);
   for (int i = 0; i < 3; ++i)
     EXPECT_EQ(status_of(hostile, proto::Op::kCloseXrcQp, proto::CloseXrcQpReq{recv, 0}), EINVAL);
   EXPECT_EQ(status_of(hostile, proto::Op::kSetQpXrcd, proto::SetQpXrcdReq{recv, xbad}), EPERM);

@@ -3,18 +3,18 @@
 // QPs; sends, sends with immediate data and RDMA into the SRQ a request names, with data checked
 // byte for byte, and the error paths (an SRQ number that does not exist, an SRQ of another
 // domain, receives on XRC QPs, closing a domain in use); ibv_open_qp from a second context of the
-// domain, its refusals, and the QP living while any of its handles does.
+// domain, its refusals, and the QP living while any of its handles does; ibv_open_qp of a QP
+// another process made (tests/tools/xrc_qp_maker), which outlives its maker.
 #include <arpa/inet.h>
 #include <fcntl.h>
-#include <stdio.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdio.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <string>
-
 #include <algorithm>
+#include <string>
 
 #include "verbs_fixture.h"
 
