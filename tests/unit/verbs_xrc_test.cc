@@ -21,7 +21,6 @@
 namespace vrdma::testing {
 namespace {
 
-
 // A tests/tools/xrc_qp_maker process with a pipe to its stdin and one from its stdout; killed
 // and reaped at the latest when it goes out of scope.
 class Helper {
