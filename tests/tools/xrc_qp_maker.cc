@@ -6,12 +6,17 @@
 // xrc_qp_maker --send RECV_QPN SRQN COUNT: an XRC_SEND QP connected to XRC_RECV QP RECV_QPN;
 // prints "qpn <hex>", waits for a line on stdin, then sends COUNT messages of 512 bytes (byte j
 // of message i is (i * 7 + j) & 0xff) into SRQ SRQN and prints "ok COUNT" or the failure.
+// xrc_qp_maker --forge FILE QPN: a hostile process with a domain of its own (FILE) that tries to
+// open XRC_RECV QP QPN and numbers near it through that domain and through one of its own
+// (fd -1); prints "refused N" with the number of attempts refused with EINVAL, or what it got.
 #include <fcntl.h>
 #include <infiniband/verbs.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#include <initializer_list>
 
 namespace {
 
@@ -90,15 +95,51 @@ int send_mode(uint32_t recv_qpn, uint32_t srqn, int count) {
   return 0;
 }
 
+int forge_mode(const char* file, uint32_t qpn) {
+  int fd = open(file, O_RDONLY);
+  int n = 0;
+  ibv_device** list = ibv_get_device_list(&n);
+  ibv_context* ctx = list && n > 0 ? ibv_open_device(list[0]) : nullptr;
+  if (fd < 0 || !ctx) return fprintf(stderr, "no file or device\n"), 1;
+  ibv_xrcd* domains[2] = {};
+  for (int i = 0; i < 2; ++i) {
+    ibv_xrcd_init_attr xa{};
+    xa.comp_mask = IBV_XRCD_INIT_ATTR_FD | IBV_XRCD_INIT_ATTR_OFLAGS;
+    xa.fd = i == 0 ? fd : -1;
+    xa.oflags = O_CREAT;
+    domains[i] = ibv_open_xrcd(ctx, &xa);
+    if (!domains[i]) return fprintf(stderr, "open_xrcd: %s\n", strerror(errno)), 1;
+  }
+  int refused = 0;
+  for (ibv_xrcd* x : domains)
+    for (uint32_t num : {qpn, qpn ^ 1u, qpn + 1u, qpn - 1u}) {
+      ibv_qp_open_attr a{};
+      a.comp_mask = IBV_QP_OPEN_ATTR_NUM | IBV_QP_OPEN_ATTR_XRCD | IBV_QP_OPEN_ATTR_TYPE;
+      a.qp_num = num;
+      a.xrcd = x;
+      a.qp_type = IBV_QPT_XRC_RECV;
+      errno = 0;
+      ibv_qp* q = ibv_open_qp(ctx, &a);
+      if (q) return printf("opened %x\n", num), 1;
+      if (errno == EINVAL) ++refused;
+    }
+  printf("refused %d\n", refused);
+  fflush(stdout);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc == 4 && !strcmp(argv[1], "--forge"))
+    return forge_mode(argv[2], strtoul(argv[3], nullptr, 16));
   if (argc == 5 && !strcmp(argv[1], "--send"))
     return send_mode(strtoul(argv[2], nullptr, 16), strtoul(argv[3], nullptr, 16), atoi(argv[4]));
   if (argc != 2 || !strcmp(argv[1], "--help")) {
     fprintf(stderr,
             "usage: xrc_qp_maker FILE  (then a line on stdin: exit, or destroy)\n"
-            "       xrc_qp_maker --send RECV_QPN SRQN COUNT  (hex numbers; a line on stdin: go)\n");
+            "       xrc_qp_maker --send RECV_QPN SRQN COUNT  (hex numbers; a line on stdin: go)\n"
+            "       xrc_qp_maker --forge FILE QPN  (hex number)\n");
     return 2;
   }
   int fd = open(argv[1], O_RDONLY);

@@ -728,7 +728,8 @@ TEST_F(VerbsXrcTest, TheQpLivesWhileAnOpenerHoldsIt) {
 
 // ibv_open_qp of a QP another process made (tests/tools/xrc_qp_maker): the opener sees and sets
 // the QP's shared state, the maker's exit leaves the QP to the opener, an XRC_SEND QP sends
-// through it into the domain's SRQ afterwards, and the opener's last handle frees it.
+// through it into the domain's SRQ afterwards (while a hostile process forging numbers opens
+// nothing), and the opener's last handle frees it.
 TEST_F(VerbsXrcTest, AnotherProcessesQpOpensAndOutlivesItsMaker) {
   char path[] = "/tmp/vrdma-xrc-shared-XXXXXX";
   int f = ::mkstemp(path);
@@ -764,6 +765,20 @@ TEST_F(VerbsXrcTest, AnotherProcessesQpOpensAndOutlivesItsMaker) {
   ASSERT_EQ(ibv_query_qp(o, &a, IBV_QP_STATE, &ia), 0);
   EXPECT_EQ(a.qp_state, IBV_QPS_RTR);  // as connect_xrc left it
   send_through(snd, scq, s, rcq, 4096, 42);
+  {
+    // A hostile process with domains of its own forges the number and its neighbours: all
+    // refused, and the traffic goes on.
+    char other[] = "/tmp/vrdma-xrc-forge-XXXXXX";
+    int of = ::mkstemp(other);
+    ASSERT_GE(of, 0);
+    files.push_back(of);
+    char hex[16];
+    snprintf(hex, sizeof(hex), "%x", num);
+    Helper forger({"--forge", other, hex});
+    EXPECT_EQ(forger.line(), "refused 8");
+    EXPECT_EQ(forger.wait(), 0);
+    ::unlink(other);
+  }
   send_through(snd, scq, s, rcq, 7, 43);
   // A second handle of the same process, then the QP goes with the last one.
   ibv_qp* o2 = open_qp(ctx, x, num);
