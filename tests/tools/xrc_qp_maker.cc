@@ -5,7 +5,8 @@
 // with "destroy" destroys the QP and closes the domain first (and prints "destroyed").
 // xrc_qp_maker --send RECV_QPN SRQN COUNT: an XRC_SEND QP connected to XRC_RECV QP RECV_QPN;
 // prints "qpn <hex>", waits for a line on stdin, then sends COUNT messages of 512 bytes (byte j
-// of message i is (i * 7 + j) & 0xff) into SRQ SRQN and prints "ok COUNT" or the failure.
+// of message i is (i * 7 + j) & 0xff) into SRQ SRQN and prints "ok COUNT" or the failure; then
+// waits for a line: "die" exits at once (as a process that dies), anything else cleans up first.
 // xrc_qp_maker --forge FILE QPN: a hostile process with a domain of its own (FILE) that tries to
 // open XRC_RECV QP QPN and numbers near it through that domain and through one of its own
 // (fd -1); prints "refused N" with the number of attempts refused with EINVAL, or what it got.
@@ -92,7 +93,11 @@ int send_mode(uint32_t recv_qpn, uint32_t srqn, int count) {
   printf("ok %d\n", count);
   fflush(stdout);
   if (!fgets(line, sizeof(line), stdin)) return 0;  // held until told
-  return 0;
+  if (!strncmp(line, "die", 3)) _exit(0);           // as a process that dies: nothing closed
+  int e = ibv_destroy_qp(q) | ibv_dereg_mr(mr) | ibv_destroy_cq(cq) | ibv_dealloc_pd(pd) |
+          ibv_close_device(ctx);
+  ibv_free_device_list(list);
+  return e ? 1 : 0;
 }
 
 int forge_mode(const char* file, uint32_t qpn) {
@@ -125,6 +130,10 @@ int forge_mode(const char* file, uint32_t qpn) {
     }
   printf("refused %d\n", refused);
   fflush(stdout);
+  for (ibv_xrcd* x : domains) ibv_close_xrcd(x);
+  ibv_close_device(ctx);
+  ibv_free_device_list(list);
+  close(fd);
   return 0;
 }
 

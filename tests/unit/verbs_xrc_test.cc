@@ -852,9 +852,9 @@ TEST_F(VerbsXrcTest, AThirdProcessSendsThroughItAfterItsMakerWent) {
     for (int j = 0; j < 512; ++j) wrong += d[j] != uint8_t(i * 7 + j);
     EXPECT_EQ(wrong, 0) << "message " << i;
   }
-  sender.tell("done\n");
+  sender.tell("die\n");
   EXPECT_EQ(sender.wait(), 0);
-  // The sender's process went: its connection is lost, and the handle still here hears it.
+  // The sender's process died: its connection is lost, and the handle still here hears it.
   pollfd pfd{ctx->async_fd, POLLIN, 0};
   ASSERT_EQ(::poll(&pfd, 1, 20000), 1) << "no async event";
   ibv_async_event ev{};
