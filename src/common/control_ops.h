@@ -36,6 +36,7 @@ inline constexpr char kHello[] = "Hello", kPutFd[] = "PutFd", kGetFd[] = "GetFd"
                       kGetMr[] = "GetMr", kReload[] = "Reload", kOpenXrcd[] = "OpenXrcd",
                       kCloseXrcd[] = "CloseXrcd", kSetQpXrcd[] = "SetQpXrcd",
                       kOpenXrcQp[] = "OpenXrcQp", kPacing[] = "Pacing",
+                      kCloseXrcQp[] = "CloseXrcQp",
                       kMcastAttach[] = "McastAttach", kMcastDetach[] = "McastDetach",
                       kMcastMembers[] = "McastMembers", kQos[] = "Qos",
                       kQpFatal[] = "QpFatal",
@@ -98,6 +99,8 @@ struct OpSpec<Op::kOpenXrcQp> : Spec<OpenXrcQpReq, 0, op_names::kOpenXrcQp> {};
 template <>
 struct OpSpec<Op::kPacing> : Spec<PacingReq, 0, op_names::kPacing> {};
 template <>
+struct OpSpec<Op::kCloseXrcQp> : Spec<CloseXrcQpReq, 0, op_names::kCloseXrcQp> {};
+template <>
 struct OpSpec<Op::kMcastAttach> : Spec<McastReq, 0, op_names::kMcastAttach> {};
 template <>
 struct OpSpec<Op::kMcastDetach> : Spec<McastReq, 0, op_names::kMcastDetach> {};
@@ -130,7 +133,7 @@ using RequestOps =
            Op::kCmResolve, Op::kCmConnect, Op::kCmAccept, Op::kCmReject, Op::kCmRtu,
            Op::kCmDisconnect, Op::kSetQpObject, Op::kGetMr, Op::kReload, Op::kOpenXrcd,
            Op::kCloseXrcd, Op::kSetQpXrcd, Op::kMcastAttach, Op::kMcastDetach,
-           Op::kMcastMembers, Op::kQos, Op::kOpenXrcQp, Op::kPacing>;
+           Op::kMcastMembers, Op::kQos, Op::kOpenXrcQp, Op::kPacing, Op::kCloseXrcQp>;
 using EventOps = OpList<Op::kQpFatal, Op::kCmRequest, Op::kCmReply, Op::kCmRejected,
                         Op::kCmEstablished, Op::kCmDisconnected, Op::kOdpFault>;
 

@@ -54,8 +54,9 @@ enum class Op : uint16_t {
   kCloseXrcd = 23,  // CloseXrcdReq -> (empty)
   kSetQpXrcd = 24,  // SetQpXrcdReq -> (empty)
   kQos = 25,           // QosReq -> text: the QoS rules in force (after setting one)
-  kOpenXrcQp = 26,     // OpenXrcQpReq -> (empty): may the caller open this XRC_RECV QP?
+  kOpenXrcQp = 26,     // OpenXrcQpReq -> OpenXrcQpRep (+ the QP object when shared)
   kPacing = 28,        // PacingReq -> (empty) + 2 fds: the same-host rate limit pages
+  kCloseXrcQp = 29,    // CloseXrcQpReq -> CloseXrcQpRep: a process's handles of an XRC_RECV QP
   // UD multicast (McastReq): attach, detach, and the group's members on this host.
   kMcastAttach = 40,   // McastReq -> (empty)
   kMcastDetach = 41,   // McastReq -> (empty)
@@ -263,6 +264,24 @@ struct SetQpXrcdReq {
 struct OpenXrcQpReq {
   uint32_t qpn;
   uint32_t xrcd;
+};
+// The answer to a process that did not make the QP (or holds it since its maker went): `shared`
+// 1 and the QP object's descriptor, through which the handle reads and sets the QP's state.
+struct OpenXrcQpRep {
+  uint32_t shared;
+  uint32_t reserved;
+};
+// A process drops its handles of XRC_RECV QP `qpn` (the maker's last handle, or one that
+// OpenXrcQp answered with `shared`). `kept` 1: the QP lives on, held by another process (the
+// maker's library then leaves its object as it is); 0: the caller held it last and frees it
+// (FreeQpn; `object_fd_id` is the caller's id of the QP object, to drop).
+struct CloseXrcQpReq {
+  uint32_t qpn;
+  uint32_t reserved;
+};
+struct CloseXrcQpRep {
+  uint32_t kept;
+  uint32_t object_fd_id;
 };
 
 // UD multicast: a local UD QP and a multicast GID (ff00::/8, or ::ffff:224.0.0.0/4). A group

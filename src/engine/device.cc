@@ -11,6 +11,7 @@
 
 #include "engine/objects.h"
 #include "engine/qp.h"
+#include "engine/xrc_shared_qp.h"
 #include "shm/shared_file.h"
 
 namespace vrdma {
@@ -224,7 +225,14 @@ void Device::handle_fatal_qps() {
   for (auto [qpn, reason] : qpns) {
     std::lock_guard lock(qps_mu_);
     auto it = qps_.find(qpn);
-    if (it == qps_.end()) continue;
+    if (it == qps_.end()) {
+      for (SharedRecvQp* q : shared_qps_)
+        if (q->qpn() == qpn) {
+          q->fatal();
+          break;
+        }
+      continue;
+    }
     // The router already completed the QP's work with an error: only the receives are left.
     bool routed = reason == static_cast<uint32_t>(proto::FatalReason::kRouted);
     it->second->fatal(routed ? IBV_EVENT_QP_LAST_WQE_REACHED : IBV_EVENT_QP_FATAL, !routed);
@@ -238,6 +246,16 @@ void Device::handle_lost() {
   for (Qp* qp : qps) qp->fatal(IBV_EVENT_QP_FATAL);
   std::lock_guard lock(contexts_mu_);
   for (Context* c : contexts_) c->push_event(IBV_EVENT_DEVICE_FATAL, nullptr);
+}
+
+void Device::add_shared_qp(SharedRecvQp* q) {
+  std::lock_guard lock(qps_mu_);
+  shared_qps_.push_back(q);
+}
+
+void Device::remove_shared_qp(SharedRecvQp* q) {
+  std::lock_guard lock(qps_mu_);
+  std::erase(shared_qps_, q);
 }
 
 void Device::add_context(Context* c) {

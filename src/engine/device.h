@@ -28,6 +28,7 @@
 namespace vrdma {
 
 class Qp;
+class SharedRecvQp;
 class Context;
 
 class Device {
@@ -91,6 +92,11 @@ class Device {
   using CmHandler = std::function<void(const Packet&)>;
   static void set_cm_handler(CmHandler h);
 
+  // Handles of XRC_RECV QPs held through vrdmad (xrc_shared_qp.h): a QpFatal for a QPN this
+  // process has no Qp of goes to the first of them.
+  void add_shared_qp(SharedRecvQp* q);
+  void remove_shared_qp(SharedRecvQp* q);
+
   // Contexts receive device-wide async events.
   void add_context(Context* c);
   void remove_context(Context* c);
@@ -119,6 +125,7 @@ class Device {
   std::mutex blocked_mu_;
   std::set<Qp*> blocked_;
   std::atomic<uint32_t> blocked_count_{0};
+  std::vector<SharedRecvQp*> shared_qps_;  // under qps_mu_
   std::mutex fatal_mu_;
   std::vector<std::pair<uint32_t, uint32_t>> fatal_qpns_;  // qpn, proto::FatalReason
   std::mutex contexts_mu_;

@@ -28,19 +28,27 @@ Qp::Qp(const QpConfig& cfg)
 Qp::~Qp() {
   Device& dev = context().device();
   dev.remove_qp(this);
-  if (qpn_) {
+  if (qpn_ && !handed_) {
     proto::FreeQpnReq req{qpn_};
     dev.control().call(proto::Op::kFreeQpn, req);
   }
   if (recv_source_.ring.ring) recv_cq_->detach(&recv_source_);
   if (object_ && object_->notify_fd() >= 0 && recv_cq_->channel())
     recv_cq_->channel()->unwatch(object_->notify_fd());
+  if (handed_ && object_) object_->disown();
   object_.reset();  // marks it gone for whoever still maps it
   if (sq_mem_) allocator_.free(allocator_.owner, sq_mem_);
   if (shared_) shared_->state.store(IBV_QPS_RESET);
   if (recv_table_offset_) dev.arena().free(recv_table_offset_);
   if (sq_) dev.arena().free(shared_->sq_offset);
   if (offset_) dev.arena().free(offset_);
+}
+
+// An XRC_RECV QP's state is its object's: a handle in another process may set it.
+ibv_qp_state Qp::state() const {
+  const auto& st =
+      type_ == IBV_QPT_XRC_RECV && object_ ? object_->qp()->attrs.state : shared_->state;
+  return static_cast<ibv_qp_state>(st.load(std::memory_order_relaxed));
 }
 
 void Qp::set_state(ibv_qp_state st) {
@@ -235,12 +243,15 @@ Transition transition(ibv_qp_type t, ibv_qp_state from, ibv_qp_state to) {
 }
 }  // namespace
 
-// Whether `attr`/`mask` make a valid modify from state `cur`; 0 or EINVAL.
 int Qp::check_modify(const ibv_qp_attr& attr, int mask, ibv_qp_state cur) const {
+  return check_transition(type_, attr, mask, cur);
+}
+
+int Qp::check_transition(ibv_qp_type type, const ibv_qp_attr& attr, int mask, ibv_qp_state cur) {
   if ((mask & IBV_QP_CUR_STATE) && attr.cur_qp_state != cur && attr.cur_qp_state != IBV_QPS_SQE)
     return EINVAL;
   if (mask & IBV_QP_STATE) {
-    Transition t = transition(type_, cur, attr.qp_state);
+    Transition t = transition(type, cur, attr.qp_state);
     if (t.required < 0) return EINVAL;
     int given = mask & ~(IBV_QP_STATE | IBV_QP_CUR_STATE);
     if ((given & t.required) != t.required) return EINVAL;

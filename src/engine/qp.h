@@ -57,9 +57,10 @@ class Qp {
   int detach_mcast(const uint8_t* gid);
 
   uint32_t qpn() const { return qpn_; }
-  ibv_qp_state state() const {
-    return static_cast<ibv_qp_state>(shared_->state.load(std::memory_order_relaxed));
-  }
+  ibv_qp_state state() const;
+  // Whether `attr`/`mask` make a valid modify of a QP of type `type` in state `cur`; 0 or EINVAL.
+  static int check_transition(ibv_qp_type type, const ibv_qp_attr& attr, int mask,
+                              ibv_qp_state cur);
   ibv_qp_type type() const { return type_; }
   Context& context() { return pd_->context(); }
   Cq* send_cq() const { return send_cq_; }
@@ -78,6 +79,9 @@ class Qp {
   int open_xrc_srq(uint32_t xrcd);
   // Something the QP needs as long as it lives (an XRC_RECV QP: its domain's PD and CQ).
   void keep(std::shared_ptr<void> p) { keep_ = std::move(p); }
+  // A shared XRC_RECV QP another process holds from now on: destroying this one leaves its
+  // number and object to that process (xrc_shared_qp.cc).
+  void hand_over() { handed_ = true; }
 
   void* user = nullptr;
 
@@ -142,6 +146,7 @@ class Qp {
   shm::SendQueue* sq_ = nullptr;  // work for the router; geometry below is our own copy
   uint32_t sq_mask_ = 0, sq_entry_size_ = 0;
   bool routed_ = false;  // the connected destination is on another host
+  bool handed_ = false;  // hand_over()
   ibv_qp_cap cap_{};
   ibv_qp_attr attr_{};  // what modify has set, for query
   SpinLock lock_;

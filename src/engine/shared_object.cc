@@ -39,6 +39,13 @@ int SharedObject::create_qp(Control& control, uint32_t owner, uint32_t ring_cap,
                 srq_fd_id, notify);
 }
 
+void SharedObject::disown() {
+  if (base_) ::munmap(base_, size_);
+  base_ = nullptr;
+  ring_ = shm::RingView{};
+  fd_id_ = 0;
+}
+
 int SharedObject::create_srq(Control& control, uint32_t owner, uint32_t rq_cap,
                              uint32_t max_sge) {
   return create(control, owner, shm::ObjectKind::kSrq, 0, rq_cap, max_sge, 0, false);

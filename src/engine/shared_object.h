@@ -27,6 +27,10 @@ class SharedObject {
   // An SRQ object: a receive queue of `rq_cap` x `max_sge`.
   int create_srq(Control& control, uint32_t owner, uint32_t rq_cap, uint32_t max_sge);
 
+  // Unmapped and forgotten without a word to its readers or vrdmad: the object lives on,
+  // another process's (a shared XRC_RECV QP handed over).
+  void disown();
+
   uint32_t fd_id() const { return fd_id_; }
   shm::QpObject* qp() const { return reinterpret_cast<shm::QpObject*>(base_); }
   shm::RqView rq() const { return rq_; }

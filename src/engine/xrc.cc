@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "common/unique_fd.h"
+#include "engine/xrc_shared_qp.h"
 
 namespace vrdma {
 
@@ -32,9 +33,11 @@ int Xrcd::open(int fd, int oflags) {
   return 0;
 }
 
-int Xrcd::may_open_qp(uint32_t qpn) {
+int Xrcd::may_open_qp(uint32_t qpn, int* object_fd) {
   proto::OpenXrcQpReq req{qpn, id_};
-  return ctx_.device().control().call(proto::Op::kOpenXrcQp, req);
+  auto reply = std::make_unique<Packet>();
+  if (int e = ctx_.device().control().call(proto::Op::kOpenXrcQp, req, reply.get())) return e;
+  return take_shared_qp_object(*reply, object_fd);  // xrc_shared_qp.cc
 }
 
 Xrcd::~Xrcd() {

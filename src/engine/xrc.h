@@ -32,7 +32,8 @@ class Xrcd {
   uint32_t id() const { return id_; }
   // ibv_open_qp's check, by vrdmad: XRC_RECV QP `qpn` is of this domain and of this tenant.
   // 0, EINVAL (no such QP in the domain) or another positive errno.
-  int may_open_qp(uint32_t qpn);
+  // `object_fd` (-1: none): the QP object, when the QP is another process's (xrc_shared_qp.h).
+  int may_open_qp(uint32_t qpn, int* object_fd = nullptr);
   // What an XRC_RECV QP, which has neither, is made with: a protection domain and a CQ of the
   // domain's own, which nothing completes into.
   Pd& pd() { return pd_; }

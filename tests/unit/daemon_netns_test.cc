@@ -450,5 +450,84 @@ INSTANTIATE_TEST_SUITE_P(PeerPidfdAndFallback, PidReuseTest,
                                   (std::get<1>(info.param) ? "SameNamespace" : "OtherContainer");
                          });
 
+// ibv_open_qp across processes, attacked from another tenant: a process of t2 that opens the same
+// file (its own domain), or forges QP numbers and domains, opens, closes, connects, moves or
+// frees nothing of t1's shared XRC_RECV QP; t1's holder keeps it when its maker goes.
+TEST_F(DaemonNetnsTest, AnotherTenantCannotOpenOrAffectASharedXrcQp) {
+  DaemonFixture f(two_tenants);
+  NsProcess pa(path('a'), f.socket()), pa2(path('a'), f.socket()), pb(path('b'), f.socket());
+  ASSERT_TRUE(pa.ready() && pa2.ready() && pb.ready());
+  Conn maker = pa.connect(), holder = pa2.connect(), hostile = pb.connect();
+  ASSERT_TRUE(maker.fd() >= 0 && holder.fd() >= 0 && hostile.fd() >= 0);
+  maker.hello();
+  holder.hello();
+  hostile.hello();
+  auto p = std::make_unique<Packet>();
+  auto open_xrcd = [&](Conn& c, int fd, uint32_t& id) {
+    proto::OpenXrcdReq req{O_CREAT, 0};
+    if (!c.call(proto::Op::kOpenXrcd, req, *p, std::span<const int>(&fd, 1))) return -1;
+    if (p->header.status == 0) id = p->as<proto::OpenXrcdRep>()->xrcd;
+    return int(p->header.status);
+  };
+  auto status_of = [&](Conn& c, proto::Op op, const auto& req) {
+    if (!c.call(op, req, *p)) return -1;
+    p->close_fds();
+    return int(p->header.status);
+  };
+  FILE* file = ::tmpfile();
+  ASSERT_NE(file, nullptr);
+  TestArena arena_m, arena_h;
+  ASSERT_EQ(put_arena(maker, arena_m), 0);
+  ASSERT_EQ(put_arena(hostile, arena_h), 0);
+  uint32_t xm = 0, xh = 0, xbad = 0;
+  ASSERT_EQ(open_xrcd(maker, ::fileno(file), xm), 0);
+  ASSERT_EQ(open_xrcd(holder, ::fileno(file), xh), 0);
+  EXPECT_EQ(xh, xm);
+  ASSERT_EQ(open_xrcd(hostile, ::fileno(file), xbad), 0);
+  EXPECT_NE(xbad, xm) << "one file, two tenants: two domains";
+  constexpr uint32_t kXrcRecv = static_cast<uint32_t>(proto::QpType::kXrcRecv);
+  constexpr uint32_t kXrcSend = static_cast<uint32_t>(proto::QpType::kXrcSend);
+  uint32_t recv = 0, bad_send = 0;
+  ASSERT_EQ(alloc_qpn(maker, kXrcRecv, TestArena::qp_offset(0), &recv), 0);
+  ASSERT_EQ(status_of(maker, proto::Op::kSetQpXrcd, proto::SetQpXrcdReq{recv, xm}), 0);
+  ASSERT_EQ(status_of(holder, proto::Op::kOpenXrcQp, proto::OpenXrcQpReq{recv, xh}), 0);
+  ASSERT_EQ(alloc_qpn(hostile, kXrcSend, TestArena::qp_offset(0), &bad_send), 0);
+
+  // The hostile tenant: every way in is refused, as a number that does not exist would be.
+  EXPECT_EQ(status_of(hostile, proto::Op::kOpenXrcQp, proto::OpenXrcQpReq{recv, xbad}), EINVAL);
+  EXPECT_EQ(status_of(hostile, proto::Op::kOpenXrcQp, proto::OpenXrcQpReq{recv, xm}), EACCES);
+  for (uint32_t forged : {recv ^ 1u, recv + 0x100u})
+    EXPECT_EQ(status_of(hostile, proto::Op::kOpenXrcQp, proto::OpenXrcQpReq{forged, xbad}), EINVAL);
+  for (int i = 0; i < 3; ++i)
+    EXPECT_EQ(status_of(hostile, proto::Op::kCloseXrcQp, proto::CloseXrcQpReq{recv, 0}), EINVAL);
+  EXPECT_EQ(status_of(hostile, proto::Op::kSetQpXrcd, proto::SetQpXrcdReq{recv, xbad}), EPERM);
+  proto::ConnectQpReq as_recv{recv, bad_send, {}};
+  EXPECT_EQ(status_of(hostile, proto::Op::kConnectQp, as_recv), EPERM);
+  proto::ConnectQpReq to_recv{bad_send, recv, {}};
+  EXPECT_NE(status_of(hostile, proto::Op::kConnectQp, to_recv), 0);
+  EXPECT_NE(status_of(hostile, proto::Op::kFreeQpn, proto::FreeQpnReq{recv}), 0);
+  int fd = -1;
+  EXPECT_EQ(get_fd(hostile, maker.client_id(), 2, &fd), EACCES);
+
+  // The victim's QP is untouched: the maker goes, the holder (one handle) keeps it, and its last
+  // close makes it the holder's to free.
+  maker.close();
+  pa.stop();  // its process held a copy of the connection
+  bool gone = false;
+  for (int i = 0; i < 200 && !gone; ++i) {
+    gone = json::parse(holder.status())["clients"].size() == 1;
+    if (!gone) ::usleep(10000);
+  }
+  ASSERT_TRUE(gone) << holder.status();
+  ASSERT_TRUE(holder.call(proto::Op::kCloseXrcQp, proto::CloseXrcQpReq{recv, 0}, *p));
+  ASSERT_EQ(p->header.status, 0);
+  const auto* rep = p->as<proto::CloseXrcQpRep>();
+  ASSERT_NE(rep, nullptr);
+  EXPECT_EQ(rep->kept, 0u) << "its one handle was the last";
+  EXPECT_NE(rep->object_fd_id, 0u) << "the object is the holder's now";
+  EXPECT_EQ(status_of(holder, proto::Op::kFreeQpn, proto::FreeQpnReq{recv}), 0);
+  ::fclose(file);
+}
+
 }  // namespace
 }  // namespace vrdma::daemon::testing

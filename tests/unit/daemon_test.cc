@@ -882,13 +882,36 @@ TEST(DaemonTest, OpenXrcQpChecksTheDomainAndTheQp) {
   EXPECT_EQ(open_qp(b, rc, xb), EINVAL) << "not an XRC_RECV QP";
   EXPECT_EQ(open_qp(b, recv ^ 0x5a5a, xb), EINVAL) << "no such QP";
   EXPECT_EQ(open_qp(b, recv, 0), EINVAL) << "domain 0 is malformed";
-  a.conn.close();  // its QPs go with it
-  bool gone = false;
-  for (int i = 0; i < 200 && !gone; ++i) {
-    gone = open_qp(b, recv, xb) == EINVAL;
-    if (!gone) ::usleep(10000);
+  // b opened it: when a goes, the QP is b's (record, object and links), not gone with a.
+  auto close_qp = [&](Client& c, uint32_t qpn, proto::CloseXrcQpRep* rep) {
+    proto::CloseXrcQpReq req{qpn, 0};
+    if (!c.conn.call(Op::kCloseXrcQp, req, *p)) return -1;
+    if (rep && p->header.status == 0) *rep = *p->as<proto::CloseXrcQpRep>();
+    return int(p->header.status);
+  };
+  a.conn.close();
+  bool a_gone = false;
+  for (int i = 0; i < 200 && !a_gone; ++i) {
+    a_gone = json::parse(b.conn.status())["totals"]["clients"] == 1;
+    if (!a_gone) ::usleep(10000);
   }
-  EXPECT_TRUE(gone) << "the QP outlived its creator's connection";
+  ASSERT_TRUE(a_gone);
+  EXPECT_EQ(json::parse(b.conn.status())["totals"]["qps"], 1) << "the QP outlives its maker";
+  EXPECT_EQ(open_qp(b, recv, xb), 0);
+  ASSERT_EQ(p->nfds, 1) << "with its object";
+  p->close_fds();
+  // Two handles of b (the open before a went, and this one): the first close keeps the QP.
+  proto::CloseXrcQpRep rep{};
+  ASSERT_EQ(close_qp(b, recv, &rep), 0);
+  EXPECT_EQ(rep.kept, 1u);
+  ASSERT_EQ(close_qp(b, recv, &rep), 0);
+  EXPECT_EQ(rep.kept, 0u) << "b held it last: b frees it";
+  EXPECT_NE(rep.object_fd_id, 0u);
+  proto::FreeQpnReq free_req{recv};
+  ASSERT_TRUE(b.conn.call(Op::kFreeQpn, free_req, *p));
+  EXPECT_EQ(p->header.status, 0);
+  EXPECT_EQ(open_qp(b, recv, xb), EINVAL) << "gone with its last handle";
+  EXPECT_EQ(close_qp(b, recv, nullptr), EINVAL);
   ::fclose(shared);
   ::fclose(other);
 }

@@ -3,18 +3,99 @@
 // QPs; sends, sends with immediate data and RDMA into the SRQ a request names, with data checked
 // byte for byte, and the error paths (an SRQ number that does not exist, an SRQ of another
 // domain, receives on XRC QPs, closing a domain in use); ibv_open_qp from a second context of the
-// domain, its refusals, and the QP living while any of its handles does.
+// domain, its refusals, and the QP living while any of its handles does; ibv_open_qp of a QP
+// another process made (tests/tools/xrc_qp_maker), which outlives its maker.
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
 #include <stdio.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <string>
 
 #include "verbs_fixture.h"
 
 namespace vrdma::testing {
 namespace {
+
+// A tests/tools/xrc_qp_maker process with a pipe to its stdin and one from its stdout; killed
+// and reaped at the latest when it goes out of scope.
+class Helper {
+ public:
+  explicit Helper(std::vector<std::string> args) {
+    int in[2], out[2];
+    if (::pipe2(in, O_CLOEXEC) != 0 || ::pipe2(out, O_CLOEXEC) != 0) return;
+    // The arguments on the stack: heap pages that hold registered memory are not in the child
+    // (the library marks them MADV_DONTFORK), and other heap objects may share those pages.
+    char text[6][64] = {};
+    char* argv[8] = {const_cast<char*>(XRC_QP_MAKER)};
+    if (args.size() > 6) return;
+    for (size_t i = 0; i < args.size(); ++i) {
+      snprintf(text[i], sizeof(text[i]), "%s", args[i].c_str());
+      argv[i + 1] = text[i];
+    }
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      ::dup2(in[0], 0);
+      ::dup2(out[1], 1);
+      ::dup2(out[1], 2);  // its complaints come to the test as lines too
+      ::execv(XRC_QP_MAKER, argv);
+      const char* why = strerror(errno);  // the child reports why, as its one line
+      if (::write(1, "exec: ", 6) < 0 || ::write(1, why, strlen(why)) < 0) ::_exit(126);
+      ::_exit(127);
+    }
+    ::close(in[0]);
+    ::close(out[1]);
+    to_ = in[1];
+    from_ = out[0];
+  }
+  ~Helper() {
+    ::close(to_);
+    ::close(from_);
+    if (pid_ > 0) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+  }
+  // A line of its output (without the newline); "" after 20 s without one.
+  std::string line() {
+    std::string l;
+    char ch;
+    pollfd p{from_, POLLIN, 0};
+    while (l.size() < 128 && ::poll(&p, 1, 20000) == 1 && ::read(from_, &ch, 1) == 1 && ch != '\n')
+      l += ch;
+    return l;
+  }
+  uint32_t qpn() {
+    last_ = line();
+    unsigned n = 0;
+    return ::sscanf(last_.c_str(), "qpn %x", &n) == 1 ? n : 0;
+  }
+  const std::string& last() const { return last_; }
+  bool tell(const char* what) {
+    return ::write(to_, what, strlen(what)) == static_cast<ssize_t>(strlen(what));
+  }
+  // Its exit status once it ended (128 + the signal that killed it; -1: not within 20 s).
+  int wait() {
+    for (int i = 0; i < 2000 && pid_ > 0; ++i) {
+      int status = 0;
+      if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = 0;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      }
+      ::usleep(10000);
+    }
+    return -1;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  int to_ = -1, from_ = -1;
+  std::string last_;
+};
 
 class VerbsXrcTest : public VerbsTest {
  protected:
@@ -642,6 +723,172 @@ TEST_F(VerbsXrcTest, TheQpLivesWhileAnOpenerHoldsIt) {
   // Gone with its last handle: nobody opens that number any more.
   errno = 0;
   EXPECT_EQ(open_qp(other, theirs, num), nullptr);
+  EXPECT_EQ(errno, EINVAL);
+}
+
+// ibv_open_qp of a QP another process made (tests/tools/xrc_qp_maker): the opener sees and sets
+// the QP's shared state, the maker's exit leaves the QP to the opener, an XRC_SEND QP sends
+// through it into the domain's SRQ afterwards (while a hostile process forging numbers opens
+// nothing), and the opener's last handle frees it.
+TEST_F(VerbsXrcTest, AnotherProcessesQpOpensAndOutlivesItsMaker) {
+  char path[] = "/tmp/vrdma-xrc-shared-XXXXXX";
+  int f = ::mkstemp(path);
+  ASSERT_GE(f, 0);
+  files.push_back(f);
+  Helper maker({path});
+  const uint32_t num = maker.qpn();
+  ::unlink(path);
+  ASSERT_NE(num, 0u) << maker.last();
+
+  ibv_xrcd* x = open_xrcd(f, 0);
+  ASSERT_NE(x, nullptr);
+  ibv_qp* o = open_qp(ctx, x, num);
+  ASSERT_NE(o, nullptr) << strerror(errno);
+  EXPECT_EQ(o->qp_num, num);
+  ibv_qp_attr a{};
+  ibv_qp_init_attr ia{};
+  ASSERT_EQ(ibv_query_qp(o, &a, IBV_QP_STATE | IBV_QP_ACCESS_FLAGS, &ia), 0);
+  EXPECT_EQ(a.qp_state, IBV_QPS_INIT);  // as the maker set it
+  EXPECT_EQ(a.qp_access_flags, unsigned(IBV_ACCESS_REMOTE_WRITE));
+
+  ibv_cq* scq = cq();
+  ibv_cq* rcq = cq();
+  ibv_srq* s = xrc_srq(x, rcq);
+  ibv_qp* snd = send_qp(scq);
+  ASSERT_TRUE(s && snd);
+  connect_xrc(snd, o);  // driven through the opened handle
+  send_through(snd, scq, s, rcq, 1500, 41);
+
+  // The maker exits without destroying anything: the QP is the opener's now.
+  ASSERT_TRUE(maker.tell("exit\n"));
+  ASSERT_EQ(maker.wait(), 0);
+  ASSERT_EQ(ibv_query_qp(o, &a, IBV_QP_STATE, &ia), 0);
+  EXPECT_EQ(a.qp_state, IBV_QPS_RTR);  // as connect_xrc left it
+  send_through(snd, scq, s, rcq, 4096, 42);
+  {
+    // A hostile process with domains of its own forges the number and its neighbours: all
+    // refused, and the traffic goes on.
+    char other[] = "/tmp/vrdma-xrc-forge-XXXXXX";
+    int of = ::mkstemp(other);
+    ASSERT_GE(of, 0);
+    files.push_back(of);
+    char hex[16];
+    snprintf(hex, sizeof(hex), "%x", num);
+    Helper forger({"--forge", other, hex});
+    EXPECT_EQ(forger.line(), "refused 8");
+    EXPECT_EQ(forger.wait(), 0);
+    ::unlink(other);
+  }
+  send_through(snd, scq, s, rcq, 7, 43);
+  // A second handle of the same process, then the QP goes with the last one.
+  ibv_qp* o2 = open_qp(ctx, x, num);
+  ASSERT_NE(o2, nullptr) << strerror(errno);
+  drop(o);
+  send_through(snd, scq, s, rcq, 100, 44);
+  drop(o2);
+  errno = 0;
+  EXPECT_EQ(open_qp(ctx, x, num), nullptr);
+  EXPECT_EQ(errno, EINVAL);
+}
+
+// The maker destroys its handle while another process holds the QP (it lives on; the maker's
+// domain closes), and an XRC_SEND QP of a third process sends through it into an SRQ of the
+// domain after the maker has exited; the data arrive byte for byte.
+TEST_F(VerbsXrcTest, AThirdProcessSendsThroughItAfterItsMakerWent) {
+  char path[] = "/tmp/vrdma-xrc-shared-XXXXXX";
+  int f = ::mkstemp(path);
+  ASSERT_GE(f, 0);
+  files.push_back(f);
+  Helper maker({path});
+  const uint32_t num = maker.qpn();
+  ::unlink(path);
+  ASSERT_NE(num, 0u) << maker.last();
+  ibv_xrcd* x = open_xrcd(f, 0);
+  ASSERT_NE(x, nullptr);
+  ibv_qp* o = open_qp(ctx, x, num);
+  ASSERT_NE(o, nullptr) << strerror(errno);
+  ASSERT_TRUE(maker.tell("destroy\n"));
+  EXPECT_EQ(maker.line(), "destroyed") << "its handle goes and its domain closes: no EBUSY";
+  ASSERT_EQ(maker.wait(), 0);
+
+  ibv_cq* rcq = cq();
+  ibv_srq* s = xrc_srq(x, rcq);
+  ASSERT_NE(s, nullptr);
+  constexpr int kCount = 3;
+  std::vector<Buffer*> dst;
+  for (int i = 0; i < kCount; ++i) {
+    dst.push_back(&buffer(512));
+    ASSERT_EQ(post_srq_recv(s, *dst.back(), 0, 512, 100 + i), 0);
+  }
+  char recv_hex[16], srq_hex[16];
+  snprintf(recv_hex, sizeof(recv_hex), "%x", num);
+  snprintf(srq_hex, sizeof(srq_hex), "%x", srq_num(s));
+  Helper sender({"--send", recv_hex, srq_hex, std::to_string(kCount)});
+  const uint32_t snd = sender.qpn();
+  ASSERT_NE(snd, 0u) << sender.last() << ", exit " << sender.wait();
+  // The XRC_RECV side names the sender, through the handle this process holds.
+  ibv_qp_attr a{};
+  a.qp_state = IBV_QPS_RTR;
+  a.path_mtu = IBV_MTU_1024;
+  a.dest_qp_num = snd;
+  a.max_dest_rd_atomic = 4;
+  a.min_rnr_timer = 1;
+  a.ah_attr.port_num = 1;
+  ASSERT_EQ(ibv_modify_qp(o, &a,
+                          IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+                              IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER),
+            0);
+  ASSERT_TRUE(sender.tell("go\n"));
+  EXPECT_EQ(sender.line(), "ok 3");
+  auto wc = poll(rcq, kCount);
+  ASSERT_EQ(wc.size(), size_t(kCount));
+  for (int i = 0; i < kCount; ++i) {
+    EXPECT_EQ(wc[i].status, IBV_WC_SUCCESS);
+    EXPECT_EQ(wc[i].wr_id, uint64_t(100 + i));
+    EXPECT_EQ(wc[i].byte_len, 512u);
+    EXPECT_EQ(wc[i].qp_num, srq_num(s));
+    const uint8_t* d = static_cast<const uint8_t*>(dst[i]->data());
+    int wrong = 0;
+    for (int j = 0; j < 512; ++j) wrong += d[j] != uint8_t(i * 7 + j);
+    EXPECT_EQ(wrong, 0) << "message " << i;
+  }
+  sender.tell("die\n");
+  EXPECT_EQ(sender.wait(), 0);
+  // The sender's process died: its connection is lost, and the handle still here hears it.
+  pollfd pfd{ctx->async_fd, POLLIN, 0};
+  ASSERT_EQ(::poll(&pfd, 1, 20000), 1) << "no async event";
+  ibv_async_event ev{};
+  ASSERT_EQ(ibv_get_async_event(ctx, &ev), 0);
+  EXPECT_EQ(ev.event_type, IBV_EVENT_QP_FATAL);
+  EXPECT_EQ(ev.element.qp, o);
+  ibv_ack_async_event(&ev);
+  ibv_qp_init_attr ia{};
+  ASSERT_EQ(ibv_query_qp(o, &a, IBV_QP_STATE, &ia), 0);
+  EXPECT_EQ(a.qp_state, IBV_QPS_ERR);
+  drop(o);
+  errno = 0;
+  EXPECT_EQ(open_qp(ctx, x, num), nullptr);
+  EXPECT_EQ(errno, EINVAL);
+}
+
+// A number that is not an XRC_RECV QP of the domain (forged, or of another domain) opens
+// nothing while another process's QP is open and carries traffic.
+TEST_F(VerbsXrcTest, ForgedNumbersDoNotOpenAnotherProcessesQp) {
+  int f = file();
+  ibv_context* other = second_context();
+  ASSERT_NE(other, nullptr);
+  ibv_xrcd* mine = open_xrcd(f, O_CREAT);
+  ibv_xrcd* elsewhere = open_xrcd(file(), O_CREAT, other);
+  ASSERT_TRUE(mine && elsewhere);
+  ibv_qp* r = recv_qp(mine);
+  ASSERT_NE(r, nullptr);
+  for (uint32_t forged : {r->qp_num ^ 1u, r->qp_num + 0x1000u, 0xFFFFFFu}) {
+    errno = 0;
+    EXPECT_EQ(open_qp(other, elsewhere, forged), nullptr);
+    EXPECT_EQ(errno, EINVAL);
+  }
+  errno = 0;
+  EXPECT_EQ(open_qp(other, elsewhere, r->qp_num), nullptr);  // the right number, wrong domain
   EXPECT_EQ(errno, EINVAL);
 }
 

@@ -10,6 +10,7 @@
 
 #include "engine/objects.h"
 #include "engine/qp.h"
+#include "engine/xrc.h"
 
 #define VRDMA_EXPORT extern "C" __attribute__((visibility("default")))
 
@@ -119,6 +120,14 @@ ibv_qp* create_xrc_recv_qp(ibv_context* ctx, ibv_qp_init_attr_ex* attr);
 // ibv_destroy_qp of an XRC_RECV QP's handle (its creator's or one ibv_open_qp gave): the QP
 // goes with its last handle.
 int destroy_xrc_recv_qp(ibv_qp* qp);
+// Handles of XRC_RECV QPs held through vrdmad, another process's or handed over (xrc_shared.cc):
+// `object_fd` is the QP object OpenXrcQp gave (taken over).
+bool is_shared_recv_qp(ibv_qp* qp);
+ibv_qp* open_shared_recv_qp(ibv_context* ctx, std::shared_ptr<Xrcd> xrcd, uint32_t qpn,
+                            int object_fd, void* qp_context);
+int modify_shared_recv_qp(ibv_qp* qp, const ibv_qp_attr& attr, int mask);
+void query_shared_recv_qp(ibv_qp* qp, ibv_qp_attr& attr, ibv_qp_init_attr& init);
+int destroy_shared_recv_qp(ibv_qp* qp);
 // The context operations of memory windows (mw.cc), device memory (dm.cc), parent and thread
 // domains (parent_domain.cc) and ODP advice.
 void install_window_ops(ibv_context& c);

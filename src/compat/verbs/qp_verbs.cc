@@ -62,12 +62,14 @@ VRDMA_EXPORT ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* attr) {
 }
 
 VRDMA_EXPORT int ibv_modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int mask) {
+  if (is_shared_recv_qp(qp)) return modify_shared_recv_qp(qp, *attr, mask);
   int e = engine_of(qp)->modify(*attr, mask);
   qp->state = engine_of(qp)->state();
   return e;
 }
 
 VRDMA_EXPORT int ibv_query_qp(ibv_qp* qp, ibv_qp_attr* attr, int, ibv_qp_init_attr* init) {
+  if (is_shared_recv_qp(qp)) return query_shared_recv_qp(qp, *attr, *init), 0;
   engine_of(qp)->query(*attr, *init);
   init->qp_context = qp->qp_context;
   init->send_cq = qp->send_cq;

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "compat/verbs/handles.h"
+#include "engine/xrc_shared_qp.h"
 
 namespace vrdma::compat {
 
@@ -153,8 +154,8 @@ void free_recv_handle(ibv_qp* ib) {
 
 // ibv_open_qp: an XRC_RECV QP of a domain this context opened, by number. vrdmad checks that
 // the QP is of that domain and tenant (EINVAL otherwise, as the kernel answers a number its
-// domain does not have). The QP must have been made by this process (any of its contexts):
-// one made by another process is EOPNOTSUPP, because its queues and state are that process's.
+// domain does not have). A QP of another process (or handed over to this one) comes with its
+// object: the handle is one of xrc_shared.cc.
 ibv_qp* open_qp(ibv_context* ctx, ibv_qp_open_attr* attr) {
   constexpr uint32_t kNeeded = IBV_QP_OPEN_ATTR_NUM | IBV_QP_OPEN_ATTR_XRCD | IBV_QP_OPEN_ATTR_TYPE;
   if (!attr || attr->comp_mask >= IBV_QP_OPEN_ATTR_RESERVED ||
@@ -162,8 +163,11 @@ ibv_qp* open_qp(ibv_context* ctx, ibv_qp_open_attr* attr) {
       attr->xrcd->context != ctx)
     return fail<ibv_qp>(EINVAL);
   std::shared_ptr<Xrcd> xrcd = xrcd_of(attr->xrcd)->engine;
-  if (int e = xrcd->may_open_qp(attr->qp_num)) return fail<ibv_qp>(e);
+  int object_fd = -1;
+  if (int e = xrcd->may_open_qp(attr->qp_num, &object_fd)) return fail<ibv_qp>(e);
   void* qp_context = (attr->comp_mask & IBV_QP_OPEN_ATTR_CONTEXT) ? attr->qp_context : nullptr;
+  if (object_fd >= 0)
+    return open_shared_recv_qp(ctx, std::move(xrcd), attr->qp_num, object_fd, qp_context);
   RecvQps& r = recv_qps();
   std::lock_guard lock(r.mu);
   auto it = r.by_qpn.find(attr->qp_num);
@@ -230,6 +234,7 @@ ibv_qp* create_xrc_recv_qp(ibv_context* ctx, ibv_qp_init_attr_ex* attr) {
 }
 
 int destroy_xrc_recv_qp(ibv_qp* ib) {
+  if (is_shared_recv_qp(ib)) return destroy_shared_recv_qp(ib);
   Qp* gone = engine_of(ib);
   std::shared_ptr<Xrcd> through;  // released after the lock
   {
@@ -253,6 +258,8 @@ int destroy_xrc_recv_qp(ibv_qp* ib) {
       }
     }
   }
+  // Another process that opened it holds it on: it keeps the QP's number and object.
+  if (gone && release_recv_qp(gone->context(), gone->qpn())) gone->hand_over();
   delete gone;
   free_recv_handle(ib);
   return 0;

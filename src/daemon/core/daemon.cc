@@ -431,6 +431,7 @@ void Daemon::drop(Client& c, const std::string& why, bool notify_peers) {
   const uint32_t id = c.id;
   c.doomed = true;
   if (c.sock) ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, c.sock.get(), nullptr);
+  xrc_client_gone(c);  // its shared XRC_RECV QPs go to another holder first
   const std::set<uint32_t> qpns = registry_.qpns_of(id);
   const size_t nkeys = registry_.keys_of(id).size();
   if (metrics_)

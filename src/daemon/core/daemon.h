@@ -163,6 +163,18 @@ class Daemon : private CmPort {
                        const QpRecord& local, const QpRecord& dest);
   void reachable_xrc(const Client& req, const QpRecord& via, uint32_t via_qpn,
                      const Client& owner, std::vector<const QpRecord*>& out) const;
+  // XRC_RECV QPs held by processes other than their maker (xrc_shared_ops.cc).
+  struct SharedXrcQp {
+    std::map<uint32_t, uint32_t> holders;  // client (not the owner) -> its handles
+    uint32_t owner_handles = 1;            // the maker's library: 1 while it has any
+    bool handed = false;                   // the owner holds it since its maker went
+  };
+  void open_shared_xrc_qp(Client& c, const Decoded& d, uint32_t qpn, const QpRecord& q);
+  void handle(Client& c, const Decoded& d, const proto::CloseXrcQpReq& r);
+  bool holds_xrc_qp(uint32_t client, uint32_t qpn) const;
+  bool hand_over_xrc_qp(Client& from, uint32_t qpn, SharedXrcQp& s);
+  void xrc_client_gone(Client& c);
+  void xrc_qp_freed(uint32_t qpn) { shared_xrc_.erase(qpn); }
   // UD multicast (multicast.cc).
   void handle(Client& c, const Decoded& d, const proto::McastReq& r);
   void mcast_changed(const std::set<std::string>& tenants);
@@ -242,6 +254,8 @@ class Daemon : private CmPort {
   IdentityResolver identity_;
   Registry registry_;
   XrcdTable xrcds_;
+  std::map<uint32_t, SharedXrcQp> shared_xrc_;  // by QPN
+  uint32_t next_handed_fd_id_ = 0;
   McastTable mcast_;
   PacingTable pacing_;  // same-host rate limits (cfg_.qos's)
   ContainerQuotas quotas_;

@@ -87,6 +87,9 @@ struct FieldCheck {
   const char* operator()(const proto::CloseXrcdReq& x) { return x.xrcd == 0 ? "xrcd 0" : nullptr; }
   const char* operator()(const proto::SetQpXrcdReq& x) { return x.xrcd == 0 ? "xrcd 0" : nullptr; }
   const char* operator()(const proto::OpenXrcQpReq& x) { return x.xrcd == 0 ? "xrcd 0" : nullptr; }
+  const char* operator()(const proto::CloseXrcQpReq& x) {
+    return x.reserved ? "reserved" : nullptr;
+  }
   const char* operator()(const proto::AllocKeyReq& k) {
     return k.index == 0 || k.index >= shm::kMrSlots ? "mr index" : nullptr;
   }

@@ -118,6 +118,7 @@ void Daemon::handle(Client& c, const Decoded& d, const proto::FreeQpnReq& r) {
     metrics_retire(c, r.qpn);
   int err = registry_.free_qpn(c.id, r.qpn);
   if (err == 0) release(c, Resource::kQps);
+  if (err == 0) xrc_qp_freed(r.qpn);
   if (err == 0) {
     auto changed = mcast_.qp_gone(r.qpn);
     if (!changed.empty()) publish_groups(c);
@@ -175,7 +176,8 @@ void Daemon::connect_routed(Client& c, const Decoded& d, const proto::ConnectQpR
 
 void Daemon::handle(Client& c, const Decoded& d, const proto::ConnectQpReq& r) {
   const QpRecord* local = registry_.find_qp(r.local_qpn);
-  if (!local || local->owner != c.id) return void(reply_error(c, d, EPERM));
+  if (!local || (local->owner != c.id && !holds_xrc_qp(c.id, r.local_qpn)))
+    return void(reply_error(c, d, EPERM));
 
   bool by_gid = !gid_is_zero(r.dest_gid);
   uint32_t gid_ip = 0;

@@ -53,7 +53,7 @@ void Daemon::handle(Client& c, const Decoded& d, const proto::OpenXrcQpReq& r) {
     LOG_DEBUG("client %u: open of XRC_RECV QP 0x%x in domain %u refused", c.id, r.qpn, r.xrcd);
     return void(reply_error(c, d, EINVAL));
   }
-  send(c, proto::Op::kOpenXrcQp, d.seq, 0, nullptr, 0);
+  open_shared_xrc_qp(c, d, r.qpn, *q);  // xrc_shared_ops.cc
 }
 
 // The XRC_RECV QP that XRC_SEND QP `via` (of `req`) is connected to, when its RTR names `via`

@@ -65,6 +65,12 @@ bool ObjectView::mark_gone() {
   });
 }
 
+bool ObjectView::set_owner(uint32_t owner) {
+  if (!base_) return false;
+  auto* o = reinterpret_cast<shm::QpObject*>(base_);
+  return shm::guarded_call([&] { o->hdr.owner_client = owner; });
+}
+
 bool ObjectView::read_rx(uint64_t* ops, uint64_t* bytes) const {
   if (!base_) return false;
   const auto* o = reinterpret_cast<const shm::QpObject*>(base_);

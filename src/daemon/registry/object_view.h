@@ -22,6 +22,8 @@ class ObjectView {
   bool mapped() const { return base_ != nullptr; }
 
   bool mark_gone();
+  // The object is `owner`'s now (a shared XRC_RECV QP handed over): what peers check it by.
+  bool set_owner(uint32_t owner);
   bool read_rx(uint64_t* ops, uint64_t* bytes) const;
   // Requests executed on the QP by operation class (shm::OpClass): send, write, read, atomic.
   bool read_rx_requests(uint64_t (&requests)[4]) const;

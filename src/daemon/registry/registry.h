@@ -96,6 +96,9 @@ class Registry {
   void clear_peer(uint32_t qpn);
   // Whether QP `qpn` exists and its RTR named (peer_ipv4, peer_qpn): the destination's consent.
   bool names_peer(uint32_t qpn, uint32_t peer_ipv4, uint32_t peer_qpn) const;
+  // QP `qpn` is `to`'s from now on (a shared XRC_RECV QP whose owner let it go): the links to
+  // and from it follow, its arena record (the old owner's) is no more. ENOENT.
+  int hand_over(uint32_t qpn, uint32_t to);
   // Whether `client` holds a link from one of its QPs to a QP of `owner`.
   bool has_link_to(uint32_t client, uint32_t owner) const;
 
