@@ -210,6 +210,24 @@ TEST_F(RoutedXrc, SrqsOfTheDomainSharedByTwoSendersAndTwoClients) {
   (void)rcv2;
 }
 
+TEST_F(RoutedXrc, AnSrqWhoseOwnerIsGoneIsNoLongerReached) {
+  // Another process of the container holds an SRQ of the domain; it is reached, then it dies.
+  FakeClient& c2b = h2->client("10.2.0.5", "t");
+  FakeMr& mb = c2b.reg_mr(1 << 20, kAllAccess);
+  auto [srq2, srqq2] = xrc_srq(c2b, kDomain);
+  srq2->post_recv(1, {mb.sge(0, 64)});
+  srq2->post_recv(2, {mb.sge(64, 64)});
+  EXPECT_EQ(send_one(*snd, srqq2->qpn, 1), IBV_WC_SUCCESS);
+  const uint32_t srqn = srqq2->qpn;
+  h2->client_gone(c2b);
+  EXPECT_EQ(send_one(*snd, srqn, 2), IBV_WC_REM_INV_REQ_ERR);
+  // The domain's other SRQ is still there for another connection.
+  srq->post_recv(3, {m2->sge(0, 64)});
+  auto [s, r] = xrc_pair(*c1, *c2, kDomain);
+  EXPECT_EQ(send_one(*s, srqq->qpn, 3), IBV_WC_SUCCESS);
+  (void)r;
+}
+
 TEST_F(RoutedXrc, ANumberThatIsNoSrqOfTheDomainFailsTheRequest) {
   srq->post_recv(1, {m2->sge(0, 64)});
   // Another domain of the same client; the same domain number in another tenant's client (a

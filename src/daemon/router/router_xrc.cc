@@ -15,8 +15,9 @@ namespace {
 constexpr uint32_t kXrcSrq = static_cast<uint32_t>(proto::QpType::kXrcSrq);
 constexpr uint32_t kXrcRecv = static_cast<uint32_t>(proto::QpType::kXrcRecv);
 
+// Destroyed (or its number reused), or its owner died: asked again.
 bool gone(const shm::PeerQp& p) {
-  return !p.attrs || p.attrs->gone.load(std::memory_order_acquire);
+  return !p.attrs || p.attrs->gone.load(std::memory_order_acquire) || p.peer->dead();
 }
 }  // namespace
 
@@ -24,7 +25,6 @@ const shm::PeerQp* Router::xrc_dest(Inbound& ib, uint32_t srqn, ibv_wc_status& s
   st = IBV_WC_REM_INV_REQ_ERR;
   auto it = ib.xrc_srqs.find(srqn);
   if (it != ib.xrc_srqs.end() && gone(it->second)) {
-    // Destroyed (or its number reused): asked again.
     ib.xrc_srqs.erase(it);
     it = ib.xrc_srqs.end();
   }

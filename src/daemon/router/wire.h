@@ -137,13 +137,17 @@ struct Cm {
 // Whether a QP of type `src` may connect to one of type `dst` across hosts: the same type
 // (RC, UC, UD), or an XRC_SEND QP to an XRC_RECV QP.
 constexpr bool connects_to(uint32_t src, uint32_t dst) {
-  if (src == 9 /* IBV_QPT_XRC_SEND */) return dst == 10 /* IBV_QPT_XRC_RECV */;
-  return src == dst && (src == 2 || src == 3 || src == 4);  // RC, UC, UD
+  using proto::QpType;
+  if (src == uint32_t(QpType::kXrcSend)) return dst == uint32_t(QpType::kXrcRecv);
+  return src == dst && (src == uint32_t(QpType::kRc) || src == uint32_t(QpType::kUc) ||
+                        src == uint32_t(QpType::kUd));
 }
 
 // The operations a request to a QP of type `dst` may carry are those of this requester type:
 // an XRC_RECV QP takes an XRC_SEND QP's (RC's).
-constexpr uint32_t requester_type(uint32_t dst) { return dst == 10 ? 9 : dst; }
+constexpr uint32_t requester_type(uint32_t dst) {
+  return dst == uint32_t(proto::QpType::kXrcRecv) ? uint32_t(proto::QpType::kXrcSend) : dst;
+}
 
 // The largest body of any frame type.
 inline constexpr uint32_t kMaxBody = sizeof(Cm);
