@@ -240,8 +240,8 @@ TEST_F(RoutedXrc, ANumberThatIsNoSrqOfTheDomainFailsTheRequest) {
   sx->post_recv(9, {m2->sge(0, 64)});
   FakeClient& neighbour = h2->client("10.2.0.10", "t");  // same tenant, another container
   auto elsewhere = xrc_srq(neighbour, kDomain).second;
-  const uint32_t bad[] = {0x2ffff, rcv->qpn, b->qpn, other_domain->qpn, foreign->qpn,
-                          elsewhere->qpn, 0};
+  const uint32_t bad[] = {0x2ffff,      rcv->qpn,       b->qpn, other_domain->qpn,
+                          foreign->qpn, elsewhere->qpn, 0};
   uint64_t id = 100;
   for (uint32_t srqn : bad) {
     auto [s, r] = xrc_pair(*c1, *c2, kDomain);
@@ -365,11 +365,11 @@ TEST(RouterXrcFrames, AnSrqNumberExactlyWhereOneBelongs) {
   EXPECT_FALSE(ok(srq_type, 0));
 
   wire::Connect c{1, 0, 0, 1, 2, IBV_QPT_XRC_SEND, 0};
-  EXPECT_TRUE(wire::check_frame(wire::Type::kConnect, reinterpret_cast<const uint8_t*>(&c), 0,
-                                &why));
+  EXPECT_TRUE(
+      wire::check_frame(wire::Type::kConnect, reinterpret_cast<const uint8_t*>(&c), 0, &why));
   c.qp_type = kXrcSrq;
-  EXPECT_FALSE(wire::check_frame(wire::Type::kConnect, reinterpret_cast<const uint8_t*>(&c), 0,
-                                 &why));
+  EXPECT_FALSE(
+      wire::check_frame(wire::Type::kConnect, reinterpret_cast<const uint8_t*>(&c), 0, &why));
   EXPECT_TRUE(wire::connects_to(IBV_QPT_XRC_SEND, IBV_QPT_XRC_RECV));
   EXPECT_FALSE(wire::connects_to(IBV_QPT_XRC_SEND, kXrcSrq));
   EXPECT_FALSE(wire::connects_to(IBV_QPT_XRC_RECV, IBV_QPT_XRC_SEND));
