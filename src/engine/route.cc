@@ -59,6 +59,7 @@ Qp::Result Qp::route(const ibv_send_wr& wr, const shm::PeerQp& peer) {
   } else {
     e->ud_qpn = peer.qpn;
   }
+  e->xrc_srqn = type_ == IBV_QPT_XRC_SEND ? wr.qp_type.xrc.remote_srqn : 0;
   // The gather list is checked here, against this process's MRs and PD; the router then
   // finds the same memory through the keys.
   shm::Seg local[shm::kMaxSendSge];

@@ -87,10 +87,8 @@ const shm::PeerQp* Qp::xrc_peer(const ibv_send_wr& wr, ibv_wc_status& status) {
   status = IBV_WC_SUCCESS;
   const shm::PeerQp* recv = connected_peer();
   if (!recv) return nullptr;
-  if (recv->routed) {  // vrdmad refuses this; a peer that says so anyway is not answered
-    status = IBV_WC_REM_INV_REQ_ERR;
-    return nullptr;
-  }
+  // On another host: the request carries the SRQ number, which that host's router checks.
+  if (recv->routed) return recv;
   const uint32_t srqn = wr.qp_type.xrc.remote_srqn;
   auto it = xrc_srqs_.find(srqn);
   if (it != xrc_srqs_.end() &&

@@ -239,7 +239,7 @@ struct RouteWqe {
   uint32_t ud_qkey;
   uint8_t dgid[16];     // UD destination (::ffff:a.b.c.d)
   uint32_t inline_len;  // inline bytes, stored after the gather list
-  uint32_t reserved;
+  uint32_t xrc_srqn;    // XRC_SEND: the destination SRQ (wr.qp_type.xrc.remote_srqn)
   ibv_sge sge[];  // [max_sge] then [max_inline] bytes
 };
 

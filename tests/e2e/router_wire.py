@@ -17,7 +17,7 @@ CLONE_NEWNET = 0x40000000
 
 # wire.h
 MAGIC = 0x52445256
-VERSION = 2
+VERSION = 3
 HELLO, PING, PONG, CONNECT, CONNECT_REP, REQUEST, RESPONSE, CM, PEER_GONE = range(1, 10)
 HEADER = struct.Struct("<B3xI")
 BODIES = {
@@ -26,16 +26,17 @@ BODIES = {
     PONG: struct.Struct("<Q"),
     CONNECT: struct.Struct("<QIIIIII"),
     CONNECT_REP: struct.Struct("<QiI"),
-    REQUEST: struct.Struct("<IIQIIIIQQQQIIIBBBB"),
+    REQUEST: struct.Struct("<IIQIIIIQQQQIIIBBBBII"),
     RESPONSE: struct.Struct("<IIQQQ"),
     PEER_GONE: struct.Struct("<II"),
     CM: struct.Struct("<HHI256s"),
 }
 assert [BODIES[t].size for t in (HELLO, CONNECT, CONNECT_REP, REQUEST, RESPONSE, CM)] == \
-    [24, 32, 16, 80, 32, 264]
+    [24, 32, 16, 88, 32, 264]
 
 # verbs.h
 RC, UC, UD = 2, 3, 4
+XRC_SEND, XRC_RECV = 9, 10
 WRITE, WRITE_IMM, SEND, SEND_IMM, READ, CAS, FAA = range(7)
 SUCCESS, REM_INV_REQ_ERR, REM_ACCESS_ERR, RETRY_EXC_ERR, RNR_RETRY_EXC_ERR = 0, 9, 10, 12, 13
 # protocol.h: rdma_cm messages between hosts
@@ -218,10 +219,10 @@ class Peer:
 
     def request(self, src_qpn, dst_qpn, seq, opcode, qp_type=RC, length=0, payload=b"",
                 rkey=0, addr=0, src_ip="0.0.0.0", dst_ip="0.0.0.0", qkey=0, timeout=14,
-                retry_cnt=0, rnr_retry=0, announce=None):
+                retry_cnt=0, rnr_retry=0, announce=None, xrc_srqn=0):
         self.send(REQUEST, src_qpn, dst_qpn, seq, opcode, qp_type, 0, rkey, addr, 0, 0, length,
-                  qkey, ip32(src_ip), ip32(dst_ip), 0, rnr_retry, timeout, retry_cnt,
-                  payload=payload, announce=announce)
+                  qkey, ip32(src_ip), ip32(dst_ip), 0, rnr_retry, timeout, retry_cnt, xrc_srqn,
+                  0, payload=payload, announce=announce)
 
     def response(self, src_qpn, seq, timeout=3.0):
         """The Response to request `seq` of source QP src_qpn: (status, byte_len), None if none

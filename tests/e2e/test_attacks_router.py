@@ -11,6 +11,7 @@ between attacker and victim). An attack that gets through, or a victim that sees
 corrupt byte or a lost operation, fails the suite; the module prints the Report table."""
 
 import contextlib
+import errno
 import os
 import re
 import shutil
@@ -100,6 +101,22 @@ def wait_qp(host, container, timeout=20):
             return q[0]
         time.sleep(0.1)
     raise AssertionError(f"no connected QP in {container}")
+
+
+def xrc_qps(host, container, qp_type, timeout=20, connected=False):
+    """Numbers of the XRC QPs (XRC_SEND, XRC_RECV, XRC_SRQ) of the programs in `container`
+    (`connected`: in RTR or RTS), once there is one."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        out = []
+        for c in SB.status(f"h{host}")["clients"]:
+            if c["container"] == container:
+                out += [q["qpn"] for q in c["qps"] if q["type"] == qp_type and
+                        (not connected or q["state"] in ("RTR", "RTS"))]
+        if out:
+            return out
+        time.sleep(0.1)
+    raise AssertionError(f"no {qp_type} QP in {container}")
 
 
 def wait_cm_listener(host, ip, port, timeout=20):
@@ -534,6 +551,103 @@ class RouterAttacks(unittest.TestCase):
         print(detail)
         self.record("rdma_cm request flood from one host", rc != 0, v, detail)
 
+    # ---- XRC: what an SRQ number reaches ------------------------------------------------
+
+    def test_12_forged_xrc_srq_numbers(self):
+        """A victim's XRC traffic (ibv_xsrq_pingpong, h0c1 -> h1c2) goes on while the hostile
+        router, over an XRC connection host 1 rightly accepts (its own container h2c1's
+        XRC_SEND QP, named by the RTR of a decoy XRC_RECV QP in h1c3), names the victim's SRQ."""
+        got = []
+        # Sleeping on completion events (-e): the busy-polling default would take the cores
+        # the other victims need. max_send_wr is the iterations (the device allows 16384).
+        xsrq = ["ibv_xsrq_pingpong", "-g", "0", "-e"]
+        victim_args = xsrq + ["-s", "64", "-n", "16000"]
+        procs = []
+        try:
+            with Victims(SB, VICTIMS) as v:
+                victim_srv = SB.start("h1c2", *victim_args)
+                # The decoy server waits for a second client: its first connection stays idle.
+                decoy_srv = SB.start("h1c3", *xsrq, "-c", "2")
+                procs += [victim_srv, decoy_srv]
+                for c, p in (("h1c2", victim_srv), ("h1c3", decoy_srv)):
+                    if not SB.wait_listening(c, 18515, timeout=30):
+                        p.kill()
+                        with contextlib.suppress(AssertionError):
+                            p.wait(5)
+                        self.fail(f"{c} never listened:\n{p.out}\n{p.err}")
+                victim_cli = SB.start("h0c1", *victim_args, container_ip("h1c2"))
+                decoy_cli = SB.start("h2c1", *xsrq, container_ip("h1c3"))
+                procs += [victim_cli, decoy_cli]
+                victim_srqn = xrc_qps(1, "h1c2", "XRC_SRQ")[0]
+                victim_recv = xrc_qps(1, "h1c2", "XRC_RECV")[0]
+                decoy_srqn = xrc_qps(1, "h1c3", "XRC_SRQ")[0]
+                # Once the decoy's XRC_RECV QP named the XRC_SEND QP of h2c1 in its RTR.
+                decoy_recv = xrc_qps(1, "h1c3", "XRC_RECV", connected=True)[0]
+                attacker_send = xrc_qps(2, "h2c1", "XRC_SEND", connected=True)[0]
+                src, dst = container_ip("h2c1"), container_ip("h1c3")
+                peer = hostile()
+
+                def connect():
+                    return peer.connect_qp(src, dst, attacker_send, decoy_recv,
+                                           qp_type=rw.XRC_SEND)
+                self.assertEqual(connect(), 0)
+                # The control: the decoy's own SRQ, through its own XRC_RECV QP, is reached.
+                peer.request(attacker_send, decoy_recv, 0, rw.SEND, qp_type=rw.XRC_RECV,
+                             length=8, payload=b"c" * 8, xrc_srqn=decoy_srqn)
+                got.append(("SEND to the decoy's own SRQ", peer.response(attacker_send, 0)))
+                # The victim's SRQ through the decoy's XRC_RECV QP: a SEND, then (on a new
+                # Connect: a failed request ends what the connection may do) a WRITE.
+                peer.request(attacker_send, decoy_recv, 1, rw.SEND, qp_type=rw.XRC_RECV,
+                             length=64, payload=b"A" * 64, xrc_srqn=victim_srqn)
+                got.append(("SEND to the victim's SRQ", peer.response(attacker_send, 1)))
+                self.assertEqual(connect(), 0)
+                peer.request(attacker_send, decoy_recv, 0, rw.WRITE, qp_type=rw.XRC_RECV,
+                             length=64, payload=b"B" * 64, rkey=0x12345678, addr=0x1000,
+                             xrc_srqn=victim_srqn)
+                got.append(("WRITE through the victim's SRQ", peer.response(attacker_send, 0)))
+                # Straight to the victim's SRQ: no QP to connect to.
+                got.append(("Connect to the victim's SRQ", peer.connect_qp(
+                    src, container_ip("h1c2"), attacker_send + 1, victim_srqn,
+                    qp_type=rw.XRC_SEND)))
+                # To the victim's XRC_RECV QP (one tenant: the Connect is taken, as RC's is):
+                # its RTR names the victim's sender, so nothing is let through.
+                got.append(("Connect to the victim's XRC_RECV QP", peer.connect_qp(
+                    src, container_ip("h1c2"), attacker_send, victim_recv,
+                    qp_type=rw.XRC_SEND)))
+                peer.request(attacker_send, victim_recv, 0, rw.SEND, qp_type=rw.XRC_RECV,
+                             length=64, payload=b"C" * 64, xrc_srqn=victim_srqn, timeout=8)
+                got.append(("SEND through the victim's XRC_RECV QP",
+                            peer.response(attacker_send, 0)))
+                # An XRC request that names no SRQ is no frame: the link closes.
+                self.assertEqual(connect(), 0)
+                peer.request(attacker_send, decoy_recv, 0, rw.SEND, qp_type=rw.XRC_RECV,
+                             length=8, payload=b"z" * 8, xrc_srqn=0)
+                try:
+                    got.append(("XRC request without an SRQ", peer.response(attacker_send, 0)))
+                except EOFError:
+                    got.append(("XRC request without an SRQ", "link closed"))
+                peer.close()
+                # The victim's XRC pair runs to its end.
+                results = [(p.name, p.wait(120), p.out, p.err) for p in (victim_cli, victim_srv)]
+                if not all(rc == 0 and out.strip().endswith("success")
+                           for _, rc, out, _ in results):
+                    v.disturbed.append("ibv_xsrq_pingpong h0c1 -> h1c2: " + " | ".join(
+                        f"{n} rc={rc} {out[-300:]} {err[-300:]}" for n, rc, out, err in results))
+        finally:
+            for p in procs:
+                p.kill()
+                with contextlib.suppress(AssertionError):
+                    p.wait(5)
+        detail = "; ".join(f"{w}: {r}" for w, r in got)
+        self.assertEqual(got[0][1], (rw.SUCCESS, 8), detail)
+        self.assertEqual(got[1][1], (rw.REM_INV_REQ_ERR, 0), detail)
+        self.assertEqual(got[2][1], (rw.REM_INV_REQ_ERR, 0), detail)
+        self.assertEqual(got[3][1], errno.ECONNREFUSED, detail)
+        self.assertEqual(got[5][1], (rw.RETRY_EXC_ERR, 0), detail)
+        self.assertEqual(got[6][1], "link closed", detail)
+        reached = [w for w, r in got[1:6] if r == 0 and w.startswith("Connect to the victim's SRQ")
+                   or isinstance(r, tuple) and r[0] == rw.SUCCESS]
+        self.record("forged XRC SRQ numbers (another container's SRQ)", bool(reached), v, detail)
 
 if __name__ == "__main__":
     unittest.main()

@@ -202,7 +202,7 @@ int FakeClient::grant_mr(uint32_t, uint32_t, uint32_t key, uint32_t, shm::MrGran
 // ---- QPs -----------------------------------------------------------------------------------
 
 LocalQp FakeQp::info() const {
-  return LocalQp{client->id, shared_off, obj_fd_id, type, client->ipv4, client->tenant};
+  return LocalQp{client->id, shared_off, obj_fd_id, type, client->ipv4, client->tenant, xrcd};
 }
 
 void FakeQp::set_state(ibv_qp_state st) {
@@ -235,6 +235,7 @@ void FakeQp::post_send(const ibv_send_wr& wr, uint32_t ud_dst_ipv4) {
     e->remote_addr = wr.wr.rdma.remote_addr;
   }
   if (type != IBV_QPT_UD) e->ud_qpn = peer_qpn;
+  if (type == IBV_QPT_XRC_SEND) e->xrc_srqn = wr.qp_type.xrc.remote_srqn;
   if (wr.send_flags & IBV_SEND_INLINE) {
     auto* data = reinterpret_cast<uint8_t*>(e->sge + sq->max_sge);
     uint32_t len = 0;

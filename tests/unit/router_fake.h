@@ -119,12 +119,14 @@ struct FakeQp {
   uint64_t rq_tail = 0;
   std::map<uint64_t, uint64_t> wr_ids;
   uint32_t peer_ipv4 = 0, peer_qpn = 0;  // what its RTR named
+  uint32_t xrcd = 0;  // XRC_RECV QPs and XRC SRQs (type proto::QpType::kXrcSrq): their domain
 
   LocalQp info() const;
   void set_state(ibv_qp_state st);
   uint32_t state() const { return shared->state.load(); }
   // ibv_post_send of a QP whose destination is on another host, as the library writes it
-  // into the send queue (UD: the destination's address for the AH's GID).
+  // into the send queue (UD: the destination's address for the AH's GID; XRC_SEND: the SRQ
+  // number of wr.qp_type.xrc.remote_srqn).
   void post_send(const ibv_send_wr& wr, uint32_t ud_dst_ipv4 = 0);
   void post_recv(uint64_t wr_id, std::vector<ibv_sge> sges);
   std::vector<ibv_wc> poll_send();

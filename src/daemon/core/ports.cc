@@ -95,6 +95,7 @@ Router::Hooks Daemon::router_hooks() {
     out->type = rec->type;
     out->ipv4 = owner->ident.ipv4;
     out->tenant = owner->tenant;
+    out->xrcd = rec->xrcd;
     cache->qps[qpn] = *out;
     return true;
   };

@@ -186,10 +186,12 @@ void Daemon::handle(Client& c, const Decoded& d, const proto::ConnectQpReq& r) {
     bool ours = std::any_of(clients_.begin(), clients_.end(), [&](const auto& kv) {
       return !kv.second->doomed && kv.second->identified && kv.second->ident.ipv4 == gid_ip;
     });
-    // XRC reaches SRQs by number on this host only: the router carries no SRQ numbers.
-    const bool xrc = local->type == static_cast<uint32_t>(proto::QpType::kXrcSend) ||
-                     local->type == static_cast<uint32_t>(proto::QpType::kXrcRecv);
-    if (!ours && xrc) return void(reply_error(c, d, EOPNOTSUPP));
+    // An XRC_RECV QP sends nothing: its RTR naming a sender on another host is its consent
+    // (the router there carries that sender's requests, and this host's checks them).
+    if (!ours && local->type == static_cast<uint32_t>(proto::QpType::kXrcRecv)) {
+      registry_.set_peer(r.local_qpn, gid_ip, r.dest_qpn);
+      return void(reply_error(c, d, EAGAIN));
+    }
     if (!ours) return connect_routed(c, d, r, gid_ip);
   }
   // QPNs are unique per host: without a GID the QPN alone names a local QP. (A cross-host

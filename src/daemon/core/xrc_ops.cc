@@ -60,9 +60,13 @@ void Daemon::handle(Client& c, const Decoded& d, const proto::OpenXrcQpReq& r) {
 // back; nullptr otherwise.
 const QpRecord* Daemon::xrc_target_of(const Client& req, const QpRecord& via,
                                       uint32_t via_qpn) const {
-  if (via.type != kXrcSend || !via.has_peer || via.peer_ipv4 != req.ident.ipv4) return nullptr;
+  if (via.type != kXrcSend || !via.has_peer) return nullptr;
   const QpRecord* t = registry_.find_qp(via.peer_qpn);
   if (!t || t->type != kXrcRecv || t->xrcd == 0) return nullptr;
+  // At the address the RTR named (another container of this host, or the sender's own); a QP
+  // on another host is its router's business.
+  auto owner = clients_.find(t->owner);
+  if (owner == clients_.end() || owner->second->ident.ipv4 != via.peer_ipv4) return nullptr;
   if (!registry_.names_peer(via.peer_qpn, req.ident.ipv4, via_qpn)) return nullptr;
   return t;
 }
@@ -92,7 +96,7 @@ void Daemon::connect_xrc_srq(Client& c, const Decoded& d, const proto::ConnectQp
 void Daemon::reachable_xrc(const Client& req, const QpRecord& via, uint32_t via_qpn,
                            const Client& owner, std::vector<const QpRecord*>& out) const {
   const QpRecord* target = xrc_target_of(req, via, via_qpn);
-  if (!target || owner.ident.ipv4 != req.ident.ipv4) return;
+  if (!target || owner.ident.ipv4 != via.peer_ipv4) return;
   for (uint32_t qpn : registry_.qpns_of(owner.id)) {
     const QpRecord* s = registry_.find_qp(qpn);
     if (s && s->type == kXrcSrq && s->xrcd == target->xrcd) out.push_back(s);

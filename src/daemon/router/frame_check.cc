@@ -12,14 +12,23 @@ bool qp_type_ok(uint32_t t) {
   return t == IBV_QPT_RC || t == IBV_QPT_UC || t == IBV_QPT_UD;
 }
 
+// A Connect comes from a requester: an XRC_SEND QP too. A ConnectRep and a request name the
+// destination's type: an XRC_RECV QP too.
+bool src_type_ok(uint32_t t) { return qp_type_ok(t) || t == IBV_QPT_XRC_SEND; }
+bool dst_type_ok(uint32_t t) { return qp_type_ok(t) || t == IBV_QPT_XRC_RECV; }
+
 bool fail(const char** why, const char* text) {
   *why = text;
   return false;
 }
 
 bool check_request(const Request& r, uint32_t payload, const char** why) {
-  if (!qp_type_ok(r.qp_type)) return fail(why, "request: unknown QP type");
-  if (!shm::opcode_allowed(r.qp_type, r.opcode))
+  if (!dst_type_ok(r.qp_type)) return fail(why, "request: unknown QP type");
+  // An XRC request names the SRQ it is for; no other request names one.
+  if ((r.qp_type == IBV_QPT_XRC_RECV) != (r.xrc_srqn != 0))
+    return fail(why, "request: an SRQ number where none belongs, or none where one must");
+  if (r.reserved) return fail(why, "request: reserved field set");
+  if (!shm::opcode_allowed(requester_type(r.qp_type), r.opcode))
     return fail(why, "request: opcode unknown or not allowed for its QP type");
   if (r.length > kMaxPayload) return fail(why, "request: longer than any RDMA message");
   if (shm::carries_data(r.opcode) ? payload != r.length : payload != 0)
@@ -57,10 +66,10 @@ bool check_frame(Type type, const uint8_t* body, uint32_t payload, const char** 
       return h.lane < kLanes || fail(why, "hello: unknown lane");
     }
     case Type::kConnect:
-      return qp_type_ok(read<Connect>(body).qp_type) || fail(why, "connect: unknown QP type");
+      return src_type_ok(read<Connect>(body).qp_type) || fail(why, "connect: unknown QP type");
     case Type::kConnectRep: {
       auto r = read<ConnectRep>(body);
-      return (r.status == 0 && qp_type_ok(r.qp_type)) || (r.status > 0 && r.qp_type == 0) ||
+      return (r.status == 0 && dst_type_ok(r.qp_type)) || (r.status > 0 && r.qp_type == 0) ||
              fail(why, "connect reply: bad status or QP type");
     }
     case Type::kRequest:

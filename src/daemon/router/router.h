@@ -71,6 +71,7 @@ struct LocalQp {
   uint32_t type = 0;
   uint32_t ipv4 = 0;  // the owner's address (network order)
   std::string tenant;
+  uint32_t xrcd = 0;  // XRC_RECV QPs and XRC SRQs: their XRC domain on this host (0: none)
 };
 
 class Router : public LinkHandler {
@@ -349,8 +350,12 @@ class Router : public LinkHandler {
   RxFrame& frame(uint32_t link_id);
   void respond(Link& link, const wire::Request& r, ibv_wc_status st, uint64_t byte_len,
                uint64_t atomic_old, const shm::Seg* data, int nseg);
-  // Admission of a request of a connection: consent, then the responder's routine.
-  void admit(Inbound& ib, const wire::Request& r, shm::Placement& pl);
+  // Admission of a request of a connection: consent, then the responder's routine. The
+  // destination it was admitted to (the QP, or an XRC SRQ through it), or null.
+  const shm::PeerQp* admit(Inbound& ib, const wire::Request& r, shm::Placement& pl);
+  // XRC (router_xrc.cc): the SRQ `srqn` as reached through the connection's XRC_RECV QP, or
+  // null with `st` the requester's status (not an SRQ of that QP's domain and tenant).
+  const shm::PeerQp* xrc_dest(Inbound& ib, uint32_t srqn, ibv_wc_status& st);
   bool execute_held(Link& link, Inbound& in, int64_t now);
   void retry_held(int64_t now);
 

@@ -108,7 +108,7 @@ bool Router::execute_held(Link& link, Inbound& ib, int64_t now) {
     return false;
   };
   shm::Placement pl;
-  admit(ib, h.req, pl);
+  const shm::PeerQp* dest = admit(ib, h.req, pl);
   switch (pl.admission) {
     case shm::Admission::kRnr:
       if (h.req.rnr_retry != 7 && h.rnr_left-- <= 0) return drop_all(IBV_WC_RNR_RETRY_EXC_ERR);
@@ -134,7 +134,7 @@ bool Router::execute_held(Link& link, Inbound& ib, int64_t now) {
         if (h.received == h.req.length)
           shm::copy_segs(pl.segs, pl.nsegs, src.data(), static_cast<int>(src.size()),
                          h.req.length);
-        if (!shm::commit_request(ib.target, pl, h.req.length))
+        if (!shm::commit_request(*dest, pl, h.req.length))
           return drop_all(IBV_WC_REM_OP_ERR);
         respond(link, h.req, IBV_WC_SUCCESS, h.req.length, 0, nullptr, 0);
       }

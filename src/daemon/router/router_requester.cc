@@ -76,6 +76,7 @@ bool Router::read_wqe(const Outbound& o, uint64_t pos, Wqe& w) const {
   w.ud_qkey = e->ud_qkey;
   memcpy(w.dgid, e->dgid, 16);
   w.inline_len = e->inline_len;
+  w.xrc_srqn = o.info.type == IBV_QPT_XRC_SEND ? e->xrc_srqn : 0;
   w.inline_data = reinterpret_cast<const uint8_t*>(e->sge + o.max_sge);
   if (w.num_sge > o.max_sge || w.inline_len > o.max_inline) return false;
   memcpy(w.sge, e->sge, sizeof(ibv_sge) * w.num_sge);
@@ -199,13 +200,23 @@ bool Router::send_wqe(Outbound& o, const Wqe& w, int64_t now) {
     abort_qp(o, IBV_WC_RETRY_EXC_ERR, true);
     return false;
   }
+  if (o.info.type == IBV_QPT_XRC_SEND && w.xrc_srqn == 0) {
+    // No SRQ is number 0: as the destination would answer, once everything before it completed.
+    if (o.done != o.sent) return false;
+    complete(o, w, IBV_WC_REM_INV_REQ_ERR, 0);
+    ++o.sent;
+    abort_qp(o, IBV_WC_WR_FLUSH_ERR, true);
+    return false;
+  }
   if (!link->has_room(1) || link->unwritten_bytes() >= lim_.link_window_bytes) return false;
   wire::Request r{};
   r.src_qpn = o.qpn;
   r.dst_qpn = ud ? w.ud_qpn : o.dst_qpn;
   r.seq = o.sent - o.base;
   r.opcode = w.opcode;
-  r.qp_type = o.info.type;
+  // The destination's type: an XRC_SEND QP reaches an XRC_RECV QP, and names the SRQ.
+  r.qp_type = o.info.type == IBV_QPT_XRC_SEND ? uint32_t(IBV_QPT_XRC_RECV) : o.info.type;
+  r.xrc_srqn = w.xrc_srqn;
   r.imm_data = w.imm_data;
   r.rkey = w.rkey;
   r.remote_addr = w.remote_addr;

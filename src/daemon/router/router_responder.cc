@@ -86,8 +86,11 @@ void Router::on_connect(Link& link, const wire::Connect& c) {
     refused = "no such QP at that address";
   } else if (!tenants_pair(c.src_ipv4, q.tenant)) {
     refused = "another tenant";
-  } else if (q.type != c.qp_type) {
+  } else if (!wire::connects_to(c.qp_type, q.type)) {
     refused = "another QP type";
+  } else if (q.type == IBV_QPT_XRC_RECV && hooks_.tenant_of(c.src_ipv4) != q.tenant) {
+    // XRC shares SRQs within a tenant: no pair policy reaches them.
+    refused = "XRC from another tenant";
   } else if (q.type != IBV_QPT_UD) {
     const uint64_t key = inbound_key(link.id(), c.src_qpn);
     size_t on_link = 0;
@@ -132,22 +135,29 @@ void Router::respond(Link& link, const wire::Request& r, ibv_wc_status st, uint6
   link.send(wire::Type::kResponse, &rep, sizeof(rep), data, nseg, payload, false);
 }
 
-void Router::admit(Inbound& ib, const wire::Request& r, shm::Placement& pl) {
+const shm::PeerQp* Router::admit(Inbound& ib, const wire::Request& r, shm::Placement& pl) {
   // The destination takes the request only while its RTR names this connection's source;
   // until then it is not ready for it (RC: held and retried; UC: dropped, as a fabric drops
   // what reaches a QP not connected to the sender).
   if (!hooks_.names_peer(ib.dst_qpn, ib.src_ipv4, ib.src_qpn)) {
     pl = shm::Placement{};
     pl.admission = ib.type == IBV_QPT_UC ? shm::Admission::kDrop : shm::Admission::kNotReady;
-    return;
+    return nullptr;
   }
   if (!ib.target.valid() || !shm::peer_qp_ready(ib.target)) target(ib.dst_qpn, ib.target);
   if (!ib.target.valid() || ib.target.peer->client_id() != ib.owner) {
     pl = shm::Placement{};
     pl.admission = ib.type == IBV_QPT_UC ? shm::Admission::kDrop : shm::Admission::kNotReady;
-    return;
+    return nullptr;
   }
-  shm::admit_request(ib.target, incoming_of(r, ib.type), pl);
+  const shm::PeerQp* dest = &ib.target;
+  if (ib.type == IBV_QPT_XRC_RECV) {
+    pl = shm::Placement{};
+    if (!(dest = xrc_dest(ib, r.xrc_srqn, pl.status))) return nullptr;
+  }
+  // As the library's responder takes it on one host: an XRC request as its XRC_SEND QP's.
+  shm::admit_request(*dest, incoming_of(r, wire::requester_type(ib.type)), pl);
+  return dest;
 }
 
 void Router::drop_inbound(uint64_t key, const char* why) {
@@ -183,14 +193,14 @@ void Router::on_request(Link& link, const wire::Request& r, uint32_t payload, Pa
   if (ib.failed) return;
   // The destination's type decides, never the frame's: a request the destination's type does
   // not allow fails the connection.
-  if (r.qp_type != ib.type || !shm::opcode_allowed(ib.type, r.opcode)) {
+  if (r.qp_type != ib.type || !shm::opcode_allowed(wire::requester_type(ib.type), r.opcode)) {
     ib.failed = true;
     release_held(ib, &link);
     return discard_and_reply(link, f, IBV_WC_REM_INV_REQ_ERR, payload);
   }
   if (!ib.held.empty()) return hold(link, ib, r, payload, dest, f, 0, ib.held.front().expiry);
 
-  admit(ib, r, f.pl);
+  const shm::PeerQp* to = admit(ib, r, f.pl);
   switch (f.pl.admission) {
     case shm::Admission::kRnr:
       return hold(link, ib, r, payload, dest, f,
@@ -204,7 +214,7 @@ void Router::on_request(Link& link, const wire::Request& r, uint32_t payload, Pa
       break;
   }
   if (f.pl.status != IBV_WC_SUCCESS) {
-    if (ib.type == IBV_QPT_RC) ib.failed = true;
+    if (ib.type != IBV_QPT_UC) ib.failed = true;
     return discard_and_reply(link, f, f.pl.status, payload);
   }
   switch (r.opcode) {
@@ -216,7 +226,7 @@ void Router::on_request(Link& link, const wire::Request& r, uint32_t payload, Pa
     default:
       break;
   }
-  f.target = ib.target;
+  f.target = *to;
   f.kind = RxFrame::Kind::kPlace;
   if (!payload) return on_payload(link);
   place_into(f.pl, dest);

@@ -38,6 +38,7 @@ struct Router::Wqe {
   uint32_t ud_qpn, ud_qkey;
   uint8_t dgid[16];
   uint32_t inline_len;
+  uint32_t xrc_srqn;           // XRC_SEND: the destination SRQ
   const uint8_t* inline_data;  // inside the SendQueue entry
   ibv_sge sge[shm::kMaxSendSge];
 };
@@ -112,6 +113,10 @@ struct Router::Inbound {
   bool failed = false;  // a request failed: later ones are dropped as the requester flushes
   uint64_t held_bytes = 0;
   std::deque<HeldRequest> held;
+  // XRC (router_xrc.cc): the SRQs of the XRC_RECV QP's domain reached so far, by number, and
+  // the last one as a destination (the SRQ's rings and PD with the QP's attributes).
+  std::unordered_map<uint32_t, shm::PeerQp> xrc_srqs;
+  shm::PeerQp xrc_target;
 };
 
 // The frame whose payload a link is receiving.

@@ -23,7 +23,7 @@
 namespace vrdma::daemon::wire {
 
 inline constexpr uint32_t kMagic = 0x52445256;  // "VRDR"
-inline constexpr uint32_t kVersion = 2;
+inline constexpr uint32_t kVersion = 3;  // 3: requests carry an XRC SRQ number
 inline constexpr uint16_t kDefaultPort = 7471;
 inline constexpr uint32_t kMaxPayload = 1u << 31;  // RDMA's largest message
 
@@ -81,7 +81,7 @@ struct Connect {
   uint32_t dst_ipv4;
   uint32_t src_qpn;
   uint32_t dst_qpn;
-  uint32_t qp_type;
+  uint32_t qp_type;  // the requesting QP's (XRC_SEND reaches an XRC_RECV QP)
   uint32_t reserved;
 };
 
@@ -116,6 +116,10 @@ struct Request {
   uint8_t rnr_retry;  // how long the responder may hold a request that found no receive
   uint8_t timeout;    // ... or a destination QP that is not ready yet
   uint8_t retry_cnt;
+  // XRC (qp_type IBV_QPT_XRC_RECV, the destination's): the SRQ of the destination's domain the
+  // request is for (nonzero); 0 for every other type.
+  uint32_t xrc_srqn;
+  uint32_t reserved;
 };
 
 struct Response {
@@ -143,6 +147,21 @@ struct Cm {
   uint8_t body[256];
 };
 
+// Whether a QP of type `src` may connect to one of type `dst` across hosts: the same type
+// (RC, UC, UD), or an XRC_SEND QP to an XRC_RECV QP.
+constexpr bool connects_to(uint32_t src, uint32_t dst) {
+  using proto::QpType;
+  if (src == uint32_t(QpType::kXrcSend)) return dst == uint32_t(QpType::kXrcRecv);
+  return src == dst && (src == uint32_t(QpType::kRc) || src == uint32_t(QpType::kUc) ||
+                        src == uint32_t(QpType::kUd));
+}
+
+// The operations a request to a QP of type `dst` may carry are those of this requester type:
+// an XRC_RECV QP takes an XRC_SEND QP's (RC's).
+constexpr uint32_t requester_type(uint32_t dst) {
+  return dst == uint32_t(proto::QpType::kXrcRecv) ? uint32_t(proto::QpType::kXrcSend) : dst;
+}
+
 // The largest body of any frame type.
 inline constexpr uint32_t kMaxBody = sizeof(Cm);
 
@@ -150,7 +169,7 @@ inline constexpr uint32_t kMaxBody = sizeof(Cm);
 static_assert(sizeof(Header) == 8);
 static_assert(sizeof(Hello) == 24 && sizeof(Ping) == 8);
 static_assert(sizeof(Connect) == 32 && sizeof(ConnectRep) == 16);
-static_assert(sizeof(Request) == 80 && sizeof(Response) == 32);
+static_assert(sizeof(Request) == 88 && sizeof(Response) == 32);
 static_assert(sizeof(PeerGone) == 8 && sizeof(Cm) == 264);
 
 // The size of a frame type's body, or 0 for a type that does not exist: what a receiver
