@@ -220,7 +220,8 @@ int Cq::take_recv(RecvSource& src, int max, ibv_wc* out) {
                 : r.status == shm::kRecvLenErr ? src.counters->recv_len_err
                                                : src.counters->recv_prot_err);
     wc.opcode = r.opcode == shm::kRecvWriteImm ? IBV_WC_RECV_RDMA_WITH_IMM : IBV_WC_RECV;
-    wc.qp_num = src.qpn;
+    // An XRC SRQ's receive: the XRC_RECV QP it came through, as hardware reports it.
+    wc.qp_num = src.type == kQptXrcSrq ? (r.dst_qp & 0xFFFFFF) : src.qpn;
     // UD and XRC SRQs: whoever sent it; RC and UC: the connected QP.
     const bool any_source = ud || src.type == kQptXrcSrq;
     wc.src_qp = any_source ? (r.src_qp & 0xFFFFFF) : src.peer_qpn.load(std::memory_order_relaxed);

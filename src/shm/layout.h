@@ -299,7 +299,7 @@ inline constexpr uint32_t recv_entry_size(uint32_t max_sge) {
 enum RecvCqeFlags : uint8_t { kRecvImm = 1, kRecvGrh = 2, kRecvInv = 4 };
 enum RecvCqeStatus : uint8_t { kRecvOk = 0, kRecvLenErr = 1, kRecvProtErr = 2 };
 enum RecvCqeOpcode : uint8_t { kRecvSend = 0, kRecvWriteImm = 1 };
-struct alignas(32) RecvCqe {
+struct alignas(64) RecvCqe {
   std::atomic<uint64_t> seq;
   uint64_t index;
   uint32_t byte_len;
@@ -309,6 +309,7 @@ struct alignas(32) RecvCqe {
   uint8_t status;  // RecvCqeStatus
   uint8_t flags;   // RecvCqeFlags
   uint8_t reserved;
+  uint32_t dst_qp;  // the QP the request came through (an XRC SRQ's: the XRC_RECV QP)
 };
 
 // The ring of one QP's receive completions. Producers: the senders (peers, the router). One
@@ -380,7 +381,7 @@ static_assert(sizeof(ArenaHeader) == 64 && sizeof(MrSegment) == 24 && sizeof(MrE
 static_assert(sizeof(RecvSlot) == 24 && sizeof(RecvTable) == 64);
 static_assert(sizeof(RecvQueue) == 192 && offsetof(RecvQueue, head) == 64 &&
               offsetof(RecvQueue, tail) == 128 && offsetof(RecvQueue, entries) == 192);
-static_assert(sizeof(RecvEntry) == 16 && sizeof(Cqe) == 64 && sizeof(RecvCqe) == 32);
+static_assert(sizeof(RecvEntry) == 16 && sizeof(Cqe) == 64 && sizeof(RecvCqe) == 64);
 static_assert(sizeof(RecvRing) == 128 && offsetof(RecvRing, tail) == 64 &&
               offsetof(RecvRing, entries) == 128);
 static_assert(sizeof(CqShared) == 192 && offsetof(CqShared, head) == 64 &&

@@ -70,13 +70,14 @@ bool deliver(const PeerQp& p, const RecvReport& r, bool solicited) {
 }
 
 // The completion a receive gets: its index, never a wr_id.
-void recv_report(Placement& out, const RecvWr& rwr, const Incoming& in, uint8_t op,
-                 uint64_t len) {
+void recv_report(Placement& out, const PeerQp& dst, const RecvWr& rwr, const Incoming& in,
+                 uint8_t op, uint64_t len) {
   RecvReport& r = out.report;
   r = RecvReport{};
   r.index = rwr.index;
   r.opcode = op;
   r.src_qp = in.src_qpn;
+  r.dst_qp = dst.qpn;
   r.byte_len = static_cast<uint32_t>(len);
   if (has_immediate(in.opcode)) {
     r.flags = kRecvImm;
@@ -169,7 +170,7 @@ void admit_ud(const PeerQp& dst, const Incoming& in, Placement& out) {
     out.admission = Admission::kDrop;
     return;
   }
-  recv_report(out, rwr, in, kRecvSend, in.length + 40);
+  recv_report(out, dst, rwr, in, kRecvSend, in.length + 40);
   out.report.flags |= kRecvGrh;
   if (!scatter(out, dst, rwr, in.length + 40, IBV_WC_SUCCESS)) {
     out.admission = Admission::kDrop;  // the receiver saw its error; the sender never hears
@@ -202,7 +203,7 @@ bool take_receive(const PeerQp& dst, const Incoming& in, RecvWr& rwr, Placement&
 void admit_send(const PeerQp& dst, const Incoming& in, Placement& out) {
   RecvWr rwr;
   if (!take_receive(dst, in, rwr, out)) return;
-  recv_report(out, rwr, in, kRecvSend, in.length);
+  recv_report(out, dst, rwr, in, kRecvSend, in.length);
   scatter(out, dst, rwr, in.length, IBV_WC_REM_INV_REQ_ERR);
 }
 
@@ -221,7 +222,7 @@ void admit_write(const PeerQp& dst, const Incoming& in, Placement& out) {
   if (in.opcode == IBV_WR_RDMA_WRITE_WITH_IMM) {
     RecvWr rwr;
     if (!take_receive(dst, in, rwr, out)) return;
-    recv_report(out, rwr, in, kRecvWriteImm, in.length);
+    recv_report(out, dst, rwr, in, kRecvWriteImm, in.length);
   } else {
     out.count_rx = true;
   }

@@ -235,6 +235,7 @@ struct RecvReport {
   uint32_t byte_len = 0;
   uint32_t imm_data = 0;
   uint32_t src_qp = 0;
+  uint32_t dst_qp = 0;
   uint8_t opcode = kRecvSend;
   uint8_t status = kRecvOk;
   uint8_t flags = 0;
@@ -253,6 +254,7 @@ inline RingResult ring_push(const RingView& v, const RecvReport& r) {
         cell.byte_len = r.byte_len;
         cell.imm_data = r.imm_data;
         cell.src_qp = r.src_qp;
+        cell.dst_qp = r.dst_qp;
         cell.opcode = r.opcode;
         cell.status = r.status;
         cell.flags = r.flags;
@@ -281,6 +283,7 @@ inline bool ring_take(const RingView& v, uint64_t& head, RecvReport& out) {
   out.byte_len = cell.byte_len;
   out.imm_data = cell.imm_data;
   out.src_qp = cell.src_qp;
+  out.dst_qp = cell.dst_qp;
   out.opcode = cell.opcode;
   out.status = cell.status;
   out.flags = cell.flags;

@@ -6,6 +6,7 @@ reaches), or with VRDMA_E2E_TOPOLOGY=cross between containers on two hosts (the 
 the SRQ number; the destination host's router checks it against the XRC_RECV QP's domain)."""
 
 import re
+import time
 import unittest
 
 import conftest_path  # noqa: F401
@@ -47,6 +48,28 @@ class XsrqPingpong(unittest.TestCase):
 
     def test_completion_channel(self):
         self.pingpong("-e", iters=50)
+
+    def test_two_clients_share_the_servers_srq(self):
+        # The server takes two clients (-c 2), each over an XRC_RECV QP of its own feeding the
+        # one SRQ: each receive's completion names the XRC_RECV QP it came through (qp_num),
+        # which the server looks up to answer that client.
+        base = ["ibv_xsrq_pingpong", "-n", "100", "-s", "512", *GID]
+        server = SB.start(SERVER, *base, "-c", "2")
+        clients = []
+        try:
+            self.assertTrue(SB.wait_listening(SERVER, 18515, timeout=20), server.err)
+            # The second client connects once the server has taken the first (one listen).
+            for _ in range(2):
+                clients.append(SB.start(CLIENT, *base, container_ip(SERVER)))
+                time.sleep(0.5)
+            rcs = [c.wait(60) for c in clients] + [server.wait(60)]
+        finally:
+            for p in clients + [server]:
+                p.kill()
+        detail = "\n".join(f"{p.out}{p.err}" for p in clients + [server])
+        self.assertEqual(rcs, [0, 0, 0], detail)
+        for p in clients + [server]:
+            self.assertEqual(p.out.strip().splitlines()[-1], "success", detail)
 
     def test_many_iterations(self):
         self.pingpong("-s", "64", iters=2000)
