@@ -1,7 +1,7 @@
 // XRC across hosts over the fake transport: an XRC_SEND QP on host 1 reaches, through the
 // XRC_RECV QP on host 2 its RTR named, the XRC SRQs of that QP's domain by number. Every
 // operation arrives with the XRC_RECV QP's access flags and the SRQ's protection domain, and
-// receives complete on the SRQ (its QP object's ring: qp_num the SRQ number, src_qp the
+// receives complete on the SRQ (its QP object's ring: qp_num the XRC_RECV QP, src_qp the
 // sender). A number that is no SRQ of that domain, tenant and container fails the request with
 // IBV_WC_REM_INV_REQ_ERR; so does one a hostile router forges on its link, while the victim's
 // XRC traffic goes on.
