@@ -400,10 +400,13 @@ class Router : public LinkHandler {
   qos::Scheduler qos_;
   std::map<std::pair<uint32_t, std::string>, uint32_t> qos_containers_;
   std::map<std::string, uint32_t> qos_tenants_;
-  std::vector<uint32_t> qos_container_ip_;          // container id -> address
-  std::vector<std::string> qos_container_tenant_;  // container id -> tenant name
-  std::vector<uint32_t> qos_container_qps_;        // container id -> its routed QPs
-  std::vector<int64_t> qos_container_idle_ns_;     // container id -> when its last QP went
+  struct QosContainer {
+    uint32_t ipv4 = 0;
+    std::string tenant;
+    uint32_t qps = 0;     // its routed QPs
+    int64_t idle_ns = 0;  // when its last QP went
+  };
+  std::vector<QosContainer> qos_container_info_;  // by the scheduler's container id
   struct QosQueue {
     Outbound* head = nullptr;
     Outbound* tail = nullptr;

@@ -43,14 +43,8 @@ uint32_t Router::qos_container(uint32_t ipv4, const std::string& tenant) {
   const uint32_t id = qos_.add_container(tenant_id, rule, now);
   qos_containers_[{ipv4, tenant}] = id;
   const size_t n = qos_.containers();
-  qos_container_ip_.resize(n);
-  qos_container_tenant_.resize(n);
-  qos_container_qps_.resize(n);
-  qos_container_idle_ns_.resize(n);
-  qos_container_ip_[id] = ipv4;
-  qos_container_tenant_[id] = tenant;
-  qos_container_qps_[id] = 0;
-  qos_container_idle_ns_[id] = now;
+  qos_container_info_.resize(n);
+  qos_container_info_[id] = QosContainer{ipv4, tenant, 0, now};
   qos_queues_.resize(n * qos::kClasses);
   return id;
 }
@@ -60,24 +54,24 @@ void Router::qos_attach(Outbound& o) {
 }
 
 void Router::qos_hold(uint32_t container) {
-  if (container < qos_container_qps_.size()) ++qos_container_qps_[container];
+  if (container < qos_container_info_.size()) ++qos_container_info_[container].qps;
 }
 
 void Router::qos_release(uint32_t container) {
-  if (container >= qos_container_qps_.size() || !qos_container_qps_[container]) return;
-  if (--qos_container_qps_[container] == 0) qos_container_idle_ns_[container] = now_;
+  if (container >= qos_container_info_.size()) return;
+  QosContainer& c = qos_container_info_[container];
+  if (c.qps && --c.qps == 0) c.idle_ns = now_;
 }
 
 void Router::qos_prune(int64_t now) {
   for (uint32_t c = 0; c < qos_.containers(); ++c) {
-    if (!qos_.live(c) || qos_container_qps_[c] ||
-        now - qos_container_idle_ns_[c] < lim_.qos_linger_ns)
-      continue;
-    const std::string tenant = std::move(qos_container_tenant_[c]);
-    qos_containers_.erase({qos_container_ip_[c], tenant});
+    QosContainer& info = qos_container_info_[c];
+    if (!qos_.live(c) || info.qps || now - info.idle_ns < lim_.qos_linger_ns) continue;
+    const std::string tenant = std::move(info.tenant);
+    qos_containers_.erase({info.ipv4, tenant});
     const uint32_t t = qos_.tenant_of(c);
     qos_.remove_container(c);
-    qos_container_tenant_[c].clear();
+    info.tenant.clear();
     if (qos_.containers_of(t)) continue;
     qos_.remove_tenant(t);
     if (!own_tenant(tenant)) qos_tenants_.erase(tenant);
@@ -108,7 +102,7 @@ std::vector<Router::QosFlowInfo> Router::qos_flows() const {
       const qos::FlowCounters& k = qos_.counters(qos::Scheduler::flow(c, cls));
       if (!k.msgs && !k.holds && cls != qos::kBulk) continue;
       const uint32_t t = qos_.tenant_of(c);
-      out.push_back(QosFlowInfo{qos_container_ip_[c], qos_container_tenant_[c], cls,
+      out.push_back(QosFlowInfo{qos_container_info_[c].ipv4, qos_container_info_[c].tenant, cls,
                                 qos_.container_rule(c), qos_.tenant_rule(t), k});
     }
   return out;
