@@ -60,6 +60,26 @@ def summary(out):
     return {"role": m.group(1), **{k: int(v) for k, v in fields.items()}}
 
 
+def check_stress_pair(t, i, crc, c, src, s):
+    """Asserts what a vrdma_stress pair reported (client h0c<i>, server h1c<i>; their exit
+    codes and processes): both exited 0, no error, corruption or loss on either side, every
+    opcode used, every message received. Returns the client's counters."""
+    report = (f"pair {i} (h0c{i} -> h1c{i}):\nclient rc={crc}\n{c.out}{c.err}\n"
+              f"server rc={src}\n{s.out}{s.err}")
+    t.assertEqual((crc, src), (0, 0), report)
+    cs, ss = summary(c.out), summary(s.out)
+    t.assertIsNotNone(cs, report)
+    t.assertIsNotNone(ss, report)
+    for side in (cs, ss):
+        for k in ("errors", "corrupt", "lost"):
+            t.assertEqual(side[k], 0, f"{k}: {report}")
+    for op in OPCODES:
+        t.assertGreater(cs[op], 0, f"no {op} operations: {report}")
+    t.assertEqual(cs["msgs"], ss["msgs"], report)
+    print(f"  pair {i}: {c.out.strip()}", flush=True)
+    return cs
+
+
 def rss(pid):
     """VmRSS and RssAnon of a process, in bytes."""
     with open(f"/proc/{pid}/status") as f:
@@ -106,21 +126,7 @@ class CrossHostLoad(unittest.TestCase):
         elapsed = time.monotonic() - t0
         total = 0
         for i, crc, c, src, s in results:
-            report = (f"pair {i} (h0c{i} -> h1c{i}):\nclient rc={crc}\n{c.out}{c.err}\n"
-                      f"server rc={src}\n{s.out}{s.err}")
-            self.assertEqual(crc, 0, report)
-            self.assertEqual(src, 0, report)
-            cs, ss = summary(c.out), summary(s.out)
-            self.assertIsNotNone(cs, report)
-            self.assertIsNotNone(ss, report)
-            for side in (cs, ss):
-                for k in ("errors", "corrupt", "lost"):
-                    self.assertEqual(side[k], 0, f"{k}: {report}")
-            for op in OPCODES:
-                self.assertGreater(cs[op], 0, f"no {op} operations: {report}")
-            self.assertEqual(cs["msgs"], ss["msgs"], report)
-            total += cs["ops"]
-            print(f"  pair {i}: {c.out.strip()}", flush=True)
+            total += check_stress_pair(self, i, crc, c, src, s)["ops"]
         print(f"  {PAIRS} pairs, {total} operations in {elapsed:.1f} s", flush=True)
         return elapsed
 

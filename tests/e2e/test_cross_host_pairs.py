@@ -11,7 +11,7 @@ import time
 import unittest
 
 import conftest_path  # noqa: F401
-from test_cross_host_load import OPCODES, find_stress, summary
+from test_cross_host_load import check_stress_pair, find_stress
 from vrdma_py.sandbox import Sandbox, container_ip
 
 PAIRS = 32
@@ -64,20 +64,7 @@ class ManyPairs(unittest.TestCase):
         for i in range(STRESS_PAIRS):
             crc = clients[i].wait(STRESS_SECONDS + 90)
             src = servers[i].wait(60)
-            c, s = clients[i], servers[i]
-            report = (f"pair {i}:\nclient rc={crc}\n{c.out}{c.err}\nserver rc={src}\n"
-                      f"{s.out}{s.err}")
-            self.assertEqual((crc, src), (0, 0), report)
-            cs, ss = summary(c.out), summary(s.out)
-            self.assertIsNotNone(cs, report)
-            self.assertIsNotNone(ss, report)
-            for side in (cs, ss):
-                for k in ("errors", "corrupt", "lost"):
-                    self.assertEqual(side[k], 0, f"{k}: {report}")
-            for op in OPCODES:
-                self.assertGreater(cs[op], 0, f"no {op} operations: {report}")
-            self.assertEqual(cs["msgs"], ss["msgs"], report)
-            print(f"  pair {i}: {c.out.strip()}", flush=True)
+            check_stress_pair(self, i, crc, clients[i], src, servers[i])
 
 
 if __name__ == "__main__":

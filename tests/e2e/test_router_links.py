@@ -8,7 +8,7 @@ VRDMA_STRESS names the vrdma_stress binary (set by CTest)."""
 import unittest
 
 import conftest_path  # noqa: F401
-from test_cross_host_load import OPCODES, PORT, find_stress, summary
+from test_cross_host_load import PORT, check_stress_pair, find_stress
 from vrdma_py.sandbox import Sandbox, container_ip
 
 PAIRS = 4
@@ -40,17 +40,7 @@ class RouterLinks(unittest.TestCase):
             for p in servers:
                 p.kill()
         for i, crc, src in results:
-            c, s = clients[i], servers[i]
-            report = f"pair {i}:\n{c.out}{c.err}\nserver:\n{s.out}{s.err}"
-            self.assertEqual((crc, src), (0, 0), report)
-            cs, ss = summary(c.out), summary(s.out)
-            self.assertIsNotNone(cs, report)
-            self.assertIsNotNone(ss, report)
-            for side in (cs, ss):
-                for k in ("errors", "corrupt", "lost"):
-                    self.assertEqual(side[k], 0, f"{k}: {report}")
-            for op in OPCODES:
-                self.assertGreater(cs[op], 0, f"no {op} operations: {report}")
+            check_stress_pair(self, i, crc, clients[i], src, servers[i])
         # h0's links to h1: one per bulk lane, TLS, each carried requests; h1 accepted them.
         out = self.bulk_links("h0", True)
         print("\n  h0 -> h1 links: " + ", ".join(
