@@ -267,6 +267,11 @@ def check_router_links(d, t):
     t.assertEqual(d.status()["daemon"]["router"]["bulk_links_per_host"], 3)
 
 
+def check_router_threads(d, t):
+    check_router(d, t)
+    t.assertEqual(d.status()["daemon"]["router"]["threads"], 2)
+
+
 def check_qos(d, t):
     out = subprocess.run([VRDMA, "qos", "show", "--socket", d.socket, "--json"],
                          capture_output=True, text=True, timeout=30)
@@ -320,6 +325,7 @@ ROWS = [
     ("tls-cert", "@PKI@", {"router-listen": ROUTER["router-listen"]}, check_router),
     ("tls-key", "@PKI@", {"router-listen": ROUTER["router-listen"]}, check_router),
     ("router-links", 3, dict(ROUTER), check_router_links),
+    ("router-threads", 2, dict(ROUTER), check_router_threads),
     ("pod-cidr", ["10.99.8.0/24"], dict(ROUTER), None),
     ("qos", ["container=10.99.8.5:weight=3,rate=100M"], dict(ROUTER), check_qos),
     ("directory", "etcd://127.0.0.1:1", {"@PKI@": True}, check_directory),

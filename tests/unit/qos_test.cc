@@ -2,9 +2,14 @@
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <cmath>
+#include <random>
+#include <thread>
 #include <vector>
 
+#include "daemon/qos/limits.h"
 #include "daemon/qos/rules.h"
 #include "daemon/qos/scheduler.h"
 #include "daemon/qos/token_bucket.h"
@@ -156,6 +161,79 @@ TEST(QosScheduler, ARateLimitGivesItsRate) {
   EXPECT_NEAR(double(link.sent[bulk(limited)]), 200e6, 200e6 * 0.02);
   EXPECT_GT(link.sent[bulk(free)], 1'700'000'000u);
   EXPECT_GT(s.counters(bulk(limited)).holds, 0u);
+}
+
+// Two router threads' schedulers, each with its own link, carry QPs of one container limited
+// to 100 MB/s: holding the same limits (LimitTable), they give it 100 MB/s together, not each.
+TEST(QosLimits, SchedulersOfTwoThreadsShareOneBudget) {
+  LimitTable table;
+  const uint32_t ip = inet_addr("10.1.0.2");
+  Scheduler a, b;
+  const Rule limited{1, 100'000'000, 0};
+  uint32_t ca = a.add_container(a.add_tenant({}, 0, table.tenant("red")), limited, 0,
+                                table.container(ip, "red"));
+  uint32_t cb = b.add_container(b.add_tenant({}, 0, table.tenant("red")), limited, 0,
+                                table.container(ip, "red"));
+  a.backlog(bulk(ca));
+  b.backlog(bulk(cb));
+  // Both links 1 GB/s, served in turn a message at a time, on one simulated clock.
+  uint64_t sent = 0;
+  int64_t now = 0, at_a = 0, at_b = 0;
+  const uint64_t kMsg = 65536;
+  // Which thread looks first is a coin toss each turn, as two threads' passes interleave.
+  std::minstd_rand coin(7);
+  while (now < 2 * kSecond) {
+    const bool a_first = coin() & 1;
+    bool any = false;
+    auto ta = std::tuple{&a, ca, &at_a}, tb = std::tuple{&b, cb, &at_b};
+    for (auto [s, c, at] : {a_first ? ta : tb, a_first ? tb : ta}) {
+      if (*at > now || s->pick(now) < 0) continue;
+      s->charge(bulk(c), kMsg, 1, 0);
+      sent += kMsg;
+      *at = now + static_cast<int64_t>(kMsg);  // 1 ns per byte
+      any = true;
+    }
+    int64_t next = std::min(at_a, at_b);
+    if (!any) next = std::max(next, std::min(a.next_ready(now), b.next_ready(now)));
+    now = std::max(now + 1, next);
+  }
+  EXPECT_NEAR(double(sent), 200e6, 200e6 * 0.02);
+  EXPECT_GT(a.counters(bulk(ca)).bytes, 50'000'000u);  // both carried a share
+  EXPECT_GT(b.counters(bulk(cb)).bytes, 50'000'000u);
+  // A container or tenant no scheduler holds any more leaves the table: the next is fresh.
+  a.remove_container(ca);
+  b.remove_container(cb);
+  EXPECT_TRUE(table.container(ip, "red")->bytes.rate() == 0);
+}
+
+// Two threads taking from one bucket at once, on the real clock: never more than its rate over
+// the time, plus a burst and a message each.
+TEST(QosTokenBucket, TwoThreadsTakingAtOnceGetNoMoreThanItsRate) {
+  TokenBucket b;
+  const uint64_t kRate = 50'000'000, kMsg = 65536;
+  auto clock = [] {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  };
+  const int64_t start = clock();
+  b.set_rate(kRate, start);
+  std::atomic<uint64_t> taken{0};
+  auto work = [&] {
+    for (int64_t now = clock(); now - start < 300'000'000; now = clock()) {
+      b.refill(now);
+      if (b.open()) {
+        b.take(kMsg);
+        taken += kMsg;
+      }
+    }
+  };
+  std::thread t1(work), t2(work);
+  t1.join();
+  t2.join();
+  const double seconds = double(clock() - start) / 1e9;
+  EXPECT_GT(taken.load(), 0u);
+  EXPECT_LE(double(taken.load()), kRate * seconds + b.burst() + 2 * kMsg);
 }
 
 TEST(QosScheduler, AMessageRateLimitGivesItsRate) {

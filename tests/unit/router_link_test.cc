@@ -217,6 +217,35 @@ struct Collect : LinkHandler {
   void on_payload(Link&) override {}
 };
 
+// An inbound link reads nothing but its Hello until that authenticated it: what follows stays
+// unread (in the socket, or in the TLS layer), for the router thread its lane belongs to, and
+// arrives intact once the link is authenticated (router_pool.h).
+void expect_hello_first(Link& out, Link& in) {
+  wire::Hello hello{wire::kMagic, wire::kVersion, 1, 2, 7};
+  ASSERT_TRUE(out.send(wire::Type::kHello, &hello, sizeof(hello)));
+  std::vector<uint8_t> sent(3 * 20000);
+  for (size_t i = 0; i < sent.size(); ++i) sent[i] = static_cast<uint8_t>(i * 13 + 5);
+  for (int f = 0; f < 3; ++f) {
+    wire::Request r = write_request(20000);
+    shm::Seg seg{sent.data() + f * 20000, 20000};
+    ASSERT_TRUE(out.send(wire::Type::kRequest, &r, sizeof(r), &seg, 1, 20000));
+  }
+  for (int i = 0; i < 1000 && out.tx_pending(); ++i) ASSERT_TRUE(out.flush(i + 1));
+  ASSERT_FALSE(out.tx_pending());
+  Collect got;
+  const char* why = nullptr;
+  for (int i = 0; i < 50; ++i) ASSERT_TRUE(in.receive(got, 1 << 20, &why)) << why;
+  EXPECT_EQ(got.frames, 1) << "only the Hello";
+  EXPECT_EQ(in.bytes_in, sizeof(wire::Header) + sizeof(wire::Hello));
+  in.authenticated = true;
+  in.renumber(9);  // as another thread's Router takes it
+  EXPECT_EQ(in.id(), 9u);
+  for (int i = 0; i < 1000 && got.data.size() < sent.size(); ++i)
+    ASSERT_TRUE(in.receive(got, 1 << 20, &why)) << why;
+  EXPECT_EQ(got.frames, 4);
+  EXPECT_TRUE(got.data == sent);
+}
+
 // Runs both handshakes until each side finished or failed: 1 both open, else -1 (whys set).
 int shake(Link& a, Link& b, std::string* wa, std::string* wb) {
   int ra = 0, rb = 0;
@@ -244,6 +273,7 @@ class RouterTls : public ::testing::Test {
     ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv), 0);
     out_ = std::make_unique<Link>(1, UniqueFd(sv[0]), true);
     in_ = std::make_unique<Link>(2, UniqueFd(sv[1]), false);
+    in_->authenticated = true;  // as if its Hello had passed: frames flow
     out_->use_tls(cctx_->new_session(sv[0], true, ip(expect), &err));
     in_->use_tls(sctx_->new_session(sv[1], false, 0, &err));
     out_->tcp_connected();
@@ -355,12 +385,29 @@ TEST_F(RouterTls, APartialWriteContinuesInOrder) {
   EXPECT_TRUE(got.data == sent);
 }
 
+TEST(RouterLinkPlain, NothingButTheHelloIsReadBeforeAuthentication) {
+  int sv[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv), 0);
+  Link out(1, UniqueFd(sv[0]), true), in(2, UniqueFd(sv[1]), false);
+  out.tcp_connected();
+  expect_hello_first(out, in);
+}
+
+TEST_F(RouterTls, NothingButTheHelloIsReadBeforeAuthentication) {
+  pair(pki_.files("host-1"), pki_.files("host-2"), "10.76.0.3");
+  in_->authenticated = false;
+  std::string wo, wi;
+  ASSERT_EQ(shake(*out_, *in_, &wo, &wi), 1) << wo << " / " << wi;
+  expect_hello_first(*out_, *in_);
+}
+
 // The same without TLS: one sendmsg gathers every frame's header and payload.
 TEST(RouterLinkPlain, ManyFramesGoOutInOneWriteAndAPartialOneContinues) {
   int sv[2];
   ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv), 0);
   Link out(1, UniqueFd(sv[0]), true), in(2, UniqueFd(sv[1]), false);
   out.tcp_connected();
+  in.authenticated = true;
   const size_t kLen = 64;
   std::vector<uint8_t> sent(300 * kLen);
   for (size_t i = 0; i < sent.size(); ++i) sent[i] = static_cast<uint8_t>(i * 3 + 1);

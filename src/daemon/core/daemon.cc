@@ -166,7 +166,8 @@ int Daemon::start_services() {
 
 int Daemon::make_router(const RouterConfig& rc) {
   router_dir_ = std::make_unique<LockedDirectory>(*directory_, state_mu_);
-  router_ = std::make_unique<RouterThread>(rc, *router_dir_, router_hooks(), boot_, linger_ns());
+  router_ = std::make_unique<RouterPool>(rc, *router_dir_, [this] { return router_hooks(); }, boot_,
+                                         linger_ns());
   // The router's thread inherits the priority (nice is per thread on Linux).
   if (cfg_.router_nice && ::setpriority(PRIO_PROCESS, 0, cfg_.router_nice) < 0)
     LOG_WARN("router: cannot set priority %d: %s", cfg_.router_nice, strerror(errno));

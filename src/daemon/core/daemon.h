@@ -49,7 +49,7 @@
 #include "daemon/registry/registry.h"
 #include "daemon/registry/xrcd_table.h"
 #include "daemon/router/router.h"
-#include "daemon/router/router_thread.h"
+#include "daemon/router/router_pool.h"
 
 namespace vrdma::daemon {
 
@@ -206,7 +206,7 @@ class Daemon : private CmPort {
                       bool mediated = false);
   // The router for the mediated path: the cluster's, or one made for this host alone (null
   // when it cannot be made).
-  RouterThread* mediation_router();
+  RouterPool* mediation_router();
   // Makes router_ with `rc`, starts it and watches its control queue. 0 or an errno.
   int make_router(const RouterConfig& rc);
   // The tenant of an address for requests that reach the router: a local client's, else as
@@ -264,7 +264,7 @@ class Daemon : private CmPort {
   std::unique_ptr<CmService> cm_;
   std::unique_ptr<LockedDirectory> router_dir_;  // the directory, for the router thread
   // With cfg_.router_listen, or made for the mediated path (mediation_router()).
-  std::unique_ptr<RouterThread> router_;
+  std::unique_ptr<RouterPool> router_;
   TenantPolicy allow_;  // cfg_.allow
   std::unique_ptr<metrics::MetricsServer> metrics_;  // only with cfg_.metrics_listen
   metrics::CounterLedger metrics_ledger_;

@@ -12,7 +12,7 @@ void Daemon::set_tenant_allow(std::vector<TenantAllow> rules) {
   cfg_.allow = std::move(rules);
 }
 
-RouterThread* Daemon::mediation_router() {
+RouterPool* Daemon::mediation_router() {
   if (router_) return router_.get();
   // A host without a cluster router: one for its own mediated connections. Made while the
   // control loop runs (a client's connect), so its thread starts at once.

@@ -190,6 +190,13 @@ void add_options(CLI::App& app, DaemonOptions& opts) {
                  "of its own). More links spread the kernel's work where cores allow")
       ->default_val(cfg.router_links)
       ->check(CLI::Range(1u, wire::kMaxBulkLinks));
+  app.add_option("--router-threads", cfg.router_threads,
+                 "Threads the router runs on. Each lane's links belong to one thread: the "
+                 "latency class's link to the last thread, which carries nothing else (so that "
+                 "its frames never wait behind a bulk pass), and bulk link k (--router-links) "
+                 "to thread k mod (N-1). More bulk threads help where cores are free for them")
+      ->default_val(cfg.router_threads)
+      ->check(CLI::Range(1u, RouterConfig::kMaxThreads));
   app.add_option("--qos", opts.qos,
                  "Quality of service between hosts: the share and limits of a container "
                  "(container=IPV4:...) or a tenant (tenant=NAME:...) on the router's links, as "

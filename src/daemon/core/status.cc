@@ -100,7 +100,8 @@ json build(const StatusInput& in, size_t list_cap, size_t client_cap, bool trunc
                      {"bytes_in", l.bytes_in},
                      {"bytes_out", l.bytes_out},
                      {"security", l.security},
-                     {"lane", l.lane}});
+                     {"lane", l.lane},
+                     {"thread", l.thread}});
   json qos = json::array();
   for (const auto& f : in.qos)
     qos.push_back({{"container", f.container},
@@ -131,6 +132,7 @@ json build(const StatusInput& in, size_t list_cap, size_t client_cap, bool trunc
          {{"enabled", in.router},
           {"routed_qps", in.routed_qps},
           {"bulk_links_per_host", in.router_links},
+          {"threads", in.router_threads},
           {"links", links}}},
         {"allow", in.allow}}},
       {"scope", in.scope},

@@ -62,6 +62,7 @@ struct StatusInput {
   bool router = false;
   size_t routed_qps = 0;
   uint32_t router_links = 0;  // bulk links per host pair (--router-links)
+  uint32_t router_threads = 0;  // --router-threads
   struct Link {
     uint32_t host_id;
     bool outbound, connected;
@@ -69,6 +70,7 @@ struct StatusInput {
     uint64_t bytes_in, bytes_out;
     std::string security;  // "plaintext", "tls" (user space) or "ktls" (the kernel encrypts)
     std::string lane = "main";  // "main", or "latency": the latency class's own link
+    uint32_t thread = 0;        // the router thread that carries it
   };
   std::vector<Link> links;
   // Pairs of tenants allowed to reach each other ("A->B"; the administrator sees them).

@@ -37,11 +37,12 @@ std::string Daemon::status_text(const Client& viewer) {
     in.router = true;
     in.routed_qps = router_->routed_qps();
     in.router_links = cfg_.router_links;
+    in.router_threads = static_cast<uint32_t>(router_->threads());
     if (all)
       for (const auto& l : router_->links())
         in.links.push_back({l.host_id, l.outbound, l.connected, l.addr, l.bytes_in, l.bytes_out,
                             !l.tls ? "plaintext" : l.ktls ? "ktls" : "tls",
-                        wire::lane_label(l.lane)});
+                        wire::lane_label(l.lane), l.thread});
     for (const auto& f : router_->qos_flows()) {
       if (!all && (viewer.tenant.empty() || f.tenant != viewer.tenant)) continue;
       in.qos.push_back({ipv4_text(f.ipv4), f.tenant, qos::class_name(f.cls), f.container.weight,

@@ -137,7 +137,7 @@ void Daemon::handle(Client& c, const Decoded& d, const proto::FreeQpnReq& r) {
 
 void Daemon::connect_routed(Client& c, const Decoded& d, const proto::ConnectQpReq& r,
                             uint32_t dest_ipv4, bool mediated) {
-  RouterThread* router = mediated ? mediation_router() : router_.get();
+  RouterPool* router = mediated ? mediation_router() : router_.get();
   if (!router) return void(reply_error(c, d, EHOSTUNREACH));
   const QpRecord* local = registry_.find_qp(r.local_qpn);
   if (local->type != static_cast<uint32_t>(proto::QpType::kUd))

@@ -14,7 +14,7 @@ const char* class_name(int cls) {
   return "?";
 }
 
-uint32_t Scheduler::add_tenant(const Rule& rule, int64_t now) {
+uint32_t Scheduler::add_tenant(const Rule& rule, int64_t now, std::shared_ptr<Limits> limits) {
   uint32_t id;
   if (!free_tenants_.empty()) {
     id = free_tenants_.back();
@@ -24,12 +24,14 @@ uint32_t Scheduler::add_tenant(const Rule& rule, int64_t now) {
     tenants_.emplace_back();
     id = static_cast<uint32_t>(tenants_.size() - 1);
   }
+  tenants_[id].limits = limits ? std::move(limits) : std::make_shared<Limits>();
   set_tenant_rule(id, rule, now);
   for (int c = 0; c < kClasses; ++c) tenants_[id].vtime[c] = served_[c];
   return id;
 }
 
-uint32_t Scheduler::add_container(uint32_t tenant, const Rule& rule, int64_t now) {
+uint32_t Scheduler::add_container(uint32_t tenant, const Rule& rule, int64_t now,
+                                  std::shared_ptr<Limits> limits) {
   uint32_t id;
   if (!free_containers_.empty()) {
     id = free_containers_.back();
@@ -43,6 +45,7 @@ uint32_t Scheduler::add_container(uint32_t tenant, const Rule& rule, int64_t now
   }
   containers_[id].tenant = tenant;
   ++tenants_[tenant].containers;
+  containers_[id].limits = limits ? std::move(limits) : std::make_shared<Limits>();
   set_container_rule(id, rule, now);
   for (int c = 0; c < kClasses; ++c) containers_[id].vtime[c] = tenants_[tenant].served[c];
   // Room for every flow in the lists of backlogged flows: backlog() never allocates.
@@ -55,6 +58,7 @@ void Scheduler::remove_container(uint32_t container) {
   if (!c.live) return;
   for (int cls = 0; cls < kClasses; ++cls) idle(flow(container, cls));
   c.live = false;
+  c.limits.reset();  // shared ones (LimitTable) go when no thread holds them
   --tenants_[c.tenant].containers;
   free_containers_.push_back(container);
 }
@@ -63,20 +67,20 @@ void Scheduler::remove_tenant(uint32_t tenant) {
   Tenant& t = tenants_[tenant];
   if (!t.live || t.containers) return;
   t.live = false;
+  t.limits.reset();
   free_tenants_.push_back(tenant);
 }
 
 void Scheduler::set_tenant_rule(uint32_t tenant, const Rule& rule, int64_t now) {
+  // A rate set again unchanged leaves its bucket as it is (TokenBucket::set_rate).
   Tenant& t = tenants_[tenant];
-  if (t.rule.bytes_per_s != rule.bytes_per_s || t.rule.msgs_per_s != rule.msgs_per_s)
-    t.limits.set(rule, now);
+  t.limits->set(rule.bytes_per_s, rule.msgs_per_s, now);
   t.rule = rule;
 }
 
 void Scheduler::set_container_rule(uint32_t container, const Rule& rule, int64_t now) {
   Container& c = containers_[container];
-  if (c.rule.bytes_per_s != rule.bytes_per_s || c.rule.msgs_per_s != rule.msgs_per_s)
-    c.limits.set(rule, now);
+  c.limits->set(rule.bytes_per_s, rule.msgs_per_s, now);
   c.rule = rule;
 }
 
@@ -116,7 +120,7 @@ int64_t Scheduler::pick(int64_t now) {
       Flow& f = flows_[flow];
       Container& c = containers_[container_of(flow)];
       Tenant& t = tenants_[c.tenant];
-      if (!c.limits.open(now) || !t.limits.open(now)) {
+      if (!c.limits->open(now) || !t.limits->open(now)) {
         if (!f.held) ++f.counters.holds;
         f.held = true;
         continue;
@@ -145,10 +149,10 @@ void Scheduler::charge(uint32_t flow, uint64_t bytes, uint32_t msgs, int64_t del
   const double cost = static_cast<double>(std::max<uint64_t>(bytes, msgs));
   t.vtime[cls] += cost / weight_of(t.rule);
   c.vtime[cls] += cost / weight_of(c.rule);
-  t.limits.bytes.take(bytes);
-  t.limits.msgs.take(msgs);
-  c.limits.bytes.take(bytes);
-  c.limits.msgs.take(msgs);
+  t.limits->bytes.take(bytes);
+  t.limits->msgs.take(msgs);
+  c.limits->bytes.take(bytes);
+  c.limits->msgs.take(msgs);
   FlowCounters& k = flows_[flow].counters;
   k.bytes += bytes;
   k.msgs += msgs;
@@ -164,8 +168,8 @@ int64_t Scheduler::next_ready(int64_t now) const {
     for (uint32_t flow : a) {
       const Container& c = containers_[container_of(flow)];
       const Tenant& t = tenants_[c.tenant];
-      int64_t at = std::max({c.limits.bytes.opens_at(now), c.limits.msgs.opens_at(now),
-                             t.limits.bytes.opens_at(now), t.limits.msgs.opens_at(now)});
+      int64_t at = std::max({c.limits->bytes.opens_at(now), c.limits->msgs.opens_at(now),
+                             t.limits->bytes.opens_at(now), t.limits->msgs.opens_at(now)});
       if (next < 0 || at < next) next = at;
     }
   return next;

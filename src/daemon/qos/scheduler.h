@@ -13,7 +13,8 @@
 //
 // Rate limits are token buckets (token_bucket.h) in bytes/s and messages/s, per container and
 // per tenant, shared by the classes: a flow whose container's or tenant's bucket is empty is
-// held (skipped) until it refills, which next_ready() tells.
+// held (skipped) until it refills, which next_ready() tells. The buckets may also be shared
+// with the schedulers of other router threads (limits.h: given to add_tenant/add_container).
 //
 // Tenants and containers that are gone are removed (control path, when none of their flows is
 // backlogged); their ids are given again to the next ones added, so the tables stay as large
@@ -24,7 +25,9 @@
 #include <string>
 #include <vector>
 
-#include "daemon/qos/token_bucket.h"
+#include <memory>
+
+#include "daemon/qos/limits.h"
 
 namespace vrdma::qos {
 
@@ -53,8 +56,10 @@ struct FlowCounters {
 class Scheduler {
  public:
   // Control path.
-  uint32_t add_tenant(const Rule& rule, int64_t now);
-  uint32_t add_container(uint32_t tenant, const Rule& rule, int64_t now);
+  // `limits`: buckets shared with other schedulers (LimitTable), or null for its own.
+  uint32_t add_tenant(const Rule& rule, int64_t now, std::shared_ptr<Limits> limits = nullptr);
+  uint32_t add_container(uint32_t tenant, const Rule& rule, int64_t now,
+                         std::shared_ptr<Limits> limits = nullptr);
   // Frees an idle container's id (its flows' counters go with it) / a tenant's that has no
   // containers left.
   void remove_container(uint32_t container);
@@ -89,21 +94,9 @@ class Scheduler {
   const FlowCounters& counters(uint32_t flow) const { return flows_[flow].counters; }
 
  private:
-  struct Limits {
-    TokenBucket bytes, msgs;
-    void set(const Rule& r, int64_t now) {
-      bytes.set_rate(r.bytes_per_s, now);
-      msgs.set_rate(r.msgs_per_s, now);
-    }
-    bool open(int64_t now) {
-      bytes.refill(now);
-      msgs.refill(now);
-      return bytes.open() && msgs.open();
-    }
-  };
   struct Tenant {
     Rule rule;
-    Limits limits;
+    std::shared_ptr<Limits> limits;
     double vtime[kClasses] = {};     // its virtual time among tenants
     double served[kClasses] = {};    // the virtual time of its container served last
     uint32_t active[kClasses] = {};  // its backlogged containers per class
@@ -112,7 +105,7 @@ class Scheduler {
   };
   struct Container {
     Rule rule;
-    Limits limits;
+    std::shared_ptr<Limits> limits;
     uint32_t tenant = 0;
     double vtime[kClasses] = {};
     bool live = true;

@@ -405,6 +405,13 @@ void Link::on_payload() {
 bool Link::receive(LinkHandler& h, size_t budget, const char** why, size_t direct_budget) {
   if (state_ != State::kOpen) return true;
   handler_ = &h;
+  // An inbound link yields nothing but its Hello until the Hello authenticated it: what
+  // follows may be for another router thread, the one its lane belongs to (router_pool.h),
+  // which takes the link with those bytes still unread.
+  constexpr size_t kHelloFrame = sizeof(wire::Header) + sizeof(wire::Hello);
+  const bool hello_only = !outbound_ && !authenticated;
+  if (hello_only && bytes_in >= kHelloFrame) return true;
+  if (hello_only) budget = std::min<size_t>(budget, kHelloFrame - bytes_in);
   size_t got = 0, total = 0;
   while (got < budget && total < direct_budget) {
     iovec iov[shm::kMaxRecvSge + 1];
@@ -424,6 +431,7 @@ bool Link::receive(LinkHandler& h, size_t budget, const char** why, size_t direc
     if (n > 0) {
       total += static_cast<size_t>(n);
       bytes_in += static_cast<uint64_t>(n);
+      if (hello_only) return true;
       continue;
     }
     if (n == 0) {

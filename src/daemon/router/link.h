@@ -59,6 +59,8 @@ class Link : private FrameSink {
   Link& operator=(const Link&) = delete;
 
   uint32_t id() const { return id_; }
+  // A new number, as another router thread takes the link (Router::take_link).
+  void renumber(uint32_t id) { id_ = id; }
   int fd() const { return fd_.get(); }
   bool outbound() const { return outbound_; }
   State state() const { return state_; }

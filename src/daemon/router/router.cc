@@ -26,15 +26,20 @@ constexpr uint64_t kTagDoorbells = 1ull << 31;  // | client id
 
 }  // namespace
 
-Router::Router(const RouterConfig& cfg, Directory& dir, Hooks hooks, uint64_t boot)
+Router::Router(const RouterConfig& cfg, Directory& dir, Hooks hooks, uint64_t boot,
+               RouterShared shared)
     : cfg_(cfg),
       lim_(cfg_.limits),
       dir_(dir),
       hooks_(std::move(hooks)),
       boot_(boot),
+      bells_(shared.bells ? std::move(shared.bells) : std::make_shared<DoorbellTable>()),
+      limits_(shared.limits ? std::move(shared.limits) : std::make_shared<qos::LimitTable>()),
       fd_source_(std::make_unique<ClientFds>(*this)) {}
 
-Router::~Router() = default;
+Router::~Router() {
+  for (auto& [client, fd] : doorbells_) bells_->release(client);
+}
 
 int Router::start(int epoll_fd) {
   epoll_ = epoll_fd;
@@ -98,12 +103,9 @@ void Router::on_event(uint64_t tag, int64_t now) {
   uint64_t sub = tag & 0xffffffffu;
   if (sub == kTagListen) return accept_links(now);
   if (sub & kTagDoorbells) {
+    // Edge-triggered and never read: other router threads may watch it too (doorbells.h).
     auto it = doorbells_.find(static_cast<uint32_t>(sub & ~kTagDoorbells));
-    if (it != doorbells_.end()) {
-      uint64_t v;
-      [[maybe_unused]] ssize_t n = ::read(it->second.get(), &v, sizeof(v));
-      work_ring(it->first);
-    }
+    if (it != doorbells_.end()) work_ring(it->first);
     return;
   }
   // Link readability: poll() reads every link.
@@ -112,16 +114,18 @@ void Router::on_event(uint64_t tag, int64_t now) {
 int Router::doorbell_for(uint32_t client) {
   if (client & kTagDoorbells) return -1;
   auto it = doorbells_.find(client);
-  if (it != doorbells_.end()) return it->second.get();
-  UniqueFd fd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
-  if (!fd) return -1;
+  if (it != doorbells_.end()) return it->second;
+  int fd = bells_->acquire(client);
+  if (fd < 0) return -1;
   epoll_event ev{};
-  ev.events = EPOLLIN;
+  ev.events = EPOLLIN | EPOLLET;
   ev.data.u64 = kTagBase | kTagDoorbells | client;
-  if (::epoll_ctl(epoll_, EPOLL_CTL_ADD, fd.get(), &ev) < 0) return -1;
-  int raw = fd.get();
-  doorbells_.emplace(client, std::move(fd));
-  return raw;
+  if (::epoll_ctl(epoll_, EPOLL_CTL_ADD, fd, &ev) < 0) {
+    bells_->release(client);
+    return -1;
+  }
+  doorbells_.emplace(client, fd);
+  return fd;
 }
 
 std::shared_ptr<shm::Peer> Router::peer(uint32_t client) {
@@ -166,6 +170,7 @@ bool Router::poll(int64_t now) {
   for (auto& [id, l] : links_)
     if (l->lane != wire::kLatencyLane) work |= serve_link(*l, now);
   close_doomed();
+  if (!handed_links_.empty()) hand_over_links();
   if (held_count_) retry_held(now);
   if (!graveyard_.empty()) {
     bool idle = true;
@@ -267,7 +272,7 @@ bool Router::prepare_sleep() {
 }
 
 void Router::connect_qp(uint32_t qpn, const LocalQp& qp, uint32_t dst_ipv4, uint32_t dst_qpn,
-                        ConnectDone done) {
+                        ConnectDone done, int lane) {
   HostEntry h;
   Lookup r = dir_.host_of(dst_ipv4, &h);
   if (r == Lookup::kUnavailable) {
@@ -278,7 +283,8 @@ void Router::connect_qp(uint32_t qpn, const LocalQp& qp, uint32_t dst_ipv4, uint
   if (r == Lookup::kNotFound || h.host_id == cfg_.host_id) return done(EHOSTUNREACH, 0);
   int err = 0;
   const int cls = connect_class(qpn, qp);
-  Link* link = outbound_link(h.host_id, connect_lane(qpn, qp, cls), &err);
+  const uint32_t l = lane >= 0 ? static_cast<uint32_t>(lane) : connect_lane(qpn, qp, cls);
+  Link* link = outbound_link(h.host_id, l, &err);
   if (!link) {
     LOG_WARN("router: no link to host %u: %s", h.host_id, strerror(err));
     return done(err, 0);
@@ -343,7 +349,8 @@ void Router::client_gone(uint32_t client) {
     peers_.erase(it);
   }
   if (auto it = doorbells_.find(client); it != doorbells_.end()) {
-    ::epoll_ctl(epoll_, EPOLL_CTL_DEL, it->second.get(), nullptr);
+    ::epoll_ctl(epoll_, EPOLL_CTL_DEL, it->second, nullptr);
+    bells_->release(client);
     doorbells_.erase(it);
   }
 }

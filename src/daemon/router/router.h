@@ -54,6 +54,7 @@
 #include "daemon/directory/directory.h"
 #include "daemon/qos/rules.h"
 #include "daemon/qos/scheduler.h"
+#include "daemon/router/doorbells.h"
 #include "daemon/router/link.h"
 #include "daemon/router/router_config.h"
 #include "daemon/router/tls.h"
@@ -63,6 +64,13 @@
 #include "shm/work_request.h"
 
 namespace vrdma::daemon {
+
+// What the router threads share (router_pool.h): the clients' doorbells and the containers'
+// and tenants' rate limits. Null members: the Router's own.
+struct RouterShared {
+  std::shared_ptr<DoorbellTable> bells;
+  std::shared_ptr<qos::LimitTable> limits;
+};
 
 struct LocalQp {
   uint32_t owner = 0;  // client id
@@ -113,9 +121,15 @@ class Router : public LinkHandler {
     // No frame in flight points into a client's memory now (optional): mappings the daemon
     // gave up may go (router_thread.h).
     std::function<void()> reclaimed;
+    // Several router threads (router_pool.h): an inbound link whose Hello named a lane of
+    // another thread (RouterConfig::thread_of) goes to that thread's Router (take_link).
+    // Unset: every lane is this Router's.
+    std::function<void(std::unique_ptr<Link> link)> hand_over;
   };
 
-  Router(const RouterConfig& cfg, Directory& dir, Hooks hooks, uint64_t boot);
+  // `shared`: what it shares with the other router threads.
+  Router(const RouterConfig& cfg, Directory& dir, Hooks hooks, uint64_t boot,
+         RouterShared shared = {});
   ~Router() override;
 
   // Loads the TLS context (unless plaintext), listens for links and registers the listening
@@ -149,14 +163,22 @@ class Router : public LinkHandler {
 
   // Control path. Connects local QP `qpn` to `dst_qpn` at `dst_ipv4` on another host; `done`
   // gets 0 or an errno (EHOSTUNREACH, ECONNREFUSED, ETIMEDOUT, EAGAIN: directory down).
+  // `lane`: the lane its Connect goes on (pick_lane's; -1: this Router picks it).
   using ConnectDone = std::function<void(int status, uint32_t qp_type)>;
   void connect_qp(uint32_t qpn, const LocalQp& qp, uint32_t dst_ipv4, uint32_t dst_qpn,
-                  ConnectDone done);
+                  ConnectDone done, int lane = -1);
   // The same, for a destination QP of this host (the mediated path between tenants): through
   // a link from this router to itself (router_self.cc), whose far end checks every request as
   // it checks another host's.
   void connect_local(uint32_t qpn, const LocalQp& qp, uint32_t dst_ipv4, uint32_t dst_qpn,
-                     ConnectDone done);
+                     ConnectDone done, int lane = -1);
+  // The lane a new connection of local QP `qpn` takes (router_lanes.cc): its class's, and for
+  // bulk one of the bulk links in turn; `local`: the mediated path (main or latency lane). A UD
+  // QP this Router routes already keeps its own.
+  uint32_t pick_lane(uint32_t qpn, const LocalQp& qp, bool local);
+  // Takes an inbound link another router thread accepted and authenticated (its Hello named a
+  // lane of this thread): frames flow on it from here. Refused (closed) over the link limits.
+  void take_link(std::unique_ptr<Link> link, int64_t now);
   // A local QP released by its owner: a UD QP's datagrams posted and not yet sent go out first
   // (router_retire.cc); the caller answers the owner only after this returns.
   void qp_freed(uint32_t qpn);
@@ -179,6 +201,7 @@ class Router : public LinkHandler {
     int64_t rtt_ns = -1;  // the last ping's round trip; -1: none yet
     uint64_t held_requests = 0, held_bytes = 0;
     uint32_t lane = wire::kMainLane;  // wire.h: the main link, or the latency class's
+    uint32_t thread = 0;              // the router thread that carries it (router_pool.h)
   };
   std::vector<LinkInfo> links() const;
   // Links that came up with each peer host since the router started (for metrics).
@@ -257,6 +280,8 @@ class Router : public LinkHandler {
   void accept_links(int64_t now);
   // Why a connection from `ipv4` cannot be a link (nullptr: it can).
   const char* refuse_address(uint32_t ipv4);
+  // Links `ipv4` opened to this Router (the per-host limit counts them).
+  uint32_t inbound_links_from(uint32_t ipv4) const;
   bool on_hello(Link& link, const wire::Hello& h, const char** why);
   void progress_link(Link& link, int64_t now);  // connect, handshake, deadlines
   bool verify_server(Link& link, std::string* why);
@@ -265,6 +290,8 @@ class Router : public LinkHandler {
   void close_link(Link& link, const char* why);
   void doom(uint32_t link_id, std::string why);  // closed at the end of this pass
   void close_doomed();
+  // Inbound links whose Hello named another thread's lane go there (hooks_.hand_over).
+  void hand_over_links();
   // Unmaps the clients' deregistered MRs once no frame in flight can point into one.
   void reclaim_mappings();
   // After data was placed through pl.segs (placed bytes of them): places it again where the
@@ -367,13 +394,16 @@ class Router : public LinkHandler {
   int epoll_ = -1;
   std::unique_ptr<TlsContext> tls_;  // null in plaintext
   UniqueFd listen_;
-  std::map<uint32_t, UniqueFd> doorbells_;  // client id ->
+  std::shared_ptr<DoorbellTable> bells_;  // shared by the router threads (doorbells.h)
+  std::shared_ptr<qos::LimitTable> limits_;  // and the rate limits (qos/limits.h)
+  std::map<uint32_t, int> doorbells_;     // client id -> its eventfd (bells_'), watched here
   std::unique_ptr<ClientFds> fd_source_;
   uint32_t next_link_id_ = 1;
   std::map<uint32_t, std::unique_ptr<Link>> links_;
   uint32_t next_bulk_link_ = 0;  // connect_lane's turn among the bulk links
   std::map<uint64_t, uint32_t> host_links_;  // lane_key(host id, lane) -> our outbound link id
   std::vector<std::pair<uint32_t, std::string>> doomed_links_;
+  std::vector<uint32_t> handed_links_;  // authenticated this pass, for another thread
   std::unordered_map<uint32_t, std::shared_ptr<shm::Peer>> peers_;  // client id -> mapped arena
   // Mappings of clients that died while a link may still send from them; dropped once idle.
   std::vector<std::shared_ptr<shm::Peer>> graveyard_;

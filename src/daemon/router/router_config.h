@@ -47,6 +47,18 @@ struct RouterConfig {
   // Bulk links to each other host (1..wire::kMaxBulkLinks): the bulk QPs to a host are spread
   // over them in turn, each QP on one.
   uint32_t bulk_links = 1;
+  // Router threads (1..kMaxThreads, router_pool.h) and which of them this Router runs on. Each
+  // lane's links belong to one thread (thread_of): the latency lane's to the last thread, which
+  // carries nothing else, and bulk link k to thread k mod (threads - 1).
+  static constexpr uint32_t kMaxThreads = 8;
+  uint32_t threads = 1;
+  uint32_t thread = 0;
+  uint32_t thread_of(uint32_t lane) const {
+    if (threads <= 1) return 0;
+    if (lane == wire::kLatencyLane) return threads - 1;
+    const uint32_t k = lane == wire::kMainLane ? 0 : lane - wire::kLatencyLane;  // bulk link k
+    return k % (threads - 1);
+  }
   qos::RuleSet qos;  // weights and rate limits of containers and tenants (default: equal, none)
 };
 

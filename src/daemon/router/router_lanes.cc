@@ -32,6 +32,11 @@ int Router::connect_class(uint32_t qpn, const LocalQp& qp) {
   return qos_class_of(s->traffic_class.load(std::memory_order_acquire));
 }
 
+uint32_t Router::pick_lane(uint32_t qpn, const LocalQp& qp, bool local) {
+  const int cls = connect_class(qpn, qp);
+  return local ? lane_of(cls) : connect_lane(qpn, qp, cls);
+}
+
 uint32_t Router::connect_lane(uint32_t qpn, const LocalQp& qp, int cls) {
   if (qp.type == IBV_QPT_UD)
     if (auto it = outbound_.find(qpn); it != outbound_.end()) return it->second->lane;

@@ -75,9 +75,7 @@ const char* Router::refuse_address(uint32_t ipv4) {
   }
   if (h.host_id == cfg_.host_id) return "this host's own address";
   if (links_.size() >= lim_.max_links) return "too many links";
-  uint32_t same = 0;
-  for (auto& [id, l] : links_) same += !l->outbound() && l->peer_ipv4 == ipv4;
-  if (same >= lim_.max_links_per_host) return "too many links from that host";
+  if (inbound_links_from(ipv4) >= lim_.max_links_per_host) return "too many links from that host";
   return nullptr;
 }
 
@@ -278,11 +276,49 @@ bool Router::on_hello(Link& link, const wire::Hello& h, const char** why) {
   link.peer_cidrs = e.cidrs;
   link.authenticated = true;
   link.last_rx_ns = now_;
+  // Another thread's lane: nothing after the Hello was read (Link::receive), so the link goes
+  // there whole at the end of this pass.
+  if (hooks_.hand_over && cfg_.thread_of(h.lane) != cfg_.thread) handed_links_.push_back(link.id());
   LOG_INFO("router: link %u from host %u (%s, %s, %s lane %u)", link.id(), h.host_id,
            link.peer_addr.c_str(),
            !link.ssl() ? "plaintext" : link.ktls_recv() ? "TLS, kernel" : "TLS",
            wire::lane_label(h.lane).c_str(), h.lane);
   return true;
+}
+
+void Router::hand_over_links() {
+  for (uint32_t id : handed_links_) {
+    auto it = links_.find(id);
+    if (it == links_.end()) continue;  // closed meanwhile
+    std::unique_ptr<Link> link = std::move(it->second);
+    links_.erase(it);
+    rx_.erase(id);
+    ::epoll_ctl(epoll_, EPOLL_CTL_DEL, link->fd(), nullptr);
+    LOG_DEBUG("router: link %u from host %u (%s lane) goes to router thread %u", id,
+              link->host_id, wire::lane_label(link->lane).c_str(), cfg_.thread_of(link->lane));
+    hooks_.hand_over(std::move(link));
+  }
+  handed_links_.clear();
+}
+
+uint32_t Router::inbound_links_from(uint32_t ipv4) const {
+  uint32_t n = 0;
+  for (auto& [id, l] : links_) n += !l->outbound() && l->peer_ipv4 == ipv4;
+  return n;
+}
+
+void Router::take_link(std::unique_ptr<Link> link, int64_t now) {
+  if (links_.size() >= lim_.max_links ||
+      inbound_links_from(link->peer_ipv4) >= lim_.max_links_per_host) {
+    LOG_WARN("router: link from host %u (%s lane) refused: too many links", link->host_id,
+             wire::lane_label(link->lane).c_str());
+    return;  // closed here
+  }
+  const uint32_t id = next_link_id_++;
+  link->renumber(id);
+  link->last_rx_ns = now;
+  watch(*link);
+  links_.emplace(id, std::move(link));
 }
 
 bool Router::link_in_use(const Link& link) const {

@@ -37,10 +37,13 @@ uint32_t Router::qos_container(uint32_t ipv4, const std::string& tenant) {
   } else {
     auto t = qos_tenants_.find(tenant);
     if (t == qos_tenants_.end())
-      t = qos_tenants_.emplace(tenant, qos_.add_tenant(cfg_.qos.tenant(tenant), now)).first;
+      t = qos_tenants_
+              .emplace(tenant, qos_.add_tenant(cfg_.qos.tenant(tenant), now, limits_->tenant(tenant)))
+              .first;
     tenant_id = t->second;
   }
-  const uint32_t id = qos_.add_container(tenant_id, rule, now);
+  // Its limits are shared with the other router threads' schedulers: one budget over all links.
+  const uint32_t id = qos_.add_container(tenant_id, rule, now, limits_->container(ipv4, tenant));
   qos_containers_[{ipv4, tenant}] = id;
   const size_t n = qos_.containers();
   qos_container_info_.resize(n);

@@ -68,10 +68,10 @@ Link* Router::self_link(uint32_t lane, int* err) {
 }
 
 void Router::connect_local(uint32_t qpn, const LocalQp& qp, uint32_t dst_ipv4, uint32_t dst_qpn,
-                           ConnectDone done) {
+                           ConnectDone done, int lane) {
   int err = 0;
   const int cls = connect_class(qpn, qp);
-  Link* link = self_link(lane_of(cls), &err);
+  Link* link = self_link(lane >= 0 ? static_cast<uint32_t>(lane) : lane_of(cls), &err);
   if (!link) {
     LOG_WARN("router: no link to this host itself: %s", strerror(err));
     return done(err, 0);

@@ -6,7 +6,10 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
+#include <pthread.h>
 #include <unistd.h>
+
+#include <string>
 
 #include "common/clock.h"
 #include "common/log.h"
@@ -33,26 +36,34 @@ void ring(int fd) {
   [[maybe_unused]] ssize_t n = ::write(fd, &one, sizeof(one));
 }
 
+thread_local RouterThread* current_thread = nullptr;
+
 }  // namespace
 
 RouterThread::RouterThread(const RouterConfig& cfg, Directory& dir, Router::Hooks hooks,
-                           uint64_t boot, int64_t linger_ns)
-    : linger_ns_(linger_ns),
+                           uint64_t boot, int64_t linger_ns, RouterShared shared,
+                           ControlChannel& control)
+    : index_(cfg.thread),
+      linger_ns_(linger_ns),
       epoll_(::epoll_create1(EPOLL_CLOEXEC)),
       wake_fd_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)),
-      to_control_fd_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
+      control_(control) {
   hooks.reclaimed = [this] { reclaim_point(); };
-  router_ = std::make_unique<Router>(cfg, dir, std::move(hooks), boot);
+  router_ = std::make_unique<Router>(cfg, dir, std::move(hooks), boot, std::move(shared));
 }
 
 RouterThread::~RouterThread() {
   stop();
   router_.reset();
-  for (auto& [p, n] : unmaps_) ::munmap(p, n);
+  unmaps_.clear();
+}
+
+RouterThread* RouterThread::current() {
+  return current_thread;
 }
 
 int RouterThread::start() {
-  if (!epoll_ || !wake_fd_ || !to_control_fd_) return EMFILE;
+  if (!epoll_ || !wake_fd_ || !control_.fd) return EMFILE;
   epoll_event ev{};
   ev.events = EPOLLIN;
   ev.data.u64 = kWakeTag;
@@ -67,6 +78,9 @@ int RouterThread::run() {
   stopping_.store(false);
   try {
     thread_ = std::thread([this] { loop(); });
+    // "vrdmad-router0": what ps -L and /proc/<pid>/task/*/comm show.
+    const std::string name = "vrdmad-router" + std::to_string(index_);
+    pthread_setname_np(thread_.native_handle(), name.c_str());
   } catch (const std::system_error& e) {
     LOG_ERROR("router: cannot start its thread: %s", e.what());
     return EAGAIN;
@@ -91,28 +105,24 @@ void RouterThread::post(std::function<void(Router&)> t) {
   if (tasks_.push([this, t = std::move(t)] { t(*router_); })) wake();
 }
 
-void RouterThread::run_control_tasks() {
-  drain_eventfd(to_control_fd_.get());
-  std::vector<Task> ts;
-  if (!control_.take(ts)) return;
-  for (auto& t : ts) t();
-}
-
 void RouterThread::flush_outbox() {
-  if (control_.push_all(outbox_)) ring(to_control_fd_.get());
+  if (control_.tasks.push_all(outbox_)) ring(control_.fd.get());
 }
 
 void RouterThread::connect_qp(bool local, uint32_t qpn, const LocalQp& qp, uint32_t dst_ipv4,
-                              uint32_t dst_qpn, ConnectDone done) {
-  post([this, local, qpn, qp, dst_ipv4, dst_qpn, done = std::move(done)](Router& r) mutable {
+                              uint32_t dst_qpn, ConnectDone done, int lane) {
+  post([this, local, qpn, qp, dst_ipv4, dst_qpn, lane,
+        done = std::move(done)](Router& r) mutable {
     uint32_t owner = qp.owner;
     auto connect = local ? &Router::connect_local : &Router::connect_qp;
-    (r.*connect)(qpn, qp, dst_ipv4, dst_qpn,
-                 [this, owner, done = std::move(done)](int status, uint32_t type) {
-                   // The doorbell is made here, on the router thread, which owns it.
-                   int fd = status == 0 ? router_->doorbell_for(owner) : -1;
-                   post_to_control([done, status, type, fd] { done(status, type, fd); });
-                 });
+    (r.*connect)(
+        qpn, qp, dst_ipv4, dst_qpn,
+        [this, owner, done = std::move(done)](int status, uint32_t type) {
+          // The doorbell is watched from here, by the router thread that carries the QP.
+          int fd = status == 0 ? router_->doorbell_for(owner) : -1;
+          post_to_control([done, status, type, fd] { done(status, type, fd); });
+        },
+        lane);
   });
 }
 
@@ -143,16 +153,12 @@ void RouterThread::send_cm_to_host(uint32_t host_id, const wire::Cm& m,
   });
 }
 
-void RouterThread::unmap_when_idle(void* addr, size_t size) {
-  if (!running_) {
-    ::munmap(addr, size);
-    return;
-  }
-  post([this, addr, size](Router&) { unmaps_.emplace_back(addr, size); });
+void RouterThread::unmap_when_idle(std::shared_ptr<void> mapping) {
+  if (!running_) return;  // nothing of this thread points into it
+  post([this, m = std::move(mapping)](Router&) { unmaps_.push_back(m); });
 }
 
 void RouterThread::reclaim_point() {
-  for (auto& [p, n] : unmaps_) ::munmap(p, n);
   unmaps_.clear();
 }
 
@@ -201,6 +207,7 @@ void RouterThread::set_qos(const qos::NamedRule& rule) {
 }
 
 void RouterThread::loop() {
+  current_thread = this;
   epoll_event events[64];
   std::vector<Task> ts;
   int64_t last_work = 0;

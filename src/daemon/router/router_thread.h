@@ -1,12 +1,13 @@
-// The router's own thread: the Router (router.h) runs there, with an epoll of its own, apart
-// from vrdmad's control loop. Nothing but that thread touches the Router once it runs.
+// A router thread: a Router (router.h) runs there, with an epoll of its own, apart from
+// vrdmad's control loop. Nothing but that thread touches the Router once it runs. vrdmad runs
+// one or several (router_pool.h), each with the links of its lanes.
 //
 // The control thread never waits for the router:
 //   - what it asks of the router (connect a QP, a QP freed, a client gone, an rdma_cm message)
 //     is queued as a task the router thread runs on its next pass (an eventfd wakes it);
 //   - what the router tells the daemon (a connect's result, a QP failed, an rdma_cm message, a
 //     host gone) is queued the other way, and run by the control thread when its epoll sees
-//     control_fd() readable (run_control_tasks());
+//     pool's control_fd() readable (RouterPool::run_control_tasks());
 //   - what status and metrics read of the router (links, held requests, routed QPs) is a
 //     snapshot the router thread publishes while it works and before it sleeps.
 // The router's questions about the daemon's state (Router::Hooks: find_qp, names_peer, ...) are
@@ -30,10 +31,18 @@
 #include <vector>
 
 #include "common/unique_fd.h"
+#include "daemon/router/doorbells.h"
 #include "daemon/router/router.h"
 #include "daemon/router/task_queue.h"
 
 namespace vrdma::daemon {
+
+// What the router threads queue for the control thread: one queue, and the eventfd the
+// control thread's epoll watches (RouterPool::control_fd).
+struct ControlChannel {
+  TaskQueue tasks;
+  UniqueFd fd;
+};
 
 class RouterThread {
  public:
@@ -42,8 +51,10 @@ class RouterThread {
   // doorbell eventfd of the QP owner's routed QPs (status 0 only; the router keeps it).
   using ConnectDone = std::function<void(int status, uint32_t qp_type, int doorbell_fd)>;
 
+  // `cfg.thread` is this one's number among `cfg.threads`; `shared` and `control` are shared
+  // by all of them (router_pool.h).
   RouterThread(const RouterConfig& cfg, Directory& dir, Router::Hooks hooks, uint64_t boot,
-               int64_t linger_ns);
+               int64_t linger_ns, RouterShared shared, ControlChannel& control);
   ~RouterThread();  // stops the thread
   RouterThread(const RouterThread&) = delete;
   RouterThread& operator=(const RouterThread&) = delete;
@@ -54,9 +65,8 @@ class RouterThread {
   int run();
   void stop();
 
-  // Control thread side. Readable when the router queued tasks for the control thread.
-  int control_fd() const { return to_control_fd_.get(); }
-  void run_control_tasks();
+  // The router thread the caller runs on (null on any other thread).
+  static RouterThread* current();
   // Router thread side (from its hooks): `t` runs on the control thread.
   void post_to_control(Task t) { outbox_.push_back(std::move(t)); }
   // Runs `t` on the router thread, with the Router (any thread).
@@ -65,8 +75,9 @@ class RouterThread {
   // What the control thread asks (router.h says what each does); answers come back through
   // the control thread's queue.
   // `local`: a QP of this host through the router itself (the mediated path, router_self.cc).
+  // `lane`: the lane it takes (Router::pick_lane's; -1: this thread's Router picks).
   void connect_qp(bool local, uint32_t qpn, const LocalQp& qp, uint32_t dst_ipv4,
-                  uint32_t dst_qpn, ConnectDone done);
+                  uint32_t dst_qpn, ConnectDone done, int lane = -1);
   // A UD QP's multicast sends go through the router too (router_multicast.cc); `done` gets the
   // doorbell eventfd of the owner's routed QPs, or -1.
   void attach_multicast(uint32_t qpn, const LocalQp& qp, std::function<void(int fd)> done);
@@ -79,9 +90,9 @@ class RouterThread {
   void send_cm_to_host(uint32_t host_id, const wire::Cm& m,
                        std::function<void(int err)> unreachable);
   // A mapping the daemon no longer needs but the router may still be reading or writing (a
-  // client's memory, sealed, that the router was given): unmapped by the router thread once no
-  // frame in flight can point into it.
-  void unmap_when_idle(void* addr, size_t size);
+  // client's memory, sealed, that the router was given): let go by this thread once no frame
+  // in flight can point into it; unmapped when every thread given it let it go.
+  void unmap_when_idle(std::shared_ptr<void> mapping);
 
   // The last snapshot (status, metrics).
   std::vector<Router::LinkInfo> links() const;
@@ -93,7 +104,8 @@ class RouterThread {
   void set_qos(const qos::NamedRule& rule);
   bool tls() const { return tls_; }
 
-  // The Router's hook for reclaim points: the router thread frees what unmap_when_idle() got.
+  // The Router's hook for reclaim points: the router thread lets go of what unmap_when_idle()
+  // gave it.
   void reclaim_point();
 
  private:
@@ -110,15 +122,15 @@ class RouterThread {
   void flush_outbox();
 
   std::unique_ptr<Router> router_;
+  uint32_t index_;
   int64_t linger_ns_;
   bool tls_ = false;
   UniqueFd epoll_;
   UniqueFd wake_fd_;          // the router thread's: tasks queued, stop
-  UniqueFd to_control_fd_;    // the control thread's: tasks queued for it
+  ControlChannel& control_;   // tasks for the control thread (shared)
   TaskQueue tasks_;           // for the router thread
-  TaskQueue control_;         // for the control thread
   std::vector<Task> outbox_;  // router thread: tasks for the control thread, sent once a pass
-  std::vector<std::pair<void*, size_t>> unmaps_, unmaps_ready_;  // router thread
+  std::vector<std::shared_ptr<void>> unmaps_;  // router thread
   std::thread thread_;
   std::atomic<bool> stopping_{false};
   bool running_ = false;
