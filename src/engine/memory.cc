@@ -15,6 +15,7 @@
 #include "common/mremap_fixed.h"
 #include "engine/control.h"
 #include "engine/mapping_check.h"
+#include "engine/write_hold.h"
 #include "shm/shared_file.h"
 
 namespace vrdma {
@@ -147,13 +148,18 @@ void abandon(Control& control, Prepared& p) {
 }
 
 // On the mover: the pages are copied again (what was written since the first copy) and the new
-// file replaces whatever was mapped there, in one mremap.
+// file replaces whatever was mapped there, in one mremap. Other threads' writes to the range wait
+// from before the copy until the new pages are in place (WriteHold).
 int commit_job(void* arg) {
   const Prepared p = *static_cast<const Prepared*>(arg);
   size_t len = p.end - p.start;
+  WriteHold hold;
+  hold.hold(p.start, p.end);
   copy_pages(p.tmp, reinterpret_cast<void*>(p.start), len);
   void* r = mremap_fixed(p.tmp, len, len, reinterpret_cast<void*>(p.start));
-  return r == MAP_FAILED ? errno : 0;
+  int err = r == MAP_FAILED ? errno : 0;
+  hold.release();
+  return err;
 }
 
 // On the mover: [start, end) into private anonymous memory, contents kept.
@@ -165,12 +171,16 @@ int privatize_job(void* arg) {
   size_t len = j.end - j.start;
   void* anon = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (anon == MAP_FAILED) return errno;
+  WriteHold hold;
+  hold.hold(j.start, j.end);
   copy_pages(anon, reinterpret_cast<void*>(j.start), len);
   if (mremap_fixed(anon, len, len, reinterpret_cast<void*>(j.start)) == MAP_FAILED) {
     int e = errno;
+    hold.release();
     ::munmap(anon, len);
     return e;
   }
+  hold.release();
   return 0;
 }
 

@@ -2,6 +2,10 @@
 // opcode with data checked, and the error completions hardware gives.
 #include <arpa/inet.h>
 #include <poll.h>
+#include <sys/mman.h>
+
+#include <atomic>
+#include <thread>
 
 #include "verbs_fixture.h"
 
@@ -58,6 +62,40 @@ TEST_F(VerbsTest, RegisteredMemoryKeepsItsContents) {
   EXPECT_EQ(ibv_dereg_mr(mr2), 0);
   EXPECT_EQ(ibv_dereg_mr(mr), 0);
   EXPECT_EQ(mem, copy);
+}
+
+// A registration moves whole pages, and the objects around a buffer share them: another thread
+// of the process writing its own data in those pages while they move must lose nothing. Here a
+// thread bumps a counter in the first page of the range and checks each time that its last
+// value is still there, while the main thread registers and deregisters the buffer next to it
+// (each of which moves the pages).
+TEST_F(VerbsTest, WritesOfOtherThreadsToPagesBeingMovedAreKept) {
+  constexpr size_t kPages = 4;
+  auto* region = static_cast<uint8_t*>(::mmap(nullptr, kPages * 4096, PROT_READ | PROT_WRITE,
+                                              MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  ASSERT_NE(region, MAP_FAILED);
+  auto* counter = reinterpret_cast<volatile uint64_t*>(region);
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> lost{0}, bumps{0};
+  std::thread writer([&] {
+    uint64_t last = 0;
+    while (!stop.load(std::memory_order_relaxed)) {
+      if (*counter != last) lost.fetch_add(1);
+      last = last + 1;
+      *counter = last;
+      bumps.fetch_add(1, std::memory_order_relaxed);
+    }
+  });
+  while (bumps.load() == 0) std::this_thread::yield();
+  for (int i = 0; i < 200; ++i) {
+    ibv_mr* mr = ibv_reg_mr(pd, region + 64, 3 * 4096, IBV_ACCESS_LOCAL_WRITE);
+    ASSERT_NE(mr, nullptr) << strerror(errno);
+    ASSERT_EQ(ibv_dereg_mr(mr), 0);
+  }
+  stop = true;
+  writer.join();
+  EXPECT_EQ(lost.load(), 0u) << "of " << bumps.load() << " writes";
+  ::munmap(region, kPages * 4096);
 }
 
 TEST_F(VerbsTest, RemoteWriteWithoutLocalWriteIsRejected) {

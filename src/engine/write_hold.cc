@@ -1,0 +1,109 @@
+#include "engine/write_hold.h"
+
+#include <fcntl.h>
+#include <linux/userfaultfd.h>
+#include <sys/ioctl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <initializer_list>
+
+namespace vrdma {
+
+namespace {
+
+#ifndef UFFD_USER_MODE_ONLY
+#define UFFD_USER_MODE_ONLY 1
+#endif
+#ifndef UFFD_FEATURE_WP_HUGETLBFS_SHMEM
+#define UFFD_FEATURE_WP_HUGETLBFS_SHMEM (1 << 12)
+#endif
+#ifndef UFFD_FEATURE_WP_UNPOPULATED
+#define UFFD_FEATURE_WP_UNPOPULATED (1 << 13)
+#endif
+
+// What this process may open: the flags userfaultfd(2) accepts (-1: none) and the features
+// wanted of those the kernel offers (memfd-backed ranges, pages never touched).
+struct Support {
+  int flags = -1;
+  uint64_t features = 0;
+};
+
+int open_uffd(int flags) {
+#ifdef SYS_userfaultfd
+  return static_cast<int>(::syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK | flags));
+#else
+  (void)flags;
+  return -1;
+#endif
+}
+
+const Support& support() {
+  static const Support s = [] {
+    Support found;
+    // Faults taken in the kernel too (a system call writing there waits) need CAP_SYS_PTRACE
+    // or vm.unprivileged_userfaultfd; user-mode faults only are allowed to everyone.
+    for (int flags : {0, UFFD_USER_MODE_ONLY}) {
+      int fd = open_uffd(flags);
+      if (fd < 0) continue;
+      uffdio_api api{};
+      api.api = UFFD_API;
+      if (::ioctl(fd, UFFDIO_API, &api) == 0 && (api.features & UFFD_FEATURE_PAGEFAULT_FLAG_WP)) {
+        found.flags = flags;
+        found.features =
+            api.features & (UFFD_FEATURE_WP_HUGETLBFS_SHMEM | UFFD_FEATURE_WP_UNPOPULATED);
+      }
+      ::close(fd);
+      if (found.flags >= 0) break;
+    }
+    return found;
+  }();
+  return s;
+}
+
+}  // namespace
+
+bool WriteHold::available() { return support().flags >= 0; }
+
+bool WriteHold::hold(uint64_t start, uint64_t end) {
+  release();
+  const Support& s = support();
+  if (s.flags < 0 || end <= start) return false;
+  int fd = open_uffd(s.flags);
+  if (fd < 0) return false;
+  uffdio_api api{};
+  api.api = UFFD_API;
+  api.features = s.features;
+  uffdio_register reg{};
+  reg.range = {start, end - start};
+  reg.mode = UFFDIO_REGISTER_MODE_WP;
+  uffdio_writeprotect wp{};
+  wp.range = reg.range;
+  wp.mode = UFFDIO_WRITEPROTECT_MODE_WP;
+  // A range of a kind userfaultfd cannot protect, or one another userfaultfd of the process
+  // already watches, is refused here: the move then goes on without the hold.
+  if (::ioctl(fd, UFFDIO_API, &api) != 0 || ::ioctl(fd, UFFDIO_REGISTER, &reg) != 0 ||
+      !(reg.ioctls & (1ull << _UFFDIO_WRITEPROTECT)) || ::ioctl(fd, UFFDIO_WRITEPROTECT, &wp) != 0) {
+    ::close(fd);  // unregisters whatever was registered
+    return false;
+  }
+  fd_ = fd;
+  start_ = start;
+  end_ = end;
+  return true;
+}
+
+void WriteHold::release() {
+  if (fd_ < 0) return;
+  // Where the pages did not move, they are still registered and protected: lift the protection
+  // (and wake the writers) before the descriptor goes. Where they moved, the range is no longer
+  // this descriptor's and the call fails harmlessly. Closing wakes every writer still waiting.
+  uffdio_writeprotect wp{};
+  wp.range = {start_, end_ - start_};
+  wp.mode = 0;
+  ::ioctl(fd_, UFFDIO_WRITEPROTECT, &wp);
+  ::close(fd_);
+  fd_ = -1;
+}
+
+}  // namespace vrdma
