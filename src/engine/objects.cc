@@ -178,6 +178,17 @@ void Cq::detach(RecvSource* src) {
   sources_.erase(std::remove(sources_.begin(), sources_.end(), src), sources_.end());
 }
 
+void Cq::settle(RecvSource& src) {
+  std::lock_guard lock(poll_lock_);
+  ibv_wc wc[32];
+  // Bounded: a ring's worth of reports at most per round, as many rounds as the ring has room.
+  for (uint32_t round = 0; round <= src.ring.mask / 32 + 1; ++round) {
+    int n = take_recv(src, 32, wc);
+    if (n == 0) break;
+    for (int i = 0; i < n; ++i) push(wc[i], false);
+  }
+}
+
 // Receive completions of one QP, each checked against the receives the QP (or its SRQ) has
 // outstanding: a report that names anything else is dropped and counted. At most one ring's
 // worth of reports is looked at per call, whatever a sender keeps pushing.

@@ -139,6 +139,10 @@ class Cq {
   // A QP whose receive CQ this is: its ring is polled (and armed) with the CQ's own.
   void attach(RecvSource* src);
   void detach(RecvSource* src);
+  // The receive completions reported for `src` and not polled yet move to the CQ's own ring, in
+  // their order and checked as a poll checks them: whatever is pushed after them (a flush) is
+  // polled after them.
+  void settle(RecvSource& src);
 
   uint32_t offset() const { return offset_; }
   // The entries the CQ promises (ibv_cq.cqe); after a shrink it may hold more (see resize).

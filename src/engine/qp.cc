@@ -444,8 +444,12 @@ int Qp::post_recv(ibv_recv_wr* wr, ibv_recv_wr** bad) {
   return 0;
 }
 
+// Receives a sender already filled and reported complete before the error stay complete: their
+// reports, not yet polled, go ahead of the flushes (Cq::settle), and only the receives left
+// outstanding after them are flushed.
 void Qp::flush_recv() {
   if (srq_) return;
+  if (recv_source_.ring.ring) recv_cq_->settle(recv_source_);
   std::lock_guard lock(recv_lock_);
   own_recvs_.flush([&](uint64_t wr_id) {
     ibv_wc wc{};

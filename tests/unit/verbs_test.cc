@@ -487,6 +487,49 @@ TEST_F(ErrorTest, ErrorStateFlushesPostedReceives) {
   }
 }
 
+// Messages that arrived before the error and were not polled yet complete as they arrived, ahead
+// of the flushes (a peer that sends and dies leaves exactly this behind), and only the receives
+// nobody filled are flushed.
+TEST_F(ErrorTest, ArrivedReceivesCompleteBeforeTheFlushes) {
+  connect(a, b);
+  Buffer& src = buffer(4096);
+  Buffer& dst = buffer(3 * 4096);
+  fill_random(src.data(), 4096, 3);
+  for (int i = 0; i < 4; ++i) {
+    ibv_sge rs{dst.addr() + uint64_t(i % 3) * 4096, 4096, dst.mr->lkey};
+    ibv_recv_wr rwr{};
+    rwr.wr_id = 100 + i;
+    rwr.sg_list = &rs;
+    rwr.num_sge = 1;
+    ibv_recv_wr* rbad;
+    ASSERT_EQ(ibv_post_recv(b, &rwr, &rbad), 0);
+  }
+  for (int i = 0; i < 2; ++i) {
+    ibv_sge sg{src.addr(), 1000u + i, src.mr->lkey};
+    ibv_send_wr wr = send_wr(IBV_WR_SEND, sg);
+    wr.wr_id = i;
+    ASSERT_EQ(complete_one(a, wr, c1), IBV_WC_SUCCESS);
+  }
+  // Both sends are in b's receive queue, unpolled; then b fails.
+  ibv_qp_attr attr{};
+  attr.qp_state = IBV_QPS_ERR;
+  ASSERT_EQ(ibv_modify_qp(b, &attr, IBV_QP_STATE), 0);
+  auto w = poll(c2, 4);
+  ASSERT_EQ(w.size(), 4u);
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(w[i].status, IBV_WC_SUCCESS) << i;
+    EXPECT_EQ(w[i].wr_id, 100u + i);
+    EXPECT_EQ(w[i].opcode, IBV_WC_RECV);
+    EXPECT_EQ(w[i].byte_len, 1000u + i);
+    EXPECT_EQ(memcmp(dst.data() + i * 4096, src.data(), 1000 + i), 0) << i;
+  }
+  for (int i = 2; i < 4; ++i) {
+    EXPECT_EQ(w[i].status, IBV_WC_WR_FLUSH_ERR) << i;
+    EXPECT_EQ(w[i].wr_id, 100u + i);
+  }
+  EXPECT_TRUE(poll(c2, 1, 100).empty());  // nothing twice
+}
+
 TEST_F(ErrorTest, ReceiveTooSmallIsLengthError) {
   connect(a, b);
   Buffer& src = buffer(4096);
