@@ -22,18 +22,31 @@ namespace {
 #define UFFD_FEATURE_WP_UNPOPULATED (1 << 13)
 #endif
 
-// What this process may open: the flags userfaultfd(2) accepts (-1: none) and the features
-// wanted of those the kernel offers (memfd-backed ranges, pages never touched).
+#ifndef USERFAULTFD_IOC_NEW
+#define USERFAULTFD_IOC_NEW _IO(0xAA, 0x00)
+#endif
+
+constexpr int kByDevice = 1 << 30;  // not a userfaultfd(2) flag: open through /dev/userfaultfd
+
+// What this process may open: how (userfaultfd(2)'s flags, or kByDevice; -1: not at all) and
+// the features wanted of those the kernel offers (memfd-backed ranges, pages never touched).
 struct Support {
   int flags = -1;
   uint64_t features = 0;
 };
 
-int open_uffd(int flags) {
+int open_uffd(int how) {
+  const int flags = O_CLOEXEC | O_NONBLOCK;
+  if (how == kByDevice) {
+    int dev = ::open("/dev/userfaultfd", O_RDWR | O_CLOEXEC);
+    if (dev < 0) return -1;
+    int fd = ::ioctl(dev, USERFAULTFD_IOC_NEW, flags);
+    ::close(dev);
+    return fd;
+  }
 #ifdef SYS_userfaultfd
-  return static_cast<int>(::syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK | flags));
+  return static_cast<int>(::syscall(SYS_userfaultfd, flags | how));
 #else
-  (void)flags;
   return -1;
 #endif
 }
@@ -42,14 +55,16 @@ const Support& support() {
   static const Support s = [] {
     Support found;
     // Faults taken in the kernel too (a system call writing there waits) need CAP_SYS_PTRACE
-    // or vm.unprivileged_userfaultfd; user-mode faults only are allowed to everyone.
-    for (int flags : {0, UFFD_USER_MODE_ONLY}) {
-      int fd = open_uffd(flags);
+    // or vm.unprivileged_userfaultfd, or /dev/userfaultfd (by its file permissions, and where a
+    // seccomp profile refuses the system call, as podman's and docker's default profiles do);
+    // user-mode faults only are allowed to everyone the system call is allowed to.
+    for (int how : {0, kByDevice, UFFD_USER_MODE_ONLY}) {
+      int fd = open_uffd(how);
       if (fd < 0) continue;
       uffdio_api api{};
       api.api = UFFD_API;
       if (::ioctl(fd, UFFDIO_API, &api) == 0 && (api.features & UFFD_FEATURE_PAGEFAULT_FLAG_WP)) {
-        found.flags = flags;
+        found.flags = how;
         found.features =
             api.features & (UFFD_FEATURE_WP_HUGETLBFS_SHMEM | UFFD_FEATURE_WP_UNPOPULATED);
       }
@@ -63,7 +78,18 @@ const Support& support() {
 
 }  // namespace
 
-bool WriteHold::available() { return support().flags >= 0; }
+WriteHold::Source WriteHold::source() {
+  switch (support().flags) {
+    case -1:
+      return Source::kNone;
+    case 0:
+      return Source::kSyscall;
+    case kByDevice:
+      return Source::kDevice;
+    default:
+      return Source::kSyscallUserOnly;
+  }
+}
 
 bool WriteHold::hold(uint64_t start, uint64_t end) {
   release();

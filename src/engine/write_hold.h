@@ -6,11 +6,13 @@
 // A WriteHold write-protects the range through userfaultfd: such a write waits in the kernel
 // until the hold ends, then goes to the new pages.
 //
-// Where the kernel or the container's seccomp profile refuses userfaultfd, or the range is of a
-// kind it cannot protect, the hold is inactive and the move goes on unprotected, as before.
-// Without CAP_SYS_PTRACE (and with vm.unprivileged_userfaultfd = 0, the default) the hold covers
-// the threads' own writes only: a system call writing into the range in that instant (a read(2)
-// into a buffer there) fails with EFAULT instead of waiting.
+// The userfaultfd comes from userfaultfd(2) or, where a seccomp profile refuses that system call
+// (podman's and docker's default profiles do), from /dev/userfaultfd if the process may open it.
+// Without either, or for a range of a kind it cannot protect, the hold is inactive and the move
+// goes on unprotected. From the system call without CAP_SYS_PTRACE (and with
+// vm.unprivileged_userfaultfd = 0, the default) the hold covers the threads' own writes only: a
+// system call writing into the range in that instant (a read(2) into a buffer there) fails with
+// EFAULT instead of waiting.
 //
 // Between hold() and release() the caller must not write to the range itself, allocate, or take
 // a lock another thread may hold while writing there.
@@ -33,8 +35,10 @@ class WriteHold {
   void release();
   bool active() const { return fd_ >= 0; }
 
-  // Whether holds can be taken at all in this process (the first call finds out).
-  static bool available();
+  // How holds are taken in this process (the first call finds out).
+  enum class Source { kNone, kSyscall, kSyscallUserOnly, kDevice };
+  static Source source();
+  static bool available() { return source() != Source::kNone; }
 
  private:
   int fd_ = -1;

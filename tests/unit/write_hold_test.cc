@@ -1,0 +1,168 @@
+// WriteHold: another thread's writes to pages that move (a copy, then an mremap over them) wait
+// for the move and land in the new pages; where seccomp refuses userfaultfd(2), as container
+// engines' default profiles do, the hold comes from /dev/userfaultfd; where neither is allowed,
+// the move still keeps the contents.
+#include "engine/write_hold.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <stddef.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <string>
+#include <thread>
+
+#include "common/mremap_fixed.h"
+
+namespace vrdma {
+namespace {
+
+constexpr size_t kPage = 4096;
+constexpr size_t kPages = 4;
+
+// Moves [p, p + len) to fresh anonymous pages, contents kept, holding writes when `hold`.
+// Returns whether the hold was active.
+bool move_pages(uint8_t* p, size_t len, bool hold) {
+  void* fresh = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (fresh == MAP_FAILED) return false;
+  WriteHold h;
+  bool active = hold && h.hold(reinterpret_cast<uint64_t>(p), reinterpret_cast<uint64_t>(p) + len);
+  memcpy(fresh, p, len);
+  EXPECT_NE(mremap_fixed(fresh, len, len, p), MAP_FAILED) << strerror(errno);
+  h.release();
+  return active;
+}
+
+struct MoveRun {
+  long lost = 0;        // writes the writer found gone
+  bool kept = false;    // the contents of a page nobody wrote survived every move
+  bool active = true;   // every move held the writes
+  uint64_t bumps = 0;   // writes made while the pages moved
+};
+
+// A thread bumps a counter in the first page and checks each time that its last value is still
+// there, while the pages move `moves` times.
+MoveRun moves_under_writes(bool hold, int moves) {
+  MoveRun r;
+  auto* region = static_cast<uint8_t*>(::mmap(nullptr, kPages * kPage, PROT_READ | PROT_WRITE,
+                                              MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  if (region == MAP_FAILED) return r;
+  auto* counter = reinterpret_cast<volatile uint64_t*>(region + 128);
+  memset(region + 2 * kPage, 0x5a, kPage);
+  std::atomic<bool> stop{false};
+  std::atomic<long> lost{0};
+  std::atomic<uint64_t> bumps{0};
+  std::thread writer([&] {
+    uint64_t last = 0;
+    while (!stop.load(std::memory_order_relaxed)) {
+      if (*counter != last) lost.fetch_add(1);
+      *counter = ++last;
+      bumps.fetch_add(1, std::memory_order_relaxed);
+    }
+  });
+  while (bumps.load() == 0) std::this_thread::yield();
+  uint64_t before = bumps.load();
+  for (int i = 0; i < moves; ++i) r.active &= move_pages(region, kPages * kPage, hold);
+  r.bumps = bumps.load() - before;
+  stop = true;
+  writer.join();
+  r.lost = lost.load();
+  r.kept = true;
+  for (size_t i = 0; i < kPage; ++i) r.kept &= region[2 * kPage + i] == 0x5a;
+  ::munmap(region, kPages * kPage);
+  return r;
+}
+
+// Makes userfaultfd(2) fail with EPERM in this process, as podman's default profile does.
+bool refuse_userfaultfd_syscall() {
+  sock_filter prog[] = {
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_userfaultfd, 0, 1),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+  };
+  sock_fprog fprog{static_cast<unsigned short>(sizeof(prog) / sizeof(prog[0])), prog};
+  return ::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0 &&
+         ::syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &fprog) == 0;
+}
+
+// Runs the disabled test WriteHoldChild.DISABLED_<body> in a new process of this program, with
+// userfaultfd(2) refused by seccomp and, when `drop_root`, as nobody: a process that looks for
+// its userfaultfd for the first time under those rules. Returns its exit status (0: passed).
+int in_child(const char* body, bool drop_root) {
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    if (!refuse_userfaultfd_syscall()) ::_exit(100);
+    if (drop_root && (::setgid(65534) != 0 || ::setuid(65534) != 0)) ::_exit(101);
+    std::string filter = std::string("--gtest_filter=WriteHoldChild.DISABLED_") + body;
+    ::execl("/proc/self/exe", "engine_test", filter.c_str(), "--gtest_also_run_disabled_tests",
+            static_cast<char*>(nullptr));
+    ::_exit(102);
+  }
+  int status = 0;
+  if (pid < 0 || ::waitpid(pid, &status, 0) != pid) return -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+TEST(WriteHold, WritesMadeWhilePagesMoveLandInTheNewPages) {
+  ASSERT_TRUE(WriteHold::available()) << "these tests run as root, where userfaultfd is allowed";
+  MoveRun r = moves_under_writes(true, 300);
+  EXPECT_TRUE(r.active);
+  EXPECT_TRUE(r.kept);
+  EXPECT_GT(r.bumps, 0u);
+  EXPECT_EQ(r.lost, 0) << "of " << r.bumps << " writes";
+}
+
+TEST(WriteHold, ARangeItCannotProtectIsRefusedAndTheMoveStillWorks) {
+  WriteHold h;
+  // Not mapped at all: nothing to register.
+  void* p = ::mmap(nullptr, kPage, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(p, MAP_FAILED);
+  ::munmap(p, kPage);
+  EXPECT_FALSE(h.hold(reinterpret_cast<uint64_t>(p), reinterpret_cast<uint64_t>(p) + kPage));
+  EXPECT_FALSE(h.active());
+  EXPECT_FALSE(h.hold(4096, 4096));  // empty
+}
+
+TEST(WriteHold, ComesFromTheDeviceWhereSeccompRefusesTheSystemCall) {
+  if (::access("/dev/userfaultfd", F_OK) != 0)
+    GTEST_SKIP() << "this kernel has no /dev/userfaultfd (Linux 6.1 and later have it)";
+  EXPECT_EQ(in_child("FromTheDevice", false), 0);
+}
+
+TEST(WriteHold, WithoutEitherTheMoveGoesOnUnprotected) {
+  EXPECT_EQ(in_child("WithoutEither", true), 0);
+}
+
+// The bodies of the two tests above, run only in their child processes.
+TEST(WriteHoldChild, DISABLED_FromTheDevice) {
+  errno = 0;
+  EXPECT_LT(::syscall(SYS_userfaultfd, O_CLOEXEC), 0);
+  EXPECT_EQ(errno, EPERM);
+  EXPECT_EQ(WriteHold::source(), WriteHold::Source::kDevice);
+  MoveRun r = moves_under_writes(true, 300);
+  EXPECT_TRUE(r.active);
+  EXPECT_TRUE(r.kept);
+  EXPECT_EQ(r.lost, 0) << "of " << r.bumps << " writes";
+}
+
+TEST(WriteHoldChild, DISABLED_WithoutEither) {
+  EXPECT_NE(::getuid(), 0u);
+  EXPECT_EQ(WriteHold::source(), WriteHold::Source::kNone);
+  // Writes may be lost here (what the hold prevents); what nobody wrote is kept.
+  MoveRun r = moves_under_writes(true, 20);
+  EXPECT_FALSE(r.active);
+  EXPECT_TRUE(r.kept);
+}
+
+}  // namespace
+}  // namespace vrdma
