@@ -4,8 +4,10 @@
 #include <string.h>
 
 #include "common/address.h"
+#include "common/clock.h"
 #include "engine/qp.h"
 #include "shm/respond.h"
+#include "shm/settle.h"
 
 namespace vrdma {
 
@@ -13,6 +15,23 @@ namespace {
 // The object a peer QP was reached through is no longer its QP's.
 bool gone(const shm::PeerQp& p) {
   return p.attrs && p.attrs->gone.load(std::memory_order_acquire);
+}
+
+constexpr int64_t kMoveWaitNs = 200'000'000;  // an owner stopped mid-move is not waited for
+
+// The destination's owner moved pages while the payload was placed (a registration next to the
+// target split or replaced its backing): the bytes may be in the old file. They are copied again
+// from the source, which the request still holds, to where the pages are now.
+void place_again(const shm::PeerQp& peer, const shm::Placement& pl, const shm::Seg* local,
+                 int nl, uint64_t total) {
+  const int64_t deadline = now_ns() + kMoveWaitNs;
+  shm::Seg now[shm::kMaxRecvSge];
+  for (int round = 0; round < 8; ++round) {
+    int64_t m = shm::translate_again(*peer.peer, peer.via_qpn, peer.pd, pl, now, deadline);
+    if (m < 0) return;  // gone, or stuck mid-move: as a hardware write racing a deregistration
+    shm::copy_segs(now, pl.nsegs, local, nl, total);
+    if (!shm::moved_since(*peer.peer, static_cast<uint32_t>(m))) return;
+  }
 }
 }  // namespace
 
@@ -136,6 +155,7 @@ Qp::Result Qp::execute(const ibv_send_wr& wr) {
     return res;
   }
   shm::Placement pl;
+  const uint32_t moves_before = peer->peer->moves();
   shm::admit_request(*peer, incoming(wr, total), pl);
   switch (pl.admission) {
     case shm::Admission::kRnr:
@@ -166,6 +186,7 @@ Qp::Result Qp::execute(const ibv_send_wr& wr) {
       break;
     default:
       shm::copy_segs(pl.segs, pl.nsegs, local, nl, total);
+      if (shm::moved_since(*peer->peer, moves_before)) place_again(*peer, pl, local, nl, total);
       break;
   }
   // The receive completion could not be delivered (the destination's ring is full or corrupt):

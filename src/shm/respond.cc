@@ -6,7 +6,9 @@
 
 #include <atomic>
 
+#include "common/clock.h"
 #include "shm/rings.h"
+#include "shm/settle.h"
 #include "shm/work_request.h"
 
 namespace vrdma::shm {
@@ -90,6 +92,24 @@ void recv_report(Placement& out, const PeerQp& dst, const RecvWr& rwr, const Inc
   out.solicited = in.solicited;
 }
 
+// A translation that fails while the owner moves pages (a registration next to the MR splits or
+// replaces its backing) may be that instant's, not the MR's: tried once more after the move.
+uint8_t* translate_settled(const PeerQp& p, uint32_t key, uint64_t addr, uint64_t len,
+                           uint32_t access) {
+  constexpr int64_t kMoveWaitNs = 200'000'000;
+  constexpr int kRounds = 8;  // moves one after another: each round waits for one to end
+  uint32_t before = p.peer->moves();
+  int64_t deadline = 0;
+  for (int round = 0;; ++round) {
+    if (uint8_t* q = p.peer->translate(p.via_qpn, p.pd, key, addr, len, access)) return q;
+    if (round == kRounds || !moved_since(*p.peer, before)) return nullptr;  // the MR refuses it
+    if (!deadline) deadline = now_ns() + kMoveWaitNs;
+    const int64_t m = wait_for_moves(*p.peer, deadline);
+    if (m < 0) return nullptr;
+    before = static_cast<uint32_t>(m);
+  }
+}
+
 // Translates a receive's scatter list. On failure the receive completes with an error at once
 // and `out.status` tells the requester.
 bool scatter(Placement& out, const PeerQp& p, const RecvWr& rwr, uint64_t need,
@@ -98,9 +118,8 @@ bool scatter(Placement& out, const PeerQp& p, const RecvWr& rwr, uint64_t need,
   out.nsegs = 0;
   for (uint32_t i = 0; i < rwr.num_sge; ++i) {
     const ibv_sge& s = rwr.sge[i];
-    uint8_t* ptr = s.length ? p.peer->translate(p.via_qpn, p.pd, s.lkey, s.addr, s.length,
-                                                IBV_ACCESS_LOCAL_WRITE)
-                            : nullptr;
+    uint8_t* ptr =
+        s.length ? translate_settled(p, s.lkey, s.addr, s.length, IBV_ACCESS_LOCAL_WRITE) : nullptr;
     if (s.length && !ptr) {
       out.report.status = kRecvProtErr;
       deliver(p, out.report, true);
@@ -183,7 +202,7 @@ void admit_ud(const PeerQp& dst, const Incoming& in, Placement& out) {
 // Remote memory for RDMA and atomics: both the destination QP and the MR must grant it.
 uint8_t* remote_memory(const PeerQp& dst, const Incoming& in, uint32_t access, uint64_t len) {
   if (!(dst.attrs->access.load(std::memory_order_relaxed) & access)) return nullptr;
-  return dst.peer->translate(dst.via_qpn, dst.pd, in.rkey, in.remote_addr, len, access);
+  return translate_settled(dst, in.rkey, in.remote_addr, len, access);
 }
 
 // Takes the receive a SEND or WRITE_WITH_IMM consumes; none posted is RNR (RC) or a drop (UC).

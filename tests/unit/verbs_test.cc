@@ -98,6 +98,58 @@ TEST_F(VerbsTest, WritesOfOtherThreadsToPagesBeingMovedAreKept) {
   ::munmap(region, kPages * 4096);
 }
 
+// A peer's RDMA writes into an MR while its owner registers and deregisters another MR over the
+// same pages (which moves them to new backings): every write lands where the owner sees it.
+TEST_F(VerbsTest, PeerWritesDuringANeighboursRegistrationAreKept) {
+  ibv_cq* c = cq();
+  ibv_qp* a = qp(c, c);
+  ibv_qp* b = qp(c, c);
+  connect(a, b);
+  constexpr size_t kPages = 4;
+  auto* region = static_cast<uint8_t*>(::mmap(nullptr, kPages * 4096, PROT_READ | PROT_WRITE,
+                                              MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  ASSERT_NE(region, MAP_FAILED);
+  // x covers pages 0..2; the neighbour comes and goes over pages 2..3.
+  ibv_mr* x = ibv_reg_mr(pd, region, 3 * 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  ASSERT_NE(x, nullptr);
+  Buffer& src = buffer(8);
+  constexpr int kSlots = 256;
+  auto* slots = reinterpret_cast<volatile uint64_t*>(region + 2 * 4096);
+  std::atomic<bool> stop{false};
+  std::atomic<int> failed{0};
+  std::vector<uint64_t> last(kSlots, 0);
+  std::thread writer([&] {
+    for (uint64_t i = 1; !stop.load(std::memory_order_relaxed) && i < 2'000'000; ++i) {
+      int slot = static_cast<int>(i % kSlots);
+      memcpy(src.data(), &i, 8);
+      ibv_sge sg{src.addr(), 8, src.mr->lkey};
+      ibv_send_wr wr = send_wr(IBV_WR_RDMA_WRITE, sg);
+      wr.wr.rdma.remote_addr = reinterpret_cast<uint64_t>(region + 2 * 4096) + slot * 8;
+      wr.wr.rdma.rkey = x->rkey;
+      ibv_wc_status st = complete_one(a, wr, c);
+      if (st != IBV_WC_SUCCESS) {
+        failed.fetch_add(1);
+        ADD_FAILURE() << "write " << i << ": " << ibv_wc_status_str(st);
+        return;
+      }
+      last[slot] = i;
+    }
+  });
+  for (int i = 0; i < 100; ++i) {
+    ibv_mr* y = ibv_reg_mr(pd, region + 2 * 4096 + 512, 4096, IBV_ACCESS_LOCAL_WRITE);
+    ASSERT_NE(y, nullptr) << strerror(errno);
+    ASSERT_EQ(ibv_dereg_mr(y), 0);
+  }
+  stop = true;
+  writer.join();
+  EXPECT_EQ(failed.load(), 0);
+  int lost = 0;
+  for (int s = 0; s < kSlots; ++s) lost += slots[s] != last[s];
+  EXPECT_EQ(lost, 0) << "slots whose last write is not there";
+  EXPECT_EQ(ibv_dereg_mr(x), 0);
+  ::munmap(region, kPages * 4096);
+}
+
 TEST_F(VerbsTest, RemoteWriteWithoutLocalWriteIsRejected) {
   std::vector<uint8_t> mem(4096);
   errno = 0;

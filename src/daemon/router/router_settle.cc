@@ -7,6 +7,8 @@
 #include <sched.h>
 #include <string.h>
 
+#include <atomic>
+
 #include "common/clock.h"
 #include "common/log.h"
 #include "daemon/router/router_state.h"
@@ -18,6 +20,8 @@ namespace {
 constexpr int64_t kMoveWaitNs = 200'000'000;  // a client stopped mid-move is not waited for
 
 bool moves_settled(const shm::Peer& peer) {
+  // The placement's stores before the look at moves (the owner increments it, then copies).
+  std::atomic_thread_fence(std::memory_order_seq_cst);
   if (!(peer.moves() & 1)) return true;
   const int64_t end = now_ns() + kMoveWaitNs;
   while (peer.moves() & 1) {

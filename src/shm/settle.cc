@@ -1,0 +1,43 @@
+#include "shm/settle.h"
+
+#include <sched.h>
+
+#include <atomic>
+
+#include "common/clock.h"
+
+namespace vrdma::shm {
+
+bool moved_since(const Peer& peer, uint32_t before) {
+  // The owner increments moves before it copies the pages: the placement's stores must be
+  // visible before this load, or a move that began in between copies the pages without them.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  const uint32_t now = peer.moves();
+  return now != before || (now & 1);
+}
+
+int64_t wait_for_moves(const Peer& peer, int64_t deadline_ns) {
+  uint32_t m;
+  while ((m = peer.moves()) & 1) {
+    if (now_ns() > deadline_ns) return -1;
+    sched_yield();
+  }
+  return m;
+}
+
+int64_t translate_again(Peer& peer, uint32_t via_qpn, uint32_t pd, const Placement& pl,
+                        Seg* out, int64_t deadline_ns) {
+  const int64_t m = wait_for_moves(peer, deadline_ns);
+  if (m < 0) return -1;
+  for (int i = 0; i < pl.nsegs; ++i) {
+    const Seg& s = pl.segs[i];
+    const auto& src = pl.src[i];
+    out[i] = s;
+    if (!s.len) continue;
+    out[i].p = peer.translate(via_qpn, pd, src.key, src.addr, s.len, src.access);
+    if (!out[i].p) return -1;
+  }
+  return m;
+}
+
+}  // namespace vrdma::shm

@@ -1,0 +1,34 @@
+// Placing again what went to pages the owner moved meanwhile.
+//
+// An initiator (a same-host process, or vrdmad's router) translates a target address to its
+// mapping of the owner's backing file, then copies the payload there. If the owner moves those
+// pages to another file in between (a registration next to them splits or replaces their
+// backing), the bytes land in the old file, not in the owner's pages. The owner's
+// KeyTable::moves is odd while it moves and changes on every move: an initiator that reads it
+// before translating and again after placing knows whether a move overlapped, and then places
+// the bytes again where the pages are now.
+#pragma once
+
+#include <cstdint>
+
+#include "shm/peer.h"
+#include "shm/respond.h"
+
+namespace vrdma::shm {
+
+// Whether a move may have overlapped a placement made through translations taken after
+// `before` was read (Peer::moves()). Orders the placement's stores before the check.
+bool moved_since(const Peer& peer, uint32_t before);
+
+// Waits (at most until deadline_ns, now_ns()'s clock) for a move in progress to end: moves() then,
+// or -1 when the owner stayed mid-move until the deadline.
+int64_t wait_for_moves(const Peer& peer, int64_t deadline_ns);
+
+// Waits (at most until deadline_ns, now_ns()'s clock) for a move in progress to end, then
+// translates each of pl's segments again into `out` (where the owner's pages are now). Returns
+// moves() as it was before translating, for a later moved_since(), or -1 when the owner stayed
+// mid-move until the deadline or a segment no longer translates (the MR is gone).
+int64_t translate_again(Peer& peer, uint32_t via_qpn, uint32_t pd, const Placement& pl,
+                        Seg* out, int64_t deadline_ns);
+
+}  // namespace vrdma::shm
