@@ -186,7 +186,10 @@ Qp::Result Qp::execute(const ibv_send_wr& wr) {
       break;
     default:
       shm::copy_segs(pl.segs, pl.nsegs, local, nl, total);
-      if (shm::moved_since(*peer->peer, moves_before)) place_again(*peer, pl, local, nl, total);
+      // (A datagram's placement starts with its GRH, which the sources do not describe: UD,
+      // unreliable anyway, is not placed again.)
+      if (type_ != IBV_QPT_UD && shm::moved_since(*peer->peer, moves_before))
+        place_again(*peer, pl, local, nl, total);
       break;
   }
   // The receive completion could not be delivered (the destination's ring is full or corrupt):
