@@ -80,6 +80,53 @@ def check_stress_pair(t, i, crc, c, src, s):
     return cs
 
 
+class StressPairs:
+    """`n` vrdma_stress pairs of a two-host sandbox, client h0c<i> to server h1c<i>, for
+    `seconds`. run() is the whole of it; a test that starts other programs among them calls
+    start_servers(), start_clients(), wait() and, once all of it ended, check(), with kill() in
+    a finally."""
+
+    def __init__(self, sb, stress, n, seconds):
+        self.sb, self.stress, self.n, self.seconds = sb, stress, n, seconds
+        self.servers, self.clients = [], []
+
+    def start_servers(self, t):
+        """Starts every server and waits until each listens (t fails if one never does)."""
+        self.servers = [self.sb.start(f"h1c{i}", self.stress) for i in range(self.n)]
+        for i, s in enumerate(self.servers):
+            t.assertTrue(self.sb.wait_listening(f"h1c{i}", PORT, timeout=60),
+                         f"the server in h1c{i} never listened:\n{s.out}{s.err}")
+
+    def start_clients(self):
+        self.clients = [self.sb.start(f"h0c{i}", self.stress, "--seconds", str(self.seconds),
+                                      "--gid-index", "0", container_ip(f"h1c{i}"))
+                        for i in range(self.n)]
+
+    def wait(self):
+        """Every pair's exit codes (client, server). vrdma_stress bounds itself (--seconds +
+        30 s); this bound only catches a stuck program."""
+        return [(self.clients[i].wait(self.seconds + 90), self.servers[i].wait(60))
+                for i in range(self.n)]
+
+    def kill(self):
+        for p in (*self.servers, *self.clients):
+            p.kill()
+
+    def check(self, t, results):
+        """Asserts every pair's result (check_stress_pair); returns the clients' counters."""
+        return [check_stress_pair(t, i, crc, self.clients[i], src, self.servers[i])
+                for i, (crc, src) in enumerate(results)]
+
+    def run(self, t):
+        try:
+            self.start_servers(t)
+            self.start_clients()
+            results = self.wait()
+        finally:
+            self.kill()
+        return self.check(t, results)
+
+
 def rss(pid):
     """VmRSS and RssAnon of a process, in bytes."""
     with open(f"/proc/{pid}/status") as f:
@@ -111,22 +158,9 @@ class CrossHostLoad(unittest.TestCase):
     def run_load(self, stress):
         """Runs the 8 pairs at once; checks every pair's result; returns the run's time."""
         t0 = time.monotonic()
-        servers = [SB.start(f"h1c{i}", stress) for i in range(PAIRS)]
-        for i in range(PAIRS):
-            self.assertTrue(SB.wait_listening(f"h1c{i}", PORT, timeout=30),
-                            f"the server in h1c{i} never listened")
-        clients = [SB.start(f"h0c{i}", stress, "--seconds", str(SECONDS), "--gid-index", "0",
-                            container_ip(f"h1c{i}")) for i in range(PAIRS)]
-        # vrdma_stress bounds itself (--seconds + 30 s); this only catches a stuck program.
-        results = []
-        for i in range(PAIRS):
-            crc = clients[i].wait(SECONDS + 90)
-            src = servers[i].wait(60)
-            results.append((i, crc, clients[i], src, servers[i]))
+        counters = StressPairs(SB, stress, PAIRS, SECONDS).run(self)
         elapsed = time.monotonic() - t0
-        total = 0
-        for i, crc, c, src, s in results:
-            total += check_stress_pair(self, i, crc, c, src, s)["ops"]
+        total = sum(c["ops"] for c in counters)
         print(f"  {PAIRS} pairs, {total} operations in {elapsed:.1f} s", flush=True)
         return elapsed
 

@@ -11,7 +11,7 @@ import time
 import unittest
 
 import conftest_path  # noqa: F401
-from test_cross_host_load import check_stress_pair, find_stress
+from test_cross_host_load import StressPairs, find_stress
 from vrdma_py.sandbox import Sandbox, container_ip
 
 PAIRS = 32
@@ -57,14 +57,7 @@ class ManyPairs(unittest.TestCase):
                          "\n".join(failures[:4]))
 
     def test_2_eight_stress_pairs_every_opcode(self):
-        stress = find_stress()
-        servers = self.start_servers(STRESS_PAIRS, stress, port=18600)
-        clients = [SB.start(f"h0c{i}", stress, "--seconds", str(STRESS_SECONDS), "--gid-index",
-                            "0", container_ip(f"h1c{i}")) for i in range(STRESS_PAIRS)]
-        for i in range(STRESS_PAIRS):
-            crc = clients[i].wait(STRESS_SECONDS + 90)
-            src = servers[i].wait(60)
-            check_stress_pair(self, i, crc, clients[i], src, servers[i])
+        StressPairs(SB, find_stress(), STRESS_PAIRS, STRESS_SECONDS).run(self)
 
 
 if __name__ == "__main__":

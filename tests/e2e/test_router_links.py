@@ -8,8 +8,8 @@ VRDMA_STRESS names the vrdma_stress binary (set by CTest)."""
 import unittest
 
 import conftest_path  # noqa: F401
-from test_cross_host_load import PORT, check_stress_pair, find_stress
-from vrdma_py.sandbox import Sandbox, container_ip
+from test_cross_host_load import StressPairs, find_stress
+from vrdma_py.sandbox import Sandbox
 
 PAIRS = 4
 LINKS = 3
@@ -26,21 +26,7 @@ class RouterLinks(unittest.TestCase):
 
     def test_bulk_qps_spread_over_the_links_with_every_byte_checked(self):
         self.assertEqual(SB.status("h0")["daemon"]["router"]["bulk_links_per_host"], LINKS)
-        stress = find_stress()
-        servers = [SB.start(f"h1c{i}", stress) for i in range(PAIRS)]
-        try:
-            for i in range(PAIRS):
-                self.assertTrue(SB.wait_listening(f"h1c{i}", PORT, timeout=30),
-                                f"the server in h1c{i} never listened")
-            clients = [SB.start(f"h0c{i}", stress, "--seconds", str(SECONDS), "--gid-index",
-                                "0", container_ip(f"h1c{i}")) for i in range(PAIRS)]
-            results = [(i, clients[i].wait(SECONDS + 90), servers[i].wait(60))
-                       for i in range(PAIRS)]
-        finally:
-            for p in servers:
-                p.kill()
-        for i, crc, src in results:
-            check_stress_pair(self, i, crc, clients[i], src, servers[i])
+        StressPairs(SB, find_stress(), PAIRS, SECONDS).run(self)
         # h0's links to h1: one per bulk lane, TLS, each carried requests; h1 accepted them.
         out = self.bulk_links("h0", True)
         print("\n  h0 -> h1 links: " + ", ".join(

@@ -16,7 +16,7 @@ import time
 import unittest
 
 import conftest_path  # noqa: F401
-from test_cross_host_load import PORT, check_stress_pair, find_stress
+from test_cross_host_load import StressPairs, find_stress
 from vrdma_py.sandbox import Sandbox, container_ip, vrdma
 
 PAIRS = 4
@@ -59,28 +59,26 @@ class RouterThreads(unittest.TestCase):
             self.assertEqual(sorted(ticks), [f"vrdmad-router{i}" for i in range(THREADS)], h)
         stress = find_stress()
         lat = f"h0c{PAIRS}", f"h1c{PAIRS}"
-        servers = [SB.start(f"h1c{i}", stress) for i in range(PAIRS)]
-        lat_srv = SB.start(lat[1], "ib_write_lat", "-F", "--sl", "1", "-n", "20000", "-s", "64")
-        procs = [*servers, lat_srv]
+        pairs = StressPairs(SB, stress, PAIRS, SECONDS)
+        lat_procs = []
         try:
-            for i in range(PAIRS):
-                self.assertTrue(SB.wait_listening(f"h1c{i}", PORT, timeout=30),
-                                f"the server in h1c{i} never listened")
+            pairs.start_servers(self)
+            lat_srv = SB.start(lat[1], "ib_write_lat", "-F", "--sl", "1", "-n", "20000", "-s",
+                               "64")
+            lat_procs.append(lat_srv)
             self.assertTrue(SB.wait_listening(lat[1], 18515, timeout=30))
-            clients = [SB.start(f"h0c{i}", stress, "--seconds", str(SECONDS), "--gid-index",
-                                "0", container_ip(f"h1c{i}")) for i in range(PAIRS)]
+            pairs.start_clients()
             lat_cli = SB.start(lat[0], "ib_write_lat", "-F", "--sl", "1", "-n", "20000", "-s",
                                "64", container_ip(lat[1]))
-            procs += [*clients, lat_cli]
-            results = [(i, clients[i].wait(SECONDS + 90), servers[i].wait(60))
-                       for i in range(PAIRS)]
+            lat_procs.append(lat_cli)
+            results = pairs.wait()
             self.assertEqual(lat_cli.wait(120), 0, lat_cli.out)
             self.assertEqual(lat_srv.wait(30), 0, lat_srv.out)
         finally:
-            for p in procs:
+            pairs.kill()
+            for p in lat_procs:
                 p.kill()
-        for i, crc, src in results:
-            check_stress_pair(self, i, crc, clients[i], src, servers[i])
+        pairs.check(self, results)
         # Both ends of each lane's link on the lane's thread; each carried its traffic.
         want = {"main": 0, "bulk1": 1, "latency": THREADS - 1}
         for host, direction, key in (("h0", "out", "bytes_out"), ("h1", "in", "bytes_in")):
