@@ -93,7 +93,8 @@ void recv_report(Placement& out, const PeerQp& dst, const RecvWr& rwr, const Inc
 }
 
 // A translation that fails while the owner moves pages (a registration next to the MR splits or
-// replaces its backing) may be that instant's, not the MR's: tried once more after the move.
+// replaces its backing) may be that instant's, not the MR's: it is tried again once the move is
+// over (and after each of a few moves in a row), within one bounded wait.
 uint8_t* translate_settled(const PeerQp& p, uint32_t key, uint64_t addr, uint64_t len,
                            uint32_t access) {
   constexpr int64_t kMoveWaitNs = 200'000'000;
