@@ -147,19 +147,24 @@ void abandon(Control& control, Prepared& p) {
   ::close(p.fd);
 }
 
+// On the mover: the pages of [start, end) are copied to `dst` (a mapping of len bytes) and it
+// replaces them, in one mremap. Other threads' writes to the range wait from before the copy
+// until the new pages are in place (WriteHold). errno of a failed mremap (dst is then still
+// mapped where it was), else 0.
+int copy_and_swap(void* dst, uint64_t start, uint64_t end) {
+  const size_t len = end - start;
+  WriteHold hold;
+  hold.hold(start, end);
+  copy_pages(dst, reinterpret_cast<void*>(start), len);
+  void* r = mremap_fixed(dst, len, len, reinterpret_cast<void*>(start));
+  return r == MAP_FAILED ? errno : 0;
+}
+
 // On the mover: the pages are copied again (what was written since the first copy) and the new
-// file replaces whatever was mapped there, in one mremap. Other threads' writes to the range wait
-// from before the copy until the new pages are in place (WriteHold).
+// file replaces whatever was mapped there.
 int commit_job(void* arg) {
   const Prepared p = *static_cast<const Prepared*>(arg);
-  size_t len = p.end - p.start;
-  WriteHold hold;
-  hold.hold(p.start, p.end);
-  copy_pages(p.tmp, reinterpret_cast<void*>(p.start), len);
-  void* r = mremap_fixed(p.tmp, len, len, reinterpret_cast<void*>(p.start));
-  int err = r == MAP_FAILED ? errno : 0;
-  hold.release();
-  return err;
+  return copy_and_swap(p.tmp, p.start, p.end);
 }
 
 // On the mover: [start, end) into private anonymous memory, contents kept.
@@ -171,17 +176,9 @@ int privatize_job(void* arg) {
   size_t len = j.end - j.start;
   void* anon = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (anon == MAP_FAILED) return errno;
-  WriteHold hold;
-  hold.hold(j.start, j.end);
-  copy_pages(anon, reinterpret_cast<void*>(j.start), len);
-  if (mremap_fixed(anon, len, len, reinterpret_cast<void*>(j.start)) == MAP_FAILED) {
-    int e = errno;
-    hold.release();
-    ::munmap(anon, len);
-    return e;
-  }
-  hold.release();
-  return 0;
+  int e = copy_and_swap(anon, j.start, j.end);
+  if (e) ::munmap(anon, len);
+  return e;
 }
 
 }  // namespace
