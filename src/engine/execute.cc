@@ -17,14 +17,12 @@ bool gone(const shm::PeerQp& p) {
   return p.attrs && p.attrs->gone.load(std::memory_order_acquire);
 }
 
-constexpr int64_t kMoveWaitNs = 200'000'000;  // an owner stopped mid-move is not waited for
-
 // The destination's owner moved pages while the payload was placed (a registration next to the
 // target split or replaced its backing): the bytes may be in the old file. They are copied again
 // from the source, which the request still holds, to where the pages are now.
 void place_again(const shm::PeerQp& peer, const shm::Placement& pl, const shm::Seg* local,
                  int nl, uint64_t total) {
-  const int64_t deadline = now_ns() + kMoveWaitNs;
+  const int64_t deadline = now_ns() + shm::kMoveWaitNs;
   shm::Seg now[shm::kMaxRecvSge];
   for (int round = 0; round < 8; ++round) {
     int64_t m = shm::translate_again(*peer.peer, peer.via_qpn, peer.pd, pl, now, deadline);

@@ -97,7 +97,6 @@ void recv_report(Placement& out, const PeerQp& dst, const RecvWr& rwr, const Inc
 // over (and after each of a few moves in a row), within one bounded wait.
 uint8_t* translate_settled(const PeerQp& p, uint32_t key, uint64_t addr, uint64_t len,
                            uint32_t access) {
-  constexpr int64_t kMoveWaitNs = 200'000'000;
   constexpr int kRounds = 8;  // moves one after another: each round waits for one to end
   uint32_t before = p.peer->moves();
   int64_t deadline = 0;

@@ -16,6 +16,10 @@
 
 namespace vrdma::shm {
 
+// How long an initiator waits for a move in progress: an owner stopped mid-move is not waited
+// for longer.
+inline constexpr int64_t kMoveWaitNs = 200'000'000;
+
 // Whether a move may have overlapped a placement made through translations taken after
 // `before` was read (Peer::moves()). Orders the placement's stores before the check.
 bool moved_since(const Peer& peer, uint32_t before);

@@ -4,7 +4,6 @@
 // defer_retire), not to the client's pages. Before the operation completes they are placed
 // again where the pages are now. A move in progress (KeyTable::moves odd) is waited for: it
 // only copies pages and republishes, asking vrdmad nothing.
-#include <sched.h>
 #include <string.h>
 
 #include <atomic>
@@ -12,23 +11,16 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "daemon/router/router_state.h"
+#include "shm/settle.h"
 
 namespace vrdma::daemon {
 
 namespace {
 
-constexpr int64_t kMoveWaitNs = 200'000'000;  // a client stopped mid-move is not waited for
-
 bool moves_settled(const shm::Peer& peer) {
   // The placement's stores before the look at moves (the owner increments it, then copies).
   std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (!(peer.moves() & 1)) return true;
-  const int64_t end = now_ns() + kMoveWaitNs;
-  while (peer.moves() & 1) {
-    if (now_ns() > end) return false;
-    sched_yield();
-  }
-  return true;
+  return shm::wait_for_moves(peer, now_ns() + shm::kMoveWaitNs) >= 0;
 }
 
 }  // namespace
@@ -38,7 +30,7 @@ void Router::settle(shm::Peer& peer, uint32_t via_qpn, uint32_t pd, const shm::P
   if (!moves_settled(peer)) {
     LOG_WARN("router: client %u is moving registered pages for over %lld ms: data placed "
              "meanwhile may not reach them",
-             peer.client_id(), static_cast<long long>(kMoveWaitNs / 1'000'000));
+             peer.client_id(), static_cast<long long>(shm::kMoveWaitNs / 1'000'000));
     return;
   }
   for (int i = 0; i < pl.nsegs && placed; ++i) {
