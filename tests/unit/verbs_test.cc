@@ -10,6 +10,7 @@
 #include <atomic>
 #include <thread>
 
+#include "counter_writer.h"
 #include "verbs_fixture.h"
 
 namespace vrdma::testing {
@@ -83,27 +84,14 @@ TEST_F(VerbsTest, WritesOfOtherThreadsToPagesBeingMovedAreKept) {
   auto* region = static_cast<uint8_t*>(::mmap(nullptr, kPages * 4096, PROT_READ | PROT_WRITE,
                                               MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
   ASSERT_NE(region, MAP_FAILED);
-  auto* counter = reinterpret_cast<volatile uint64_t*>(region);
-  std::atomic<bool> stop{false};
-  std::atomic<uint64_t> lost{0}, bumps{0};
-  std::thread writer([&] {
-    uint64_t last = 0;
-    while (!stop.load(std::memory_order_relaxed)) {
-      if (*counter != last) lost.fetch_add(1);
-      last = last + 1;
-      *counter = last;
-      bumps.fetch_add(1, std::memory_order_relaxed);
-    }
-  });
-  while (bumps.load() == 0) std::this_thread::yield();
+  CounterWriter writer(reinterpret_cast<volatile uint64_t*>(region));
   for (int i = 0; i < 200; ++i) {
     ibv_mr* mr = ibv_reg_mr(pd, region + 64, 3 * 4096, IBV_ACCESS_LOCAL_WRITE);
     ASSERT_NE(mr, nullptr) << strerror(errno);
     ASSERT_EQ(ibv_dereg_mr(mr), 0);
   }
-  stop = true;
-  writer.join();
-  EXPECT_EQ(lost.load(), 0u) << "of " << bumps.load() << " writes";
+  writer.stop();
+  EXPECT_EQ(writer.lost(), 0) << "of " << writer.bumps() << " writes";
   ::munmap(region, kPages * 4096);
 }
 

@@ -16,15 +16,16 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <cstring>
 #include <string>
-#include <thread>
 
 #include "common/mremap_fixed.h"
+#include "counter_writer.h"
 
 namespace vrdma {
 namespace {
+
+using vrdma::testing::CounterWriter;
 
 constexpr size_t kPage = 4096;
 constexpr size_t kPages = 4;
@@ -58,24 +59,12 @@ MoveRun moves_under_writes(bool hold, int moves) {
   if (region == MAP_FAILED) return r;
   auto* counter = reinterpret_cast<volatile uint64_t*>(region + 128);
   memset(region + 2 * kPage, 0x5a, kPage);
-  std::atomic<bool> stop{false};
-  std::atomic<long> lost{0};
-  std::atomic<uint64_t> bumps{0};
-  std::thread writer([&] {
-    uint64_t last = 0;
-    while (!stop.load(std::memory_order_relaxed)) {
-      if (*counter != last) lost.fetch_add(1);
-      *counter = ++last;
-      bumps.fetch_add(1, std::memory_order_relaxed);
-    }
-  });
-  while (bumps.load() == 0) std::this_thread::yield();
-  uint64_t before = bumps.load();
+  CounterWriter writer(counter);
+  uint64_t before = writer.bumps();
   for (int i = 0; i < moves; ++i) r.active &= move_pages(region, kPages * kPage, hold);
-  r.bumps = bumps.load() - before;
-  stop = true;
-  writer.join();
-  r.lost = lost.load();
+  r.bumps = writer.bumps() - before;
+  writer.stop();
+  r.lost = writer.lost();
   r.kept = true;
   for (size_t i = 0; i < kPage; ++i) r.kept &= region[2 * kPage + i] == 0x5a;
   ::munmap(region, kPages * kPage);
