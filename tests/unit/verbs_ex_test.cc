@@ -816,12 +816,10 @@ TEST_F(ReregTest, ResetRemovesTheQpsWaitingCompletions) {
   Buffer& dst = buffer(64);
   ibv_qp* bystander = qp(c1, c1);
   ASSERT_EQ(post_recv(a, dst, 64, 7), 0);
-  ibv_qp_attr err{};
-  err.qp_state = IBV_QPS_ERR;
-  ASSERT_EQ(ibv_modify_qp(a, &err, IBV_QP_STATE), 0);  // flushes the receive into c1
+  ASSERT_EQ(to_err(a), 0);  // flushes the receive into c1
   ASSERT_EQ(to_init(bystander), 0);
   ASSERT_EQ(post_recv(bystander, dst, 64, 8), 0);
-  ASSERT_EQ(ibv_modify_qp(bystander, &err, IBV_QP_STATE), 0);
+  ASSERT_EQ(to_err(bystander), 0);
   reconnect();
   auto w = poll(c1, 2, 300);
   ASSERT_EQ(w.size(), 1u);

@@ -127,6 +127,12 @@ class VerbsTest : public ::testing::Test {
       mask |= IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
     return ibv_modify_qp(q, &a, mask);
   }
+  // Moves a QP to the error state (its posted receives are flushed).
+  static int to_err(ibv_qp* q) {
+    ibv_qp_attr a{};
+    a.qp_state = IBV_QPS_ERR;
+    return ibv_modify_qp(q, &a, IBV_QP_STATE);
+  }
   // Brings two QPs to RTS, connected to each other.
   void connect(ibv_qp* a, ibv_qp* b, uint8_t rnr_retry = 7, uint8_t min_rnr_timer = 1) {
     ASSERT_EQ(to_init(a), 0);

@@ -525,9 +525,7 @@ TEST_F(ErrorTest, ErrorStateFlushesPostedReceives) {
   }
   ibv_recv_wr* rbad;
   ASSERT_EQ(ibv_post_recv(b, rwr, &rbad), 0);
-  ibv_qp_attr attr{};
-  attr.qp_state = IBV_QPS_ERR;
-  ASSERT_EQ(ibv_modify_qp(b, &attr, IBV_QP_STATE), 0);
+  ASSERT_EQ(to_err(b), 0);
   auto w = poll(c2, 3);
   ASSERT_EQ(w.size(), 3u);
   for (int i = 0; i < 3; ++i) {
@@ -560,9 +558,7 @@ TEST_F(ErrorTest, ArrivedReceivesCompleteBeforeTheFlushes) {
     ASSERT_EQ(complete_one(a, wr, c1), IBV_WC_SUCCESS);
   }
   // Both sends are in b's receive queue, unpolled; then b fails.
-  ibv_qp_attr attr{};
-  attr.qp_state = IBV_QPS_ERR;
-  ASSERT_EQ(ibv_modify_qp(b, &attr, IBV_QP_STATE), 0);
+  ASSERT_EQ(to_err(b), 0);
   auto w = poll(c2, 4);
   ASSERT_EQ(w.size(), 4u);
   for (int i = 0; i < 2; ++i) {
