@@ -12,6 +12,7 @@
 #include <chrono>
 
 #include "engine/implicit_odp.h"
+#include "engine/poll_backoff.h"
 #include "engine/xrc.h"
 
 namespace vrdma {
@@ -178,6 +179,23 @@ void Cq::detach(RecvSource* src) {
   sources_.erase(std::remove(sources_.begin(), sources_.end(), src), sources_.end());
 }
 
+void Cq::attach(const shm::SendQueue* sq) {
+  std::lock_guard lock(poll_lock_);
+  sqs_.push_back(sq);
+}
+
+void Cq::detach(const shm::SendQueue* sq) {
+  std::lock_guard lock(poll_lock_);
+  sqs_.erase(std::remove(sqs_.begin(), sqs_.end(), sq), sqs_.end());
+}
+
+bool Cq::router_at_work() {
+  std::lock_guard lock(poll_lock_);
+  for (const shm::SendQueue* sq : sqs_)
+    if (poll_backoff::router_streams(*sq)) return true;
+  return false;
+}
+
 void Cq::settle(RecvSource& src) {
   std::lock_guard lock(poll_lock_);
   ibv_wc wc[32];
@@ -293,16 +311,28 @@ int Cq::poll(int n, ibv_wc* wc) {
     if (count) next_source_ = (next_source_ + 1) % count;
     return got;
   };
-  if (int got = take()) return got;
+  if (int got = take()) {
+    poll_backoff::found();
+    return got;
+  }
   if (ctx_.device().has_blocked()) {
     ctx_.device().progress_blocked();
-    if (int got = take()) return got;
+    if (int got = take()) {
+      poll_backoff::found();
+      return got;
+    }
   }
   if (view_.cq->overflow.load(std::memory_order_relaxed) && !overflow_reported_.exchange(true))
     ctx_.push_event(IBV_EVENT_CQ_ERR, user);
   // Completions of routed work come from this host's router, which needs a core to make
-  // them: an application spinning on an empty CQ lends it its turn.
-  if (ctx_.device().yields_to_router()) sched_yield();
+  // them: an application spinning on an empty CQ lends it its turn, and leaves the core to it
+  // for a while when the router is at work on this CQ's requests (poll_backoff.h).
+  if (ctx_.device().yields_to_router()) {
+    if (poll_backoff::waited_long() && router_at_work())
+      poll_backoff::nap();
+    else
+      sched_yield();
+  }
   return 0;
 }
 

@@ -139,6 +139,9 @@ class Cq {
   // A QP whose receive CQ this is: its ring is polled (and armed) with the CQ's own.
   void attach(RecvSource* src);
   void detach(RecvSource* src);
+  // A QP whose send CQ this is: its routed work completes here (poll_backoff.h).
+  void attach(const shm::SendQueue* sq);
+  void detach(const shm::SendQueue* sq);
   // The receive completions reported for `src` and not polled yet move to the CQ's own ring, in
   // their order and checked as a poll checks them: whatever is pushed after them (a flush) is
   // polled after them.
@@ -171,6 +174,8 @@ class Cq {
 
  private:
   int take_recv(RecvSource& src, int max, ibv_wc* out);  // requires poll_lock_
+  // Whether a router thread is awake working on routed requests of this CQ's QPs.
+  bool router_at_work();
 
   Context& ctx_;
   Channel* channel_;
@@ -184,6 +189,7 @@ class Cq {
   std::atomic<uint32_t> armed_{0};
   SpinLock poll_lock_;
   std::vector<RecvSource*> sources_;  // guarded by poll_lock_
+  std::vector<const shm::SendQueue*> sqs_;  // guarded by poll_lock_
   size_t next_source_ = 0;
   std::atomic<bool> overflow_reported_{false};
   std::mutex ev_mu_;

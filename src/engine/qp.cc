@@ -40,7 +40,10 @@ Qp::~Qp() {
   if (sq_mem_) allocator_.free(allocator_.owner, sq_mem_);
   if (shared_) shared_->state.store(IBV_QPS_RESET);
   if (recv_table_offset_) dev.arena().free(recv_table_offset_);
-  if (sq_) dev.arena().free(shared_->sq_offset);
+  if (sq_) {
+    send_cq_->detach(sq_);
+    dev.arena().free(shared_->sq_offset);
+  }
   if (offset_) dev.arena().free(offset_);
 }
 
@@ -130,6 +133,7 @@ int Qp::init(ibv_qp_cap& cap) {
   }
   shared_->sq_sig_all = sq_sig_all_;
   if (int e = init_route_queue()) return e;
+  send_cq_->attach(sq_);
 
   proto::AllocQpnReq req{static_cast<uint32_t>(type_), offset_, 0, 0, 0, pd_->id()};
   auto reply = std::make_unique<Packet>();

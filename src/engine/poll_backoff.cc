@@ -1,0 +1,36 @@
+#include "engine/poll_backoff.h"
+
+#include <time.h>
+
+namespace vrdma::poll_backoff {
+
+namespace {
+
+// Since when this thread's polls have found nothing (0: its last poll found something).
+thread_local int64_t empty_since = 0;
+
+int64_t now_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return int64_t(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+}  // namespace
+
+void found() { empty_since = 0; }
+
+bool waited_long() {
+  const int64_t now = now_ns();
+  if (!empty_since) {
+    empty_since = now;
+    return false;
+  }
+  return now - empty_since >= kSpinNs;
+}
+
+void nap() {
+  timespec ts{0, kNapNs};
+  nanosleep(&ts, nullptr);
+}
+
+}  // namespace vrdma::poll_backoff

@@ -1,0 +1,43 @@
+// What a thread that keeps finding its CQs empty does while this host's router works for it.
+//
+// Completions of routed work come from the router, a thread of vrdmad that needs a core to make
+// them. An application spinning on ibv_poll_cq holds a core; where the host has cores to spare
+// that costs nothing, but where the router has to wait for a core (a small host, or a busy one)
+// the spinning thread delays the very completions it waits for: sched_yield does not help when
+// the router waits on another core's run queue. So a thread whose polls have found nothing for
+// kSpinNs, while one of the CQ's QPs has kDeepQueue routed requests or more outstanding and its
+// router thread is awake (the QP's doorbell is not armed: the router works on it), naps for
+// kNapNs and leaves the core free. Latency-bound traffic (a request or two in flight) never
+// naps, so its latency is unchanged; a stream deep enough to keep the router busy does not
+// notice the nap (the queue holds more work than a nap's worth).
+#pragma once
+
+#include <cstdint>
+
+#include "shm/layout.h"
+
+namespace vrdma::poll_backoff {
+
+inline constexpr int64_t kSpinNs = 5'000;
+inline constexpr long kNapNs = 20'000;
+// Requests outstanding on a QP for its poller to nap: with one or a few in flight (ping-pong,
+// request-response) the completion is what the thread waits for, and it spins.
+inline constexpr uint64_t kDeepQueue = 4;
+
+// Whether the router is awake working on a queue of the QP's routed requests at least
+// kDeepQueue long: requests posted and not completed, and the doorbell not armed (the router
+// arms it only before it sleeps).
+inline bool router_streams(const shm::SendQueue& sq) {
+  const uint64_t queued =
+      sq.tail.load(std::memory_order_relaxed) - sq.done.load(std::memory_order_relaxed);
+  return queued >= kDeepQueue && !sq.doorbell.load(std::memory_order_relaxed);
+}
+
+// A poll of this thread returned completions: it is not waiting.
+void found();
+// A poll of this thread found nothing: whether it has found nothing for kSpinNs.
+bool waited_long();
+// Sleeps for kNapNs (the thread's timer slack comes on top).
+void nap();
+
+}  // namespace vrdma::poll_backoff

@@ -1,0 +1,75 @@
+// When a thread polling empty CQs naps to leave its core to the router (engine/poll_backoff.h).
+#include "engine/poll_backoff.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <memory>
+#include <thread>
+
+namespace vrdma {
+namespace {
+
+struct RoutedQueue : ::testing::Test {
+  void SetUp() override {
+    mem.reset(static_cast<shm::SendQueue*>(std::aligned_alloc(64, sizeof(shm::SendQueue))));
+    sq = new (mem.get()) shm::SendQueue{};
+  }
+  void set(uint64_t tail, uint64_t done, uint32_t doorbell) {
+    sq->tail.store(tail);
+    sq->done.store(done);
+    sq->doorbell.store(doorbell);
+  }
+  struct Free {
+    void operator()(shm::SendQueue* p) const { std::free(p); }
+  };
+  std::unique_ptr<shm::SendQueue, Free> mem;
+  shm::SendQueue* sq = nullptr;
+};
+
+TEST_F(RoutedQueue, TheRouterStreamsADeepQueueItIsAwakeFor) {
+  const uint64_t deep = poll_backoff::kDeepQueue;
+  set(100 + deep, 100, 0);
+  EXPECT_TRUE(poll_backoff::router_streams(*sq));
+  set(100 + deep + 50, 100, 0);
+  EXPECT_TRUE(poll_backoff::router_streams(*sq));
+}
+
+TEST_F(RoutedQueue, AShallowQueueIsWaitedForBySpinning) {
+  // Ping-pong and request-response: the completion is what the thread waits for.
+  for (uint64_t queued = 0; queued < poll_backoff::kDeepQueue; ++queued) {
+    set(7 + queued, 7, 0);
+    EXPECT_FALSE(poll_backoff::router_streams(*sq)) << queued << " outstanding";
+  }
+}
+
+TEST_F(RoutedQueue, ASleepingRouterIsNotWaitedForByNapping) {
+  // An armed doorbell: the router sleeps (it waits for acknowledgements, or has nothing).
+  set(100 + poll_backoff::kDeepQueue * 4, 100, 1);
+  EXPECT_FALSE(poll_backoff::router_streams(*sq));
+}
+
+TEST(PollBackoff, AThreadWaitsLongOnlyAfterFindingNothingForTheSpin) {
+  poll_backoff::found();
+  EXPECT_FALSE(poll_backoff::waited_long());  // the first empty poll starts the spin
+  std::this_thread::sleep_for(std::chrono::nanoseconds(2 * poll_backoff::kSpinNs));
+  EXPECT_TRUE(poll_backoff::waited_long());
+  EXPECT_TRUE(poll_backoff::waited_long());
+  // Completions end the wait: the next empty poll spins again.
+  poll_backoff::found();
+  EXPECT_FALSE(poll_backoff::waited_long());
+}
+
+TEST(PollBackoff, EachThreadWaitsOnItsOwn) {
+  poll_backoff::found();
+  EXPECT_FALSE(poll_backoff::waited_long());
+  std::this_thread::sleep_for(std::chrono::nanoseconds(2 * poll_backoff::kSpinNs));
+  bool other = true;
+  std::thread([&] { other = poll_backoff::waited_long(); }).join();
+  EXPECT_FALSE(other);  // a thread that never polled has not waited
+  EXPECT_TRUE(poll_backoff::waited_long());
+}
+
+}  // namespace
+}  // namespace vrdma
