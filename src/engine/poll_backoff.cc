@@ -8,6 +8,9 @@ namespace {
 
 // Since when this thread's polls have found nothing (0: its last poll found something).
 thread_local int64_t empty_since = 0;
+// The next nap's length: kNapNs, doubled by every nap after which the polls still find
+// nothing, up to kMaxNapNs.
+thread_local long next_nap = kNapNs;
 
 int64_t now_ns() {
   timespec ts;
@@ -17,7 +20,10 @@ int64_t now_ns() {
 
 }  // namespace
 
-void found() { empty_since = 0; }
+void found() {
+  empty_since = 0;
+  next_nap = kNapNs;
+}
 
 bool waited_long() {
   const int64_t now = now_ns();
@@ -28,9 +34,12 @@ bool waited_long() {
   return now - empty_since >= kSpinNs;
 }
 
-void nap() {
-  timespec ts{0, kNapNs};
+long nap() {
+  const long ns = next_nap;
+  timespec ts{0, ns};
   nanosleep(&ts, nullptr);
+  next_nap = ns * 2 > kMaxNapNs ? kMaxNapNs : ns * 2;
+  return ns;
 }
 
 }  // namespace vrdma::poll_backoff

@@ -6,10 +6,12 @@
 // the spinning thread delays the very completions it waits for: sched_yield does not help when
 // the router waits on another core's run queue. So a thread whose polls have found nothing for
 // kSpinNs, while one of the CQ's QPs has kDeepQueue routed requests or more outstanding and its
-// router thread is awake (the QP's doorbell is not armed: the router works on it), naps for
-// kNapNs and leaves the core free. Latency-bound traffic (a request or two in flight) never
-// naps, so its latency is unchanged; a stream deep enough to keep the router busy does not
-// notice the nap (the queue holds more work than a nap's worth).
+// router thread is awake (the QP's doorbell is not armed: the router works on it), naps and
+// leaves the core free: kNapNs at first, twice as long after each nap that found nothing (up to
+// kMaxNapNs), so that many streams sharing a few cores, each waiting longer, do not wake their
+// threads ever more often than their completions come. Latency-bound traffic (a request or two
+// in flight) never naps, so its latency is unchanged; a stream deep enough to keep the router
+// busy does not notice the naps (its queue holds more work than a nap's worth).
 #pragma once
 
 #include <cstdint>
@@ -20,6 +22,7 @@ namespace vrdma::poll_backoff {
 
 inline constexpr int64_t kSpinNs = 5'000;
 inline constexpr long kNapNs = 20'000;
+inline constexpr long kMaxNapNs = 1'000'000;
 // Requests outstanding on a QP for its poller to nap: with one or a few in flight (ping-pong,
 // request-response) the completion is what the thread waits for, and it spins.
 inline constexpr uint64_t kDeepQueue = 4;
@@ -37,7 +40,9 @@ inline bool router_streams(const shm::SendQueue& sq) {
 void found();
 // A poll of this thread found nothing: whether it has found nothing for kSpinNs.
 bool waited_long();
-// Sleeps for kNapNs (the thread's timer slack comes on top).
-void nap();
+// Sleeps (the thread's timer slack comes on top) and returns for how long it meant to: kNapNs
+// after the thread last found something, twice the last nap after each nap that found
+// nothing, at most kMaxNapNs.
+long nap();
 
 }  // namespace vrdma::poll_backoff

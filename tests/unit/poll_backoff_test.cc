@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <memory>
@@ -59,6 +60,21 @@ TEST(PollBackoff, AThreadWaitsLongOnlyAfterFindingNothingForTheSpin) {
   // Completions end the wait: the next empty poll spins again.
   poll_backoff::found();
   EXPECT_FALSE(poll_backoff::waited_long());
+}
+
+TEST(PollBackoff, NapsThatFindNothingGrowUpToTheBound) {
+  poll_backoff::found();
+  long expected = poll_backoff::kNapNs;
+  for (int i = 0; i < 10; ++i) {
+    EXPECT_EQ(poll_backoff::nap(), expected) << "nap " << i;
+    expected = std::min(expected * 2, poll_backoff::kMaxNapNs);
+  }
+  EXPECT_EQ(expected, poll_backoff::kMaxNapNs);
+  // Completions found: the next nap is short again.
+  poll_backoff::found();
+  EXPECT_EQ(poll_backoff::nap(), poll_backoff::kNapNs);
+  EXPECT_EQ(poll_backoff::nap(), 2 * poll_backoff::kNapNs);
+  poll_backoff::found();
 }
 
 TEST(PollBackoff, EachThreadWaitsOnItsOwn) {
