@@ -157,7 +157,9 @@ int copy_and_swap(void* dst, uint64_t start, uint64_t end) {
   hold.hold(start, end);
   copy_pages(dst, reinterpret_cast<void*>(start), len);
   void* r = mremap_fixed(dst, len, len, reinterpret_cast<void*>(start));
-  return r == MAP_FAILED ? errno : 0;
+  if (r == MAP_FAILED) return errno;  // the old pages stay, and the hold lifts their protection
+  hold.release_moved();
+  return 0;
 }
 
 // On the mover: the pages are copied again (what was written since the first copy) and the new

@@ -121,13 +121,17 @@ bool WriteHold::hold(uint64_t start, uint64_t end) {
 
 void WriteHold::release() {
   if (fd_ < 0) return;
-  // Where the pages did not move, they are still registered and protected: lift the protection
-  // (and wake the writers) before the descriptor goes. Where they moved, the range is no longer
-  // this descriptor's and the call fails harmlessly. Closing wakes every writer still waiting.
+  // The pages did not move (release_moved() is for those that did): still registered and
+  // protected, so the protection is lifted (and the writers woken) before the descriptor goes.
   uffdio_writeprotect wp{};
   wp.range = {start_, end_ - start_};
   wp.mode = 0;
   ::ioctl(fd_, UFFDIO_WRITEPROTECT, &wp);
+  release_moved();
+}
+
+void WriteHold::release_moved() {
+  if (fd_ < 0) return;
   ::close(fd_);
   fd_ = -1;
 }

@@ -33,6 +33,10 @@ class WriteHold {
   bool hold(uint64_t start, uint64_t end);
   // Ends the hold: every write waiting on it goes on, to whatever is mapped there now.
   void release();
+  // Ends the hold of a range that was mapped anew since hold() (an mremap over it): the
+  // protection went with the old pages, so only the descriptor goes; closing it wakes every
+  // writer still waiting.
+  void release_moved();
   bool active() const { return fd_ >= 0; }
 
   // How holds are taken in this process (the first call finds out).
