@@ -63,12 +63,22 @@ std::string access_text(uint64_t access) {
   return out.empty() ? "0" : out;
 }
 
+// How the client keeps its other threads' writes while registered pages move; nothing for a
+// client that did not say (the vrdma command's own).
+std::string page_moves_text(const json& c) {
+  const std::string g = c.contains("page_move_guard") ? text(c, "page_move_guard") : "unknown";
+  if (g == "unknown") return "";
+  if (g == "none") return "  page moves UNPROTECTED (no userfaultfd)";
+  if (g == "userfaultfd-user-only") return "  page moves held (user-mode writes)";
+  return "  page moves held (" + g + ")";
+}
+
 void print_client(const json& c, std::ostream& out) {
   const json& qps = list(c, "qps");
   const json& mrs = list(c, "mrs");
   out << "  client " << text(c, "id") << "  pid " << text(c, "pid") << "  " << text(c, "kind")
       << "  " << plural(number(c, "fds"), "fd") << "  " << plural(qps.size(), "QP") << "  "
-      << plural(mrs.size(), "MR") << "\n";
+      << plural(mrs.size(), "MR") << page_moves_text(c) << "\n";
   if (!qps.empty()) {
     Table t({"QPN", "TYPE", "STATE", "TX_OPS", "TX_BYTES", "RX_OPS", "RX_BYTES", "ERRORS"});
     for (const auto& q : qps)

@@ -70,6 +70,18 @@ struct alignas(kCacheLine) ArenaHeader {
   // Bumped by vrdmad whenever a multicast membership of the owner's tenant changes on this
   // host: the owner's cached member lists are stale.
   std::atomic<uint32_t> mcast_gen;
+  // How the owner keeps its other threads' writes while registered pages move
+  // (engine/write_hold.h): a PageMoveGuard, written by the owner when it starts. vrdmad shows
+  // it (vrdma status) and trusts it for nothing: only the owner's own memory is at stake.
+  std::atomic<uint32_t> page_move_guard;
+};
+
+enum PageMoveGuard : uint32_t {
+  kGuardUnknown = 0,    // not said (a client of the vrdma command)
+  kGuardNone = 1,       // no userfaultfd: writes made while pages move can be lost
+  kGuardUserOnly = 2,   // userfaultfd(2) for user mode only: a system call's write fails instead
+  kGuardSyscall = 3,    // userfaultfd(2): every write waits for the move
+  kGuardDevice = 4,     // /dev/userfaultfd: every write waits for the move
 };
 
 // One piece of an MR's backing: `length` bytes of memfd `fd_id` at `fd_offset`.

@@ -596,6 +596,31 @@ TEST(DaemonTest, StatusListsClientsQpsAndKeys) {
   EXPECT_TRUE(saw_cli);
 }
 
+TEST(DaemonTest, StatusShowsHowEachClientKeepsWritesWhilePagesMove) {
+  DaemonFixture f;
+  const std::pair<uint32_t, const char*> cases[] = {
+      {shm::kGuardNone, "none"},
+      {shm::kGuardUserOnly, "userfaultfd-user-only"},
+      {shm::kGuardSyscall, "userfaultfd"},
+      {shm::kGuardDevice, "/dev/userfaultfd"},
+      {shm::kGuardUnknown, "unknown"},
+      {77, "unknown"},  // a word no library writes
+  };
+  std::vector<std::unique_ptr<Client>> clients;
+  for (const auto& [guard, name] : cases) {
+    clients.push_back(std::make_unique<Client>(f.socket()));
+    clients.back()->arena.header()->page_move_guard.store(guard);
+  }
+  Conn cli = Conn::open(f.socket());
+  cli.hello(proto::ClientKind::kCli);
+  json s = json::parse(cli.status());
+  for (size_t i = 0; i < clients.size(); ++i) {
+    const json* j = find_client(s, clients[i]->id());
+    ASSERT_NE(j, nullptr);
+    EXPECT_EQ((*j)["page_move_guard"], cases[i].second) << "guard word " << cases[i].first;
+  }
+}
+
 TEST(DaemonTest, StatusIsTruncatedToFit) {
   DaemonFixture f;
   Client a(f.socket());

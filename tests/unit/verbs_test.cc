@@ -3,12 +3,16 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <linux/userfaultfd.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <thread>
+
+#include <nlohmann/json.hpp>
 
 #include "counter_writer.h"
 #include "verbs_fixture.h"
@@ -93,6 +97,42 @@ TEST_F(VerbsTest, WritesOfOtherThreadsToPagesBeingMovedAreKept) {
   writer.stop();
   EXPECT_EQ(writer.lost(), 0) << "of " << writer.bumps() << " writes";
   ::munmap(region, kPages * 4096);
+}
+
+// vrdma status tells the operator how each process keeps its other threads' writes while its
+// pages move: the library says so when it opens the device, as the write hold found it.
+TEST_F(VerbsTest, StatusSaysHowThisProcessKeepsWritesWhilePagesMove) {
+  // What the library should have found, in its order: the system call with faults taken in the
+  // kernel too, /dev/userfaultfd, the system call for user mode only; each offering
+  // write-protect faults.
+  auto offers_wp = [](int fd) {
+    if (fd < 0) return false;
+    uffdio_api api{};
+    api.api = UFFD_API;
+    bool ok = ::ioctl(fd, UFFDIO_API, &api) == 0 && (api.features & UFFD_FEATURE_PAGEFAULT_FLAG_WP);
+    ::close(fd);
+    return ok;
+  };
+  const char* expected = "none";
+  int dev = ::open("/dev/userfaultfd", O_RDWR | O_CLOEXEC);
+  if (offers_wp(static_cast<int>(::syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK))))
+    expected = "userfaultfd";
+  else if (dev >= 0 && offers_wp(::ioctl(dev, _IO(0xAA, 0x00), O_CLOEXEC | O_NONBLOCK)))
+    expected = "/dev/userfaultfd";
+  else if (offers_wp(static_cast<int>(
+               ::syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK | UFFD_USER_MODE_ONLY))))
+    expected = "userfaultfd-user-only";
+  if (dev >= 0) ::close(dev);
+  auto cli = daemon::testing::Conn::open(shared_daemon().socket());
+  cli.hello(proto::ClientKind::kCli);
+  auto s = nlohmann::json::parse(cli.status());
+  int verbs_clients = 0;
+  for (const auto& c : s["clients"]) {
+    if (c["pid"] != ::getpid() || c["kind"] != "verbs") continue;
+    EXPECT_EQ(c["page_move_guard"], expected);
+    ++verbs_clients;
+  }
+  EXPECT_GE(verbs_clients, 1);
 }
 
 // A peer's RDMA writes into an MR while its owner registers and deregisters another MR over the

@@ -8,6 +8,7 @@
 
 #include "common/address.h"
 #include "common/protocol.h"
+#include "shm/layout.h"
 
 namespace vrdma::daemon {
 
@@ -42,6 +43,22 @@ std::string hex32(uint32_t v) {
   char buf[16];
   std::snprintf(buf, sizeof(buf), "0x%08x", v);
   return buf;
+}
+
+// How a client keeps its other threads' writes while registered pages move (shm::PageMoveGuard).
+const char* page_move_guard_name(uint32_t g) {
+  switch (g) {
+    case shm::kGuardNone:
+      return "none";
+    case shm::kGuardUserOnly:
+      return "userfaultfd-user-only";
+    case shm::kGuardSyscall:
+      return "userfaultfd";
+    case shm::kGuardDevice:
+      return "/dev/userfaultfd";
+    default:
+      return "unknown";
+  }
 }
 
 json build(const StatusInput& in, size_t list_cap, size_t client_cap, bool truncated) {
@@ -81,7 +98,8 @@ json build(const StatusInput& in, size_t list_cap, size_t client_cap, bool trunc
                        {"kind", c.kind},
                        {"qps", std::move(qps)},
                        {"mrs", std::move(mrs)},
-                       {"fds", c.fds}});
+                       {"fds", c.fds},
+                       {"page_move_guard", page_move_guard_name(c.page_move_guard)}});
   }
   json containers = json::array();
   for (size_t i = 0; i < in.containers.size() && i < client_cap; ++i) {

@@ -42,6 +42,7 @@ struct StatusClient {
   std::string tenant;
   std::string kind;  // "verbs", "cli", or "none" before Hello
   size_t fds = 0;
+  uint32_t page_move_guard = 0;  // shm::PageMoveGuard, the client's word
   std::vector<StatusQp> qps;
   std::vector<StatusMr> mrs;
 };

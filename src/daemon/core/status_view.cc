@@ -73,6 +73,7 @@ std::string Daemon::status_text(const Client& viewer) {
               : c.kind == static_cast<uint32_t>(proto::ClientKind::kCli) ? "cli"
                                                                          : "verbs";
     sc.fds = c.fds.size();
+    sc.page_move_guard = c.arena.page_move_guard();
     for (uint32_t qpn : registry_.qpns_of(c.id)) {
       const QpRecord* rec = registry_.find_qp(qpn);
       StatusQp q;

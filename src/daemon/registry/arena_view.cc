@@ -101,6 +101,21 @@ bool ArenaView::mark_qp_gone(uint64_t offset) {
       at<shm::QpShared>(base_, offset));
 }
 
+uint32_t ArenaView::page_move_guard() const {
+  if (!base_) return shm::kGuardUnknown;
+  struct Ctx {
+    const shm::ArenaHeader* h;
+    uint32_t guard;
+  } ctx{at<const shm::ArenaHeader>(base_, 0), shm::kGuardUnknown};
+  bool ok = guarded(
+      [](void* c) {
+        auto* x = static_cast<Ctx*>(c);
+        x->guard = x->h->page_move_guard.load(std::memory_order_relaxed);
+      },
+      &ctx);
+  return ok && ctx.guard <= shm::kGuardDevice ? ctx.guard : shm::kGuardUnknown;
+}
+
 bool ArenaView::cq_overflowed(uint64_t offset) const {
   if (!base_ || offset == 0 || offset % alignof(shm::CqShared) != 0 ||
       !shm::offset_ok(size_, offset, sizeof(shm::CqShared)))

@@ -46,6 +46,9 @@ class ArenaView {
   bool bump_mcast_gen();  // the owner's tenant's multicast memberships changed
   // Whether the CQ at `offset` (a CqShared) overflowed; false also when it cannot be read.
   bool cq_overflowed(uint64_t offset) const;
+  // The owner's word on how it keeps other threads' writes while pages move (a
+  // shm::PageMoveGuard; kGuardUnknown when it cannot be read or names none).
+  uint32_t page_move_guard() const;
   bool mark_qp_gone(uint64_t offset);
   bool read_qp(uint64_t offset, QpSnapshot* out) const;
 
