@@ -3,7 +3,8 @@
 
 Four senders in containers of host 0 (h0c0..h0c3) run ib_write_bw -D to receivers on host 1,
 with rules set by `vrdma qos set`: h0c0 weight 1, h0c1 weight 3, h0c2 limited to 100 MB/s,
-h0c3 weight 1 starting late and stopping early (python/vrdma_py/bench_fairness.py). Writes
+h0c3 weight 1 starting late and stopping early (python/vrdma_py/bench_fairness.py); then the
+latency class's ib_write_lat p99 idle and while a bulk pair sends on the same link. Writes
 fairness.json (samples, rules, shares), fairness.png (the plot) and fairness.md (shares over the
 window when all four sent) to --out. `vrdma bench` runs the same measurement in its suite.
 
@@ -38,12 +39,15 @@ def main():
         if os.geteuid() != 0:
             sys.exit("qos_fairness.py: run as root (it creates network namespaces)")
         os.makedirs(args.out, exist_ok=True)
-        with Sandbox(hosts=2, containers=4) as sb:
+        with Sandbox(hosts=2, containers=6) as sb:
             rec = bench_fairness.measure(sb, args.seconds, args.interval)
+            rec["latency_class"] = bench_fairness.latency_class(sb)
         with open(path, "w") as f:
             json.dump(rec, f, indent=1)
     md = ["## QoS: per-container throughput on one link (ib_write_bw -D, 64 KiB)", "",
           *bench_fairness.report_md(rec), "", "![per-container throughput](fairness.png)"]
+    if rec.get("latency_class"):
+        md += ["", *bench_fairness.latency_md(rec["latency_class"])]
     with open(os.path.join(args.out, "fairness.md"), "w") as f:
         f.write("\n".join(md) + "\n")
     try:

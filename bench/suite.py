@@ -14,7 +14,7 @@ namespaces, one vrdmad each) and measures, in one run, with unmodified programs:
   real clients: UCX over vrdma against UCX posix and tcp, Open MPI ping-pong over vrdma
   (pml ucx) against Open MPI over TCP; QoS: per-container throughput over time of four
   senders sharing one link between hosts, with weights 1 and 3, a 100 MB/s limit and a
-  late sender (fairness.png).
+  late sender (fairness.png), and the latency class's p99 idle and under a bulk pair.
 
 Writes results.json (every figure and the machine), report.md (tables with vrdma's
 ratio to each baseline; >1 means vrdma is better) and PNG plots to --out. A part
@@ -84,7 +84,7 @@ MODES = {
         "tls_reps": 2,  # TLS / plaintext alternations (each a sandbox of its own)
         "budget": {"idle": 10, "memory": 45, "memcpy": 10, "probe": 30, "same_host": 180,
                    "cross_host": 180, "scalability": 290, "connections": 90, "tls": 120,
-                   "clients": 240, "qos": 60},
+                   "clients": 240, "qos": 120},
         "qos_seconds": 24,  # the fairness run: the first senders' duration
     },
     "quick": {
@@ -102,7 +102,7 @@ MODES = {
         "tls_reps": 1,
         "budget": {"idle": 4, "memory": 10, "memcpy": 4, "probe": 10, "same_host": 26,
                    "cross_host": 30, "scalability": 20, "connections": 14, "tls": 40,
-                   "clients": 90, "qos": 30},
+                   "clients": 90, "qos": 60},
         "qos_seconds": 15,
     },
 }
@@ -338,6 +338,10 @@ class Suite:
                        f"({c['qos_seconds']} s)", ("qos", "fairness"), self.fairness,
                        summary=lambda r: f"weights 1:{r['weight_ratio'] or 0:.2f}, limit "
                        f"{r['limited_mb_s']:.1f} MB/s", gate=self.cross_gate))
+        steps.append(S("qos", "qos", "latency class p99 idle and under a bulk pair (3 rounds each)",
+                       ("qos", "latency_class"), self.latency_class,
+                       summary=lambda r: f"p99 ratio {r['ratio']:.2f}x (target <= "
+                       f"{bench_fairness.LAT_BAR:g}x)", gate=self.cross_gate))
         # Last: it replaces the sandbox (routers with and without TLS).
         steps += self.plan_router_security()
         return steps
@@ -616,6 +620,11 @@ class Suite:
         if self.runner:
             self.runner.kill_all()
         return bench_fairness.measure(self.sb, self.cfg["qos_seconds"])
+
+    def latency_class(self):
+        if self.runner:
+            self.runner.kill_all()
+        return bench_fairness.latency_class(self.sb)
 
     def memcpy(self):
         return m.memcpy(self.bench, self.cfg["sizes"], self.cfg["memcpy_ms"])

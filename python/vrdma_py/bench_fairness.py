@@ -72,6 +72,73 @@ def measure(sb, seconds=24, interval=0.5):
     return rec
 
 
+# The latency class under bulk: an ib_write_lat pair with SL 1 (the latency class, its own lane
+# and router thread) while a bulk pair saturates the same link between the hosts.
+LAT_PAIR, BULK_PAIR = 5, 4  # containers h0c5 -> h1c5 and h0c4 -> h1c4
+LAT_BAR = 2.0  # the target: loaded p99 within 2x the idle p99
+
+
+def _latency_p99(sb, iters):
+    from .perftest_output import lat_rows
+    args = ["ib_write_lat", "-F", "--sl", "1", "-n", str(iters), "-s", "8"]
+    srv = sb.start(f"h1c{LAT_PAIR}", *args)
+    try:
+        if not sb.wait_listening(f"h1c{LAT_PAIR}", 18515, timeout=20):
+            raise RuntimeError(f"ib_write_lat server on h1c{LAT_PAIR} never listened")
+        cli = sb.start(f"h0c{LAT_PAIR}", *args, container_ip(f"h1c{LAT_PAIR}"))
+        try:
+            for p in (cli, srv):
+                if p.wait(120) != 0:
+                    raise RuntimeError(f"{p.name} failed: {(p.err or '').strip()[-300:]}")
+        finally:
+            cli.kill()
+    finally:
+        srv.kill()
+    rows = lat_rows(cli.out)
+    if not rows:
+        raise RuntimeError(f"no latency figures from ib_write_lat: {cli.out[-300:]}")
+    return rows[0][7]  # p99, microseconds
+
+
+def latency_class(sb, rounds=3, iters=1000, bulk_seconds=40):
+    """The latency class's ib_write_lat p99 idle (`rounds` runs) and while a bulk pair sends
+    (`rounds` runs), the bulk pair's rate from h0's status, and the ratio of the medians."""
+    import statistics
+    idle = [_latency_p99(sb, iters) for _ in range(rounds)]
+    bulk_ip = container_ip(f"h0c{BULK_PAIR}")
+    procs = []
+    try:
+        srv = sb.start(f"h1c{BULK_PAIR}", "ib_write_bw", "-F", "-D", str(bulk_seconds))
+        procs.append(srv)
+        if not sb.wait_listening(f"h1c{BULK_PAIR}", 18515, timeout=20):
+            raise RuntimeError(f"ib_write_bw server on h1c{BULK_PAIR} never listened")
+        procs.append(sb.start(f"h0c{BULK_PAIR}", "ib_write_bw", "-F", "-D", str(bulk_seconds),
+                              container_ip(f"h1c{BULK_PAIR}")))
+        time.sleep(3)
+        t0, b0 = _sample()
+        loaded = [_latency_p99(sb, iters) for _ in range(rounds)]
+        t1, b1 = _sample()
+    finally:
+        for p in procs:
+            p.kill()
+    rec = {"iterations": iters, "idle_p99_us": idle, "loaded_p99_us": loaded,
+           "bulk_mb_s": (b1.get(bulk_ip, 0) - b0.get(bulk_ip, 0)) / (t1 - t0) / 1e6}
+    rec["ratio"] = statistics.median(loaded) / statistics.median(idle)
+    rec["target_met"] = rec["ratio"] <= LAT_BAR
+    return rec
+
+
+def latency_md(rec):
+    """Markdown lines: the latency class's p99 idle and under bulk, and the target."""
+    def us(xs):
+        return ", ".join(f"{x:.0f}" for x in xs)
+    met = "met" if rec["target_met"] else "NOT met"
+    return [f"Latency class (ib_write_lat 8 B, SL 1) p99, µs: idle {us(rec['idle_p99_us'])}; "
+            f"while a bulk pair sends {rec['bulk_mb_s']:.0f} MB/s on the same link "
+            f"{us(rec['loaded_p99_us'])}. Ratio of the medians **{rec['ratio']:.2f}x** "
+            f"(target <= {LAT_BAR:g}x: {met})."]
+
+
 def summarize(rec):
     """(times, series {container index: MB/s between consecutive samples}, summary): the
     summary holds each container's mean MB/s while all four sent, the measured weight ratio and the limited one's rate."""

@@ -588,6 +588,13 @@ def report_md(results, plots):
             L.append(f"Not measured: {short(fair['error'], 300)}")
         else:
             L += bench_fairness.report_md(fair)
+    lat = records(results, "qos", "latency_class")
+    if lat:
+        L.append("")
+        if "error" in lat:
+            L.append(f"Latency class under bulk not measured: {short(lat['error'], 300)}")
+        else:
+            L += bench_fairness.latency_md(lat)
 
     errs = results.get("errors", [])
     if errs:
