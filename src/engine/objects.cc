@@ -191,6 +191,8 @@ void Cq::detach(const shm::SendQueue* sq) {
 
 bool Cq::router_at_work() {
   std::lock_guard lock(poll_lock_);
+  // The last message received said its sender has more queued behind it.
+  if (more_coming_) return true;
   for (const shm::SendQueue* sq : sqs_)
     if (poll_backoff::router_streams(*sq)) return true;
   return false;
@@ -220,7 +222,7 @@ int Cq::take_recv(RecvSource& src, int max, ibv_wc* out) {
     bool ud = src.type == IBV_QPT_UD;
     bool ok = r.status <= shm::kRecvProtErr && r.opcode <= shm::kRecvWriteImm &&
               !(ud && r.opcode != shm::kRecvSend) &&
-              (r.flags & ~(shm::kRecvImm | shm::kRecvGrh | shm::kRecvInv)) == 0 &&
+              (r.flags & ~(shm::kRecvImm | shm::kRecvGrh | shm::kRecvInv | shm::kRecvMore)) == 0 &&
               !(r.flags & shm::kRecvGrh && !ud) &&
               !(r.flags & shm::kRecvInv && (ud || r.flags & shm::kRecvImm));
     // Only a receive that is outstanding at that index completes, once; a length it cannot
@@ -238,6 +240,7 @@ int Cq::take_recv(RecvSource& src, int max, ibv_wc* out) {
       if (src.counters) src.counters->dropped.fetch_add(1, std::memory_order_relaxed);
       continue;
     }
+    more_coming_ = (r.flags & shm::kRecvMore) != 0;
     ibv_wc& wc = out[n++];
     wc = ibv_wc{};
     wc.wr_id = wr_id;

@@ -174,7 +174,8 @@ class Cq {
 
  private:
   int take_recv(RecvSource& src, int max, ibv_wc* out);  // requires poll_lock_
-  // Whether a router thread is awake working on routed requests of this CQ's QPs.
+  // Whether a router thread is awake working on routed requests of this CQ's QPs, or the last
+  // message received said more were queued behind it.
   bool router_at_work();
 
   Context& ctx_;
@@ -190,6 +191,7 @@ class Cq {
   SpinLock poll_lock_;
   std::vector<RecvSource*> sources_;  // guarded by poll_lock_
   std::vector<const shm::SendQueue*> sqs_;  // guarded by poll_lock_
+  bool more_coming_ = false;  // the last receive report's kRecvMore; guarded by poll_lock_
   size_t next_source_ = 0;
   std::atomic<bool> overflow_reported_{false};
   std::mutex ev_mu_;

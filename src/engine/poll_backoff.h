@@ -6,7 +6,9 @@
 // the spinning thread delays the very completions it waits for: sched_yield does not help when
 // the router waits on another core's run queue. So a thread whose polls have found nothing for
 // kSpinNs, while one of the CQ's QPs has kDeepQueue routed requests or more outstanding and its
-// router thread is awake (the QP's doorbell is not armed: the router works on it), naps and
+// router thread is awake (the QP's doorbell is not armed: the router works on it), or while the
+// last message the CQ received said its sender had more queued behind it (shm::kRecvMore, from
+// the sending router's wire::kMoreQueued), naps and
 // leaves the core free: kNapNs at first, twice as long after each nap that found nothing (up to
 // kMaxNapNs), so that many streams sharing a few cores, each waiting longer, do not wake their
 // threads ever more often than their completions come. Latency-bound traffic (a request or two

@@ -308,7 +308,9 @@ inline constexpr uint32_t recv_entry_size(uint32_t max_sge) {
 // the receive it consumed in the receive queue (the QP's or the SRQ's), which the owner checks
 // against its private table. Everything else is validated or overridden by the owner.
 // kRecvInv: a SEND_WITH_INV; imm_data holds the rkey the receiver's owner is to invalidate.
-enum RecvCqeFlags : uint8_t { kRecvImm = 1, kRecvGrh = 2, kRecvInv = 4 };
+// kRecvMore: the sender had more requests queued behind this message (set by the router from
+// wire::kMoreQueued; a hint for the receiver's poller, engine/poll_backoff.h).
+enum RecvCqeFlags : uint8_t { kRecvImm = 1, kRecvGrh = 2, kRecvInv = 4, kRecvMore = 8 };
 enum RecvCqeStatus : uint8_t { kRecvOk = 0, kRecvLenErr = 1, kRecvProtErr = 2 };
 enum RecvCqeOpcode : uint8_t { kRecvSend = 0, kRecvWriteImm = 1 };
 struct alignas(64) RecvCqe {

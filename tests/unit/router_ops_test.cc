@@ -161,6 +161,25 @@ TEST_F(RoutedRc, AtomicsReturnTheOldValueAndChangeTheTarget) {
   EXPECT_EQ(*target, 77u);
 }
 
+TEST_F(RoutedRc, SendsWithMoreQueuedBehindThemSaySoToTheReceiver) {
+  // Three sends posted at once: the first two had more of the QP's requests behind them when
+  // the router carried them, the last had none; the receiver's poller reads that as a hint
+  // (engine/poll_backoff.h). A send posted alone, later, has none either.
+  for (int i = 0; i < 4; ++i) b->post_recv(100 + i, {m2->sge(uint64_t(i) * 64, 64)});
+  ibv_sge sge = m1->sge(0, 8);
+  for (int i = 0; i < 3; ++i) a->post_send(make_wr(i, IBV_WR_SEND, &sge, 1));
+  auto rcs = recv_completions(*b, 3);
+  ASSERT_EQ(rcs.size(), 3u);
+  EXPECT_EQ(rcs[0].flags & shm::kRecvMore, shm::kRecvMore);
+  EXPECT_EQ(rcs[1].flags & shm::kRecvMore, shm::kRecvMore);
+  EXPECT_EQ(rcs[2].flags & shm::kRecvMore, 0);
+  EXPECT_EQ(send_completions(*a, 3).size(), 3u);
+  a->post_send(make_wr(3, IBV_WR_SEND, &sge, 1));
+  rcs = recv_completions(*b, 1);
+  ASSERT_EQ(rcs.size(), 1u);
+  EXPECT_EQ(rcs[0].flags & shm::kRecvMore, 0);
+}
+
 TEST_F(RoutedRc, ManyRequestsStayInOrder) {
   // 600 requests through a queue of 64: WRITEs of a counter into successive slots, and every
   // tenth a SEND carrying its number; completions come back in posting order.

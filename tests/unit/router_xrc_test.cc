@@ -357,9 +357,11 @@ TEST(RouterXrcFrames, AnSrqNumberExactlyWhereOneBelongs) {
   wire::Request send_type = xrc_request(0x20005);
   send_type.qp_type = IBV_QPT_XRC_SEND;  // a request names the destination's type
   EXPECT_FALSE(ok(send_type, 0));
-  wire::Request reserved = xrc_request(0x20005);
-  reserved.reserved = 1;
-  EXPECT_FALSE(ok(reserved, 0));
+  wire::Request flagged = xrc_request(0x20005);
+  flagged.flags = wire::kMoreQueued;
+  EXPECT_TRUE(ok(flagged, 0));
+  flagged.flags = 2;  // no such flag
+  EXPECT_FALSE(ok(flagged, 0));
   wire::Request srq_type = xrc_request(0x20005);
   srq_type.qp_type = kXrcSrq;  // an SRQ is reached through its XRC_RECV QP only
   EXPECT_FALSE(ok(srq_type, 0));

@@ -27,7 +27,7 @@ bool check_request(const Request& r, uint32_t payload, const char** why) {
   // An XRC request names the SRQ it is for; no other request names one.
   if ((r.qp_type == IBV_QPT_XRC_RECV) != (r.xrc_srqn != 0))
     return fail(why, "request: an SRQ number where none belongs, or none where one must");
-  if (r.reserved) return fail(why, "request: reserved field set");
+  if (r.flags & ~uint32_t(kMoreQueued)) return fail(why, "request: unknown flags");
   if (!shm::opcode_allowed(requester_type(r.qp_type), r.opcode))
     return fail(why, "request: opcode unknown or not allowed for its QP type");
   if (r.length > kMaxPayload) return fail(why, "request: longer than any RDMA message");

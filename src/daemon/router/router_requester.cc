@@ -226,6 +226,8 @@ bool Router::send_wqe(Outbound& o, const Wqe& w, int64_t now) {
   r.src_ipv4 = o.info.ipv4;
   if (ud) gid_to_ipv4(w.dgid, &r.dst_ipv4);
   r.solicited = (w.send_flags & IBV_SEND_SOLICITED) != 0;
+  // (The owner writes the tail: only a hint rides on it.)
+  if (o.sq->tail.load(std::memory_order_relaxed) - o.sent > 1) r.flags |= wire::kMoreQueued;
   r.rnr_retry = static_cast<uint8_t>(o.qp->rnr_retry.load(std::memory_order_relaxed) & 7);
   r.timeout = static_cast<uint8_t>(o.qp->timeout.load(std::memory_order_relaxed) & 31);
   r.retry_cnt = static_cast<uint8_t>(o.qp->retry_cnt.load(std::memory_order_relaxed) & 7);

@@ -157,6 +157,7 @@ const shm::PeerQp* Router::admit(Inbound& ib, const wire::Request& r, shm::Place
   }
   // As the library's responder takes it on one host: an XRC request as its XRC_SEND QP's.
   shm::admit_request(*dest, incoming_of(r, wire::requester_type(ib.type)), pl);
+  if (r.flags & wire::kMoreQueued) pl.report.flags |= shm::kRecvMore;
   return dest;
 }
 
@@ -239,6 +240,7 @@ void Router::on_datagram(Link& link, const wire::Request& r, uint32_t payload, P
   const shm::PeerQp* t = ud_target(link, r);
   if (!t) return;
   shm::admit_request(*t, incoming_of(r, IBV_QPT_UD), f.pl);
+  if (r.flags & wire::kMoreQueued) f.pl.report.flags |= shm::kRecvMore;
   if (f.pl.admission != shm::Admission::kDone || f.pl.status != IBV_WC_SUCCESS) return;
   f.target = *t;
   f.reply = false;

@@ -23,7 +23,7 @@
 namespace vrdma::daemon::wire {
 
 inline constexpr uint32_t kMagic = 0x52445256;  // "VRDR"
-inline constexpr uint32_t kVersion = 3;  // 3: requests carry an XRC SRQ number
+inline constexpr uint32_t kVersion = 4;  // 3: requests carry an XRC SRQ number; 4: and flags
 inline constexpr uint16_t kDefaultPort = 7471;
 inline constexpr uint32_t kMaxPayload = 1u << 31;  // RDMA's largest message
 
@@ -119,8 +119,11 @@ struct Request {
   // XRC (qp_type IBV_QPT_XRC_RECV, the destination's): the SRQ of the destination's domain the
   // request is for (nonzero); 0 for every other type.
   uint32_t xrc_srqn;
-  uint32_t reserved;
+  uint32_t flags;  // RequestFlags
 };
+// Request::flags. kMoreQueued: the requester has more requests of the QP posted behind this one
+// (a hint the responder passes to the receiver's poller, engine/poll_backoff.h).
+enum RequestFlags : uint32_t { kMoreQueued = 1 };
 
 struct Response {
   uint32_t src_qpn;
