@@ -22,22 +22,6 @@ std::mutex g_mu;
 std::shared_ptr<Device> g_device;
 std::mutex g_cm_mu;
 Device::CmHandler g_cm_handler;
-
-// How registrations keep the other threads' writes (write_hold.h), for vrdma status.
-uint32_t page_move_guard() {
-  switch (WriteHold::source()) {
-    case WriteHold::Source::kNone:
-      return shm::kGuardNone;
-    case WriteHold::Source::kSyscallUserOnly:
-      return shm::kGuardUserOnly;
-    case WriteHold::Source::kSyscall:
-      return shm::kGuardSyscall;
-    case WriteHold::Source::kDevice:
-      return shm::kGuardDevice;
-  }
-  return shm::kGuardUnknown;
-}
-
 }  // namespace
 
 void Device::set_cm_handler(CmHandler h) {
@@ -95,7 +79,9 @@ int Device::init() {
     return e;
   }
   if (int e = arena_.create(info_.client_id)) return e;
-  arena_.header()->page_move_guard.store(page_move_guard(), std::memory_order_relaxed);
+  // How registrations keep the other threads' writes, for vrdma status.
+  arena_.header()->page_move_guard.store(static_cast<uint32_t>(WriteHold::source()),
+                                         std::memory_order_relaxed);
   int afd = arena_.fd();
   proto::PutFdReq req{shm::kArenaFdId, static_cast<uint32_t>(proto::FdKind::kArena),
                       shm::kArenaSize, 0, 0};

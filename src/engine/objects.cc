@@ -189,7 +189,7 @@ void Cq::detach(const shm::SendQueue* sq) {
   sqs_.erase(std::remove(sqs_.begin(), sqs_.end(), sq), sqs_.end());
 }
 
-bool Cq::router_at_work() {
+bool Cq::streaming() {
   std::lock_guard lock(poll_lock_);
   // The last message received said its sender has more queued behind it.
   if (more_coming_) return true;
@@ -314,16 +314,14 @@ int Cq::poll(int n, ibv_wc* wc) {
     if (count) next_source_ = (next_source_ + 1) % count;
     return got;
   };
-  if (int got = take()) {
+  int got = take();
+  if (!got && ctx_.device().has_blocked()) {
+    ctx_.device().progress_blocked();
+    got = take();
+  }
+  if (got) {
     poll_backoff::found();
     return got;
-  }
-  if (ctx_.device().has_blocked()) {
-    ctx_.device().progress_blocked();
-    if (int got = take()) {
-      poll_backoff::found();
-      return got;
-    }
   }
   if (view_.cq->overflow.load(std::memory_order_relaxed) && !overflow_reported_.exchange(true))
     ctx_.push_event(IBV_EVENT_CQ_ERR, user);
@@ -331,7 +329,7 @@ int Cq::poll(int n, ibv_wc* wc) {
   // them: an application spinning on an empty CQ lends it its turn, and leaves the core to it
   // for a while when the router is at work on this CQ's requests (poll_backoff.h).
   if (ctx_.device().yields_to_router()) {
-    if (poll_backoff::waited_long() && router_at_work())
+    if (poll_backoff::waited_long() && streaming())
       poll_backoff::nap();
     else
       sched_yield();

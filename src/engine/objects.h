@@ -174,9 +174,9 @@ class Cq {
 
  private:
   int take_recv(RecvSource& src, int max, ibv_wc* out);  // requires poll_lock_
-  // Whether a router thread is awake working on routed requests of this CQ's QPs, or the last
-  // message received said more were queued behind it.
-  bool router_at_work();
+  // Whether work streams to this CQ: a router thread awake working on a deep queue of its QPs'
+  // routed requests, or the last message received said more were queued behind it.
+  bool streaming();
 
   Context& ctx_;
   Channel* channel_;

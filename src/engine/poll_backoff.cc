@@ -2,6 +2,8 @@
 
 #include <time.h>
 
+#include "common/clock.h"
+
 namespace vrdma::poll_backoff {
 
 namespace {
@@ -11,12 +13,6 @@ thread_local int64_t empty_since = 0;
 // The next nap's length: kNapNs, doubled by every nap after which the polls still find
 // nothing, up to kMaxNapNs.
 thread_local long next_nap = kNapNs;
-
-int64_t now_ns() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return int64_t(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
 
 }  // namespace
 

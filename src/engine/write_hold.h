@@ -20,6 +20,8 @@
 
 #include <cstdint>
 
+#include "shm/layout.h"
+
 namespace vrdma {
 
 class WriteHold {
@@ -40,7 +42,13 @@ class WriteHold {
   bool active() const { return fd_ >= 0; }
 
   // How holds are taken in this process (the first call finds out).
-  enum class Source { kNone, kSyscall, kSyscallUserOnly, kDevice };
+  // (Valued as the shm::PageMoveGuard the library writes for vrdma status.)
+  enum class Source : uint32_t {
+    kNone = shm::kGuardNone,
+    kSyscall = shm::kGuardSyscall,
+    kSyscallUserOnly = shm::kGuardUserOnly,
+    kDevice = shm::kGuardDevice,
+  };
   static Source source();
   static bool available() { return source() != Source::kNone; }
 
