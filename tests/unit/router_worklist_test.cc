@@ -120,5 +120,36 @@ TEST_F(WorkList, AStateChangeNobodyRangForIsSeenBySweep) {
   EXPECT_EQ(wcs[0].status, IBV_WC_SUCCESS);
 }
 
+// The QPs of one flow share its link turn by turn, one request each, and a pass that fills the
+// link leaves the next to start where it stopped: QPs late on the list are not always the ones
+// the full link turns away (as a NIC serves its QPs, and as programs that wait for the slowest
+// of their QPs, perftest's, need).
+class WorkListTurns : public RoutedRc {
+ protected:
+  void SetUp() override {
+    limits.link_window_bytes = 64 << 10;  // a full link after 16 writes of 4 KiB
+    RoutedRc::SetUp();
+    for (int i = 0; i < 7; ++i) qps.push_back(new_pair(FakeQp::Options{.sq_cap = 256}).first);
+  }
+  std::vector<FakeQp*> qps;
+};
+
+TEST_F(WorkListTurns, AFullLinkTurnsAwayEveryQpInTurn) {
+  constexpr uint64_t kWrites = 200;
+  for (FakeQp* q : qps)
+    for (uint64_t i = 0; i < kWrites; ++i)
+      post_rdma(*q, i, IBV_WR_RDMA_WRITE, m1->sge(0, 4096), m2->addr(), m2->key,
+                i + 1 == kWrites ? IBV_SEND_SIGNALED : 0);
+  auto done = [&](FakeQp* q) { return q->sq->done.load(); };
+  ASSERT_TRUE(run_until([&] {
+    for (FakeQp* q : qps)
+      if (done(q) == kWrites) return true;
+    return false;
+  }));
+  // When the first QP is through, every other one is within a few rounds of it.
+  for (FakeQp* q : qps) EXPECT_GE(done(q), kWrites - 24) << "QP " << q->qpn;
+  for (FakeQp* q : qps) EXPECT_EQ(send_completions(*q, 1).size(), 1u);
+}
+
 }  // namespace
 }  // namespace vrdma::daemon::testing

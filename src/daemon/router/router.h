@@ -349,6 +349,7 @@ class Router : public LinkHandler {
   bool has_work(const Outbound& o) const;
   void work_add(Outbound& o);
   void work_remove(Outbound& o);
+  void work_rotate(Outbound& o);  // the list starts at `o`, the order otherwise kept
   // Arms its doorbell and takes it off the list, unless it has work after all (false).
   bool work_retire(Outbound& o);
   void work_pass_done();             // QPs idle for a while leave the list

@@ -149,7 +149,10 @@ bool Router::pump_all(int64_t now) {
     q.tail = &o;
     qos_.backlog(flow);
   }
-  // Serve the flows one request at a time in the scheduler's order.
+  // Serve the flows one request at a time in the scheduler's order. The first QP turned away
+  // with requests to send (its link full) starts the next pass: QPs late on the list are not
+  // the ones a full link always turns away.
+  Outbound* turned_away = nullptr;
   for (int64_t f; (f = qos_.pick(now)) >= 0;) {
     const auto flow = static_cast<uint32_t>(f);
     QosQueue& q = qos_queues_[flow];
@@ -159,6 +162,9 @@ bool Router::pump_all(int64_t now) {
     o.qos_next = nullptr;
     const uint64_t pos = o.sent, bytes = o.sent_bytes;
     work |= pump(o, now, 1);
+    if (o.sent == pos && !turned_away && !o.failed &&
+        o.sent < o.sq->tail.load(std::memory_order_relaxed))
+      turned_away = &o;
     if (o.sent != pos) {
       // Its delay: since the pass that first saw the entry.
       while (o.stamp_count && o.stamp_end[o.stamp_first] <= pos) {
@@ -180,6 +186,7 @@ bool Router::pump_all(int64_t now) {
     }
     if (!q.head) qos_.idle(flow);
   }
+  if (turned_away) work_rotate(*turned_away);
   // Flows held by their limits: the scheduler says when they may go on; they join again at
   // the next pass.
   qos_ready_ns_ = qos_.next_ready(now);

@@ -11,6 +11,9 @@
 // State changes (modify_qp) ring nothing: a sweep over every routed QP every 100 ms
 // (check_links' cadence) puts those back.
 //
+// A pass serves the list in order; when a full link turns a QP away, the list is turned to
+// start there (work_rotate), so that each QP's turn comes round as on a NIC.
+//
 // The list runs through the QPs themselves (Outbound::work_prev/work_next): nothing here
 // allocates. A QP leaves it before it is destroyed (erase_outbound).
 #include "daemon/router/router_state.h"
@@ -60,6 +63,17 @@ void Router::work_remove(Outbound& o) {
   o.work_prev = o.work_next = nullptr;
   o.on_work = false;
   --work_count_;
+}
+
+void Router::work_rotate(Outbound& o) {
+  if (!o.on_work || work_head_ == &o) return;
+  // The list becomes a ring, opened before `o`.
+  work_tail_->work_next = work_head_;
+  work_head_->work_prev = work_tail_;
+  work_tail_ = o.work_prev;
+  work_tail_->work_next = nullptr;
+  o.work_prev = nullptr;
+  work_head_ = &o;
 }
 
 bool Router::work_retire(Outbound& o) {
