@@ -6,7 +6,8 @@ namespaces, one vrdmad each) and measures, in one run, with unmodified programs:
   perftest), same host and across hosts; latency p50/p99/p99.9 against size;
   CPU-seconds of every process (programs and vrdmad) per GB and per million
   messages, and vrdmad's CPU when idle; vrdmad and shared memory per container,
-  per QP and per MR; aggregate throughput and latency with 1..32 container pairs,
+  per QP and per MR; aggregate throughput and latency with 1..32 container pairs
+  (across hosts, 8 pairs also against 8 iperf3 pairs between the same containers),
   throughput with up to 1024 QPs, connection setup rate through verbs and rdma_cm;
   what encrypting the links between routers costs (mutual TLS against --router-plaintext,
   across hosts, ib_write_bw 64 KiB and ib_write_lat 8 B); and the baselines: memcpy, UCX
@@ -75,6 +76,7 @@ MODES = {
         "cross_host_div": 8,  # fewer bytes across hosts (unknown speed)
         "tcp_seconds": 1, "memcpy_ms": 200,
         "pairs": [1, 2, 4, 8, 16, 32], "pair_duration": 4, "pair_margin": 1,
+        "tcp_pairs": [8],  # pair counts also measured with iperf3 (across hosts)
         "pair_lat_iters": 4000,  # divided among pairs (each waits for the CPU)
         "qps": [1, 8, 64, 256, 1024], "qp_size": 4 * KIB, "qp_messages": 200_000,
         "qps_timeout": 30,
@@ -93,7 +95,7 @@ MODES = {
         "lat_bytes": 16 << 20, "lat_iters": (50, 1000),
         "cross_host_div": 32,
         "tcp_seconds": 1, "memcpy_ms": 50,
-        "pairs": [1, 4], "pair_duration": 1, "pair_margin": 0,
+        "pairs": [1, 4], "pair_duration": 1, "pair_margin": 0, "tcp_pairs": [4],
         "pair_lat_iters": 200,
         "qps": [1, 1024], "qp_size": 4 * KIB, "qp_messages": 20_000, "qps_timeout": 20,
         "setup_verbs": 256, "setup_cm": 64,
@@ -497,6 +499,18 @@ class Suite:
                                   {"pairs": p},
                                   lambda r: f"aggregate {r['aggregate_mb_s'] / 1000:.2f} GB/s",
                                   gate))
+                if topo == "cross_host" and p in c["tcp_pairs"]:
+                    # The baseline: TCP between the same containers, as many pairs at once.
+                    steps.append(Step("scalability", "scalability",
+                                      f"{p} pair(s) {where}: iperf3 64 KiB writes, "
+                                      f"{c['pair_duration']} s",
+                                      ("scalability", "pairs_tcp", f"{topo}[]"),
+                                      lambda pr=pairs: m.pairs_tcp(
+                                          self.bench, pr, REF_BW_SIZE, c["pair_duration"],
+                                          c["pair_margin"], c["run_timeout"] + 30),
+                                      {"pairs": p},
+                                      lambda r: f"aggregate {r['aggregate_mb_s'] / 1000:.2f} GB/s",
+                                      gate))
                 iters = max(50, c["pair_lat_iters"] // p)
                 steps.append(Step("scalability", "scalability",
                                   f"{p} pair(s) {where}: ib_write_lat 8 B x {iters}",

@@ -239,19 +239,20 @@ def memcpy(b, sizes, ms):
 
 # ---- scalability -------------------------------------------------------------------
 
-def group(b, pairs, server_argv, client_argv, parse, timeout):
-    """Runs several server/client pairs at once (servers first, then every client);
-    returns ([parsed client result per pair], info)."""
+def group(b, pairs, server_argv, client_argv, parse, timeout, port=PERFTEST_PORT, lib=True):
+    """Runs several server/client pairs at once (servers first, then every client, which gets
+    its server's address as its last argument); returns ([parsed client result per pair],
+    info)."""
     servers, clients = [], []
     try:
         for srv, _ in pairs:
-            servers.append(b.r.start(srv, server_argv))
+            servers.append(b.r.start(srv, server_argv, lib=lib))
         for s in servers:
-            b.r.wait_listening(s, PERFTEST_PORT, timeout=30)
+            b.r.wait_listening(s, port, timeout=30)
         d0 = b.daemon_cpu()
         t0 = time.monotonic()
         for srv, cli in pairs:
-            clients.append(b.r.start(cli, client_argv + [b.ip(srv)]))
+            clients.append(b.r.start(cli, client_argv + [b.ip(srv)], lib=lib))
         spread = time.monotonic() - t0
         end = time.monotonic() + timeout
         for c in clients:
@@ -300,6 +301,24 @@ def pairs_bw(b, pairs, size, duration, margin, timeout):
     return {"pairs": len(pairs), "size": size, "aggregate_mb_s": sum(per),
             "per_pair_mb_s_min": min(per), "per_pair_mb_s_max": max(per),
             "aggregate_mmsg_s": sum(r[4] for r in rows), **info}
+
+
+def pairs_tcp(b, pairs, size, duration, margin, timeout):
+    """The same pairs' aggregate TCP throughput (iperf3, writes of `size`, at most 1 MiB), all
+    at once for `duration` s, the first `margin` s left out of each pair's figure."""
+    write = min(size, IPERF_MAX)
+    srv = ["iperf3", "-s", "-1", "-p", IPERF_PORT]
+    cli = ["iperf3", "-p", IPERF_PORT, "-t", duration, "-O", margin, "-l", write, "-J", "-c"]
+
+    def parse(text):
+        try:
+            recv = json.loads(text)["end"]["sum_received"]
+            return recv["bytes"] / recv["seconds"] / 1e6
+        except (ValueError, KeyError, ZeroDivisionError) as e:
+            raise RuntimeError(f"unexpected iperf3 output ({e}):\n{text[-2000:]}")
+    per, info = group(b, pairs, srv, cli, parse, timeout, port=IPERF_PORT, lib=False)
+    return {"pairs": len(pairs), "size": size, "write_size": write, "aggregate_mb_s": sum(per),
+            "per_pair_mb_s_min": min(per), "per_pair_mb_s_max": max(per), **info}
 
 
 def pairs_lat(b, pairs, size, iters, timeout):

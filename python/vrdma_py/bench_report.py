@@ -167,6 +167,23 @@ def headline(results):
         except (Missing, ZeroDivisionError, TypeError) as e:
             entry["error"] = str(e) if good or not node else node[-1]["error"].splitlines()[0]
         H.append(entry)
+    # Pairs across hosts against as many iperf3 pairs between the same containers.
+    tcp = [r for r in records(results, "scalability", "pairs_tcp", "cross_host") or []
+           if "error" not in r]
+    for r in tcp:
+        p = r["pairs"]
+        entry = {"id": f"cross_host_pairs{p}_vs_tcp", "unit": "MB/s", "better": "higher",
+                 "title": f"Across hosts: aggregate throughput of {p} pairs, vs TCP",
+                 "vrdma": f"{p} pairs ib_write_bw {hs_bw}",
+                 "baseline": f"{p} pairs TCP iperf3 {hs_bw}"}
+        try:
+            v = record_at(results, ("scalability", "pairs_bw", "cross_host"), p, key="pairs")
+            entry.update({"vrdma_value": v["aggregate_mb_s"],
+                          "baseline_value": r["aggregate_mb_s"],
+                          "ratio": v["aggregate_mb_s"] / r["aggregate_mb_s"]})
+        except (Missing, ZeroDivisionError, TypeError, KeyError) as e:
+            entry["error"] = str(e)
+        H.append(entry)
     return H
 
 
@@ -528,6 +545,17 @@ def report_md(results, plots):
             rows.append([p] + cells)
         L.append(table(["Pairs", "Aggregate GB/s", "Per pair GB/s (min – max)", "vs 1 pair",
                         "p50 µs (median of pairs)", "p99 µs (worst pair)"], rows))
+        for t in records(results, "scalability", "pairs_tcp", topo) or []:
+            if "error" in t:
+                L.append(f"\nTCP (iperf3) pairs: error: {short(t['error'])}")
+                continue
+            v = next((r for r in bw if r.get("pairs") == t["pairs"] and "error" not in r), None)
+            vs = (f"; vrdma's {t['pairs']} pairs: "
+                  f"{ratio_text(v['aggregate_mb_s'] / t['aggregate_mb_s'])}") if v else ""
+            L.append(f"\n{t['pairs']} TCP pairs (iperf3, 64 KiB writes) between the same "
+                     f"containers at once: {fmt(t['aggregate_mb_s'] / 1e3)} GB/s aggregate "
+                     f"({fmt(t['per_pair_mb_s_min'] / 1e3)} – "
+                     f"{fmt(t['per_pair_mb_s_max'] / 1e3)} per pair){vs}.")
         L.append("")
     L.append("QPs between one pair of containers (ib_write_bw -q N, 4 KiB messages):\n")
     rows = []
