@@ -220,6 +220,12 @@ class Sections(Case):
             recs = {r.get("pairs"): r for r in node("scalability", what, topo) or []}
             for p in cfg["pairs"]:
                 self.fields(f"scalability/{what}/{topo} {p} pairs", recs.get(p), fields)
+        if topo == "cross_host":
+            recs = {r.get("pairs"): r for r in node("scalability", "pairs_tcp", topo) or []}
+            self.assertTrue(cfg["tcp_pairs"])
+            for p in cfg["tcp_pairs"]:
+                self.fields(f"scalability/pairs_tcp/{topo} {p} pairs", recs.get(p),
+                            ["aggregate_mb_s"])
         recs = {r.get("qps"): r for r in node("scalability", "qps", topo) or []}
         self.assertIn(1024, cfg["qps"])
         for q in cfg["qps"]:
@@ -271,7 +277,8 @@ class Sections(Case):
                      "same_host_cpu_per_gb_vs_tcp", "cross_host_cpu_per_gb_vs_tcp",
                      "memory_vrdmad_kib_per_container", "same_host_pairs_scaling",
                      "cross_host_pairs_scaling", "cross_host_tls_write_bw_mb_s",
-                     "cross_host_tls_write_lat_p50_us"):
+                     "cross_host_tls_write_lat_p50_us",
+                     *(f"cross_host_pairs{p}_vs_tcp" for p in RESULTS["config"]["tcp_pairs"])):
             if want not in ids:
                 self.problems.append(f"headline {want}: missing")
         self.done()
