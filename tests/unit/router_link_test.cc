@@ -4,6 +4,7 @@
 // not the host the other side meant to reach, is refused in the handshake.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -22,6 +23,19 @@ namespace vrdma::daemon {
 namespace {
 
 namespace fs = std::filesystem;
+
+// What the router's epoll tells a link before a pass reads it (Link::rx_ready): whether its
+// socket has bytes. A poll() stands in for it here.
+void look(Link& l) {
+  pollfd p{l.fd(), POLLIN, 0};
+  if (::poll(&p, 1, 0) == 1) l.rx_ready = true;
+}
+
+// Link::receive as the router calls it.
+bool receive(Link& l, LinkHandler& h, size_t budget, const char** why) {
+  look(l);
+  return l.receive(h, budget, why);
+}
 
 uint32_t ip(const char* text) {
   uint32_t v = 0;
@@ -234,14 +248,14 @@ void expect_hello_first(Link& out, Link& in) {
   ASSERT_FALSE(out.tx_pending());
   Collect got;
   const char* why = nullptr;
-  for (int i = 0; i < 50; ++i) ASSERT_TRUE(in.receive(got, 1 << 20, &why)) << why;
+  for (int i = 0; i < 50; ++i) ASSERT_TRUE(receive(in, got, 1 << 20, &why)) << why;
   EXPECT_EQ(got.frames, 1) << "only the Hello";
   EXPECT_EQ(in.bytes_in, sizeof(wire::Header) + sizeof(wire::Hello));
   in.authenticated = true;
   in.renumber(9);  // as another thread's Router takes it
   EXPECT_EQ(in.id(), 9u);
   for (int i = 0; i < 1000 && got.data.size() < sent.size(); ++i)
-    ASSERT_TRUE(in.receive(got, 1 << 20, &why)) << why;
+    ASSERT_TRUE(receive(in, got, 1 << 20, &why)) << why;
   EXPECT_EQ(got.frames, 4);
   EXPECT_TRUE(got.data == sent);
 }
@@ -250,6 +264,8 @@ void expect_hello_first(Link& out, Link& in) {
 int shake(Link& a, Link& b, std::string* wa, std::string* wb) {
   int ra = 0, rb = 0;
   for (int i = 0; i < 1000 && (ra == 0 || rb == 0); ++i) {
+    look(a);
+    look(b);
     if (ra == 0) ra = a.handshake(wa);
     if (rb == 0) rb = b.handshake(wb);
   }
@@ -314,7 +330,7 @@ TEST_F(RouterTls, MutualHandshakeCarriesFramesIntact) {
   for (int i = 0; i < 10000 && (out_->tx_pending() || got.data.size() < sent.size()); ++i) {
     ASSERT_TRUE(out_->flush(i));
     const char* why = nullptr;
-    ASSERT_TRUE(in_->receive(got, 1 << 20, &why)) << why;
+    ASSERT_TRUE(receive(*in_, got, 1 << 20, &why)) << why;
   }
   EXPECT_EQ(got.frames, 6);
   EXPECT_EQ(got.data, sent);
@@ -343,7 +359,7 @@ TEST_F(RouterTls, ManyFramesGoOutInOneWrite) {
   Collect got;
   const uint64_t reads = in_->socket_reads;
   const char* why = nullptr;
-  ASSERT_TRUE(in_->receive(got, 1 << 20, &why)) << why;
+  ASSERT_TRUE(receive(*in_, got, 1 << 20, &why)) << why;
   EXPECT_EQ(got.frames, kFrames);
   EXPECT_EQ(got.data, sent);
   EXPECT_EQ(in_->socket_reads - reads, 1u) << "one read for the whole batch";
@@ -378,7 +394,7 @@ TEST_F(RouterTls, APartialWriteContinuesInOrder) {
   for (int i = 0; i < 100000 && (out_->tx_pending() || got.data.size() < total); ++i) {
     ASSERT_TRUE(out_->flush(i + 2));
     const char* why = nullptr;
-    ASSERT_TRUE(in_->receive(got, 1 << 20, &why)) << why;
+    ASSERT_TRUE(receive(*in_, got, 1 << 20, &why)) << why;
   }
   EXPECT_EQ(got.frames, 200);
   ASSERT_EQ(got.data.size(), total);
@@ -421,7 +437,7 @@ TEST(RouterLinkPlain, ManyFramesGoOutInOneWriteAndAPartialOneContinues) {
   EXPECT_EQ(out.socket_writes, 1u);
   Collect got;
   const char* why = nullptr;
-  ASSERT_TRUE(in.receive(got, 1 << 20, &why)) << why;
+  ASSERT_TRUE(receive(in, got, 1 << 20, &why)) << why;
   EXPECT_EQ(got.frames, 300);
   EXPECT_EQ(got.data, sent);
   // A batch larger than the socket takes: partial writes, then the rest in order.
@@ -440,10 +456,56 @@ TEST(RouterLinkPlain, ManyFramesGoOutInOneWriteAndAPartialOneContinues) {
   Collect rest;
   for (int i = 0; i < 100000 && (out.tx_pending() || rest.data.size() < big.size()); ++i) {
     ASSERT_TRUE(out.flush(i + 3));
-    ASSERT_TRUE(in.receive(rest, 1 << 20, &why)) << why;
+    ASSERT_TRUE(receive(in, rest, 1 << 20, &why)) << why;
   }
   ASSERT_EQ(rest.data.size(), big.size());
   EXPECT_TRUE(rest.data == big);
+}
+
+// A link whose socket was found empty is not read again, not even by a system call that
+// would find it empty, until the router's epoll says bytes came (Link::rx_ready).
+void read_only_when_ready(Link& out, Link& in) {
+  const size_t kLen = 100;
+  std::vector<uint8_t> data(kLen, 7);
+  auto send_one = [&] {
+    wire::Request r = write_request(kLen);
+    shm::Seg seg{data.data(), kLen};
+    ASSERT_TRUE(out.send(wire::Type::kRequest, &r, sizeof(r), &seg, 1, kLen));
+    for (int i = 0; i < 100 && out.tx_pending(); ++i) ASSERT_TRUE(out.flush(i));
+    ASSERT_FALSE(out.tx_pending());
+  };
+  Collect got;
+  const char* why = nullptr;
+  send_one();
+  ASSERT_TRUE(receive(in, got, 1 << 20, &why)) << why;
+  ASSERT_EQ(got.frames, 1);
+  EXPECT_FALSE(in.rx_ready) << "a short read found the socket empty";
+  const uint64_t reads = in.socket_reads;
+  for (int i = 0; i < 10; ++i) ASSERT_TRUE(in.receive(got, 1 << 20, &why)) << why;
+  EXPECT_EQ(in.socket_reads, reads);
+  // A frame comes: unread until its socket is seen readable, then read.
+  send_one();
+  ASSERT_TRUE(in.receive(got, 1 << 20, &why)) << why;
+  EXPECT_EQ(got.frames, 1);
+  ASSERT_TRUE(receive(in, got, 1 << 20, &why)) << why;
+  EXPECT_EQ(got.frames, 2);
+  EXPECT_EQ(in.socket_reads, reads + 1);
+}
+
+TEST(RouterLinkPlain, AnEmptySocketIsReadAgainOnlyOnceItHasBytes) {
+  int sv[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv), 0);
+  Link out(1, UniqueFd(sv[0]), true), in(2, UniqueFd(sv[1]), false);
+  out.tcp_connected();
+  in.authenticated = true;
+  read_only_when_ready(out, in);
+}
+
+TEST_F(RouterTls, AnEmptySocketIsReadAgainOnlyOnceItHasBytes) {
+  pair(pki_.files("host-1"), pki_.files("host-2"), "10.76.0.3");
+  std::string wo, wi;
+  ASSERT_EQ(shake(*out_, *in_, &wo, &wi), 1) << wo << " / " << wi;
+  read_only_when_ready(*out_, *in_);
 }
 
 TEST_F(RouterTls, CertificateOfAnotherCaIsRefused) {

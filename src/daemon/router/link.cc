@@ -249,12 +249,19 @@ int Link::in_read(BIO* b, char* data, int len) {
   if (len <= 0) return 0;
   if (l->tls_in_pos_ == l->tls_in_len_) {
     l->tls_in_pos_ = l->tls_in_len_ = 0;
+    if (!l->rx_ready) {  // nothing since the socket was last found empty
+      BIO_set_retry_read(b);
+      return -1;
+    }
     ssize_t n = ::recv(l->fd_.get(), l->tls_in_.get(), kTlsIn, MSG_DONTWAIT);
     if (n == 0) return 0;  // the end of the stream
     if (n < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK) l->rx_ready = false;
       if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) BIO_set_retry_read(b);
       return -1;
     }
+    if (static_cast<size_t>(n) < kTlsIn && static_cast<size_t>(n) < kFlowing)
+      l->rx_ready = false;  // it had no more, and little: more is not on its way
     l->tls_in_len_ = static_cast<size_t>(n);
     ++l->socket_reads;
   }
@@ -350,11 +357,30 @@ bool Link::flush_tls() {
   return drain_tls_out();
 }
 
+ssize_t Link::socket_read(const iovec* iov, int n) {
+  if (!rx_ready) {  // nothing since the socket was last found empty
+    errno = EAGAIN;
+    return -1;
+  }
+  msghdr mh{};
+  mh.msg_iov = const_cast<iovec*>(iov);
+  mh.msg_iovlen = static_cast<size_t>(n);
+  ssize_t got = ::recvmsg(fd_.get(), &mh, MSG_DONTWAIT);
+  if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) rx_ready = false;
+  if (got > 0) {
+    ++socket_reads;
+    size_t asked = 0;
+    for (int i = 0; i < n; ++i) asked += iov[i].iov_len;
+    // It had no more, and little: more is not on its way.
+    if (static_cast<size_t>(got) < asked && static_cast<size_t>(got) < kFlowing) rx_ready = false;
+  }
+  return got;
+}
+
 ssize_t Link::read_some(uint8_t* buf, size_t len) {
   if (!ssl_ || (ktls_recv_ && !SSL_has_pending(ssl_))) {
-    ssize_t n = ::recv(fd_.get(), buf, len, MSG_DONTWAIT);
-    if (n > 0) ++socket_reads;
-    return n;
+    iovec v{buf, len};
+    return socket_read(&v, 1);
   }
   // (The error queue is empty: every failure below clears it, so no call per read does.)
   errno = 0;
@@ -377,14 +403,7 @@ ssize_t Link::read_some(uint8_t* buf, size_t len) {
 }
 
 ssize_t Link::read_vec(const iovec* iov, int n) {
-  if (!ssl_ || (ktls_recv_ && !SSL_has_pending(ssl_))) {
-    msghdr mh{};
-    mh.msg_iov = const_cast<iovec*>(iov);
-    mh.msg_iovlen = static_cast<size_t>(n);
-    ssize_t got = ::recvmsg(fd_.get(), &mh, MSG_DONTWAIT);
-    if (got > 0) ++socket_reads;
-    return got;
-  }
+  if (!ssl_ || (ktls_recv_ && !SSL_has_pending(ssl_))) return socket_read(iov, n);
   // SSL_read fills one buffer at a time.
   return read_some(static_cast<uint8_t*>(iov[0].iov_base), iov[0].iov_len);
 }

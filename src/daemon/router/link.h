@@ -97,6 +97,12 @@ class Link : private FrameSink {
   int last_outq = 0;            // bytes the kernel held unacknowledged when last looked at
   int64_t last_outq_ns = 0;     // the last time that was seen shrinking
   bool rx_paused = false;       // not read while its responses have no room
+  // The socket may hold bytes: set when the router's epoll says so (level-triggered), cleared
+  // once a read finds the socket empty, or takes less than it asked for and less than
+  // kFlowing (a stream that flows is read on until empty: what arrived meanwhile comes in the
+  // same pass, its responses in the same write). What arrives after is signalled again. A
+  // pass reads only such links, and so makes no system call for links with nothing to read.
+  bool rx_ready = true;
   uint32_t routed_qps = 0;      // local RC/UC QPs whose requests go out on this link
   uint64_t held_bytes = 0;      // payload bytes held for requests that came on it
   uint32_t held_requests = 0;   // and those requests
@@ -151,6 +157,7 @@ class Link : private FrameSink {
   static constexpr size_t kTlsOutHigh = kTlsOut / 2;  // stop encrypting while this much waits
   // User-space TLS: what the socket holds is read into tls_in_ in large reads, from which
   // OpenSSL takes its records (one recv per up to kTlsIn bytes, not one per record).
+  static constexpr size_t kFlowing = 16 * 1024;  // rx_ready
   static constexpr size_t kTlsIn = 256 * 1024;
 
   // FrameSink, forwarded to the handler of the receive() in progress.
@@ -172,6 +179,7 @@ class Link : private FrameSink {
   // recv / SSL_read into one buffer or a scatter list: >0 bytes, 0 end of stream, -1 errno set
   // (EAGAIN: nothing now).
   ssize_t read_some(uint8_t* buf, size_t len);
+  ssize_t socket_read(const iovec* iov, int n);  // recvmsg, and what it says of rx_ready
   ssize_t read_vec(const iovec* iov, int n);
 
   uint32_t id_;

@@ -108,7 +108,9 @@ void Router::on_event(uint64_t tag, int64_t now) {
     if (it != doorbells_.end()) work_ring(it->first);
     return;
   }
-  // Link readability: poll() reads every link.
+  // A link's socket has bytes (or its end or an error): the next pass reads it.
+  if (sub >= 2)
+    if (Link* l = find_link(static_cast<uint32_t>(sub - 2))) l->rx_ready = true;
 }
 
 int Router::doorbell_for(uint32_t client) {
@@ -221,6 +223,8 @@ bool Router::serve_link(Link& link, int64_t now) {
   bool room = link.outbound() || link.has_room(kRoomToReceive);
   if (room != !link.rx_paused) set_rx_paused(link, !room);
   if (!room) return work;
+  // Nothing arrived since its socket was last found empty (Link::rx_ready).
+  if (!link.rx_ready && !link.rx_pending()) return work;
   uint64_t before = link.bytes_in;
   const char* why = nullptr;
   if (!link.receive(*this, kReceiveBudget, &why)) {

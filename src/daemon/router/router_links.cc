@@ -48,6 +48,7 @@ uint32_t router_ip(const HostEntry& h) {
 }  // namespace
 
 void Router::watch(Link& link) {
+  link.rx_ready = true;  // whatever its socket holds already is read on the next pass
   epoll_event ev{};
   ev.events = EPOLLIN | EPOLLRDHUP;
   ev.data.u64 = kTagBase | (2 + uint64_t(link.id()));
@@ -57,6 +58,7 @@ void Router::watch(Link& link) {
 void Router::set_rx_paused(Link& link, bool paused) {
   // A link we do not read must not wake the loop for what waits in its socket.
   link.rx_paused = paused;
+  if (!paused) link.rx_ready = true;
   epoll_event ev{};
   ev.events = paused ? EPOLLRDHUP : EPOLLIN | EPOLLRDHUP;
   ev.data.u64 = kTagBase | (2 + uint64_t(link.id()));

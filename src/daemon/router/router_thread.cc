@@ -23,8 +23,6 @@ namespace {
 // The router thread's epoll: its wake-up eventfd, and the Router's own tags (Router::kTagBase).
 constexpr uint64_t kWakeTag = 7ull << 32;
 static_assert(Router::kTagBase != kWakeTag, "the wake-up has a tag of its own");
-// While passes do work, epoll is looked at (doorbells drained, links accepted) every so many.
-constexpr int kBusyPassesPerEpoll = 16;
 // The snapshot status reads is refreshed at most this often while the router works.
 constexpr int64_t kPublishNs = 50'000'000;
 
@@ -228,7 +226,6 @@ void RouterThread::loop() {
   epoll_event events[64];
   std::vector<Task> ts;
   int64_t last_work = 0;
-  int busy_passes = 0;
   while (!stopping_.load(std::memory_order_relaxed)) {
     if (tasks_.take(ts)) {
       for (auto& t : ts) t();
@@ -256,8 +253,8 @@ void RouterThread::loop() {
     if ((changed_ && (sleeping || now - published_ns_ >= kPublishNs)) || !outbox_.empty())
       publish(now);
     flush_outbox();
-    if (timeout == 0 && work && ++busy_passes < kBusyPassesPerEpoll) continue;
-    busy_passes = 0;
+    // After every pass, even a busy one: epoll says which links have bytes (a pass reads
+    // no other), which doorbells rang, which links wait to be accepted.
     int n = ::epoll_wait(epoll_.get(), events, 64, timeout);
     if (n < 0) {
       if (errno == EINTR) continue;

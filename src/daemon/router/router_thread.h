@@ -15,9 +15,10 @@
 // while it handles events and never while it waits for the router: no lock-order cycle.
 //
 // The loop: every pass takes the queued tasks, then Router::poll(); while a pass did work the
-// next one follows at once (epoll looked at without waiting now and then); once a pass finds
-// nothing, the loop keeps polling for `linger_ns`, then arms the doorbells and sleeps in epoll
-// until a doorbell, a link, a task or the router's next deadline: an idle router uses no CPU.
+// next one follows at once (after a look at epoll without waiting: a pass reads only the links
+// epoll said have bytes); once a pass finds nothing, the loop keeps polling for `linger_ns`,
+// then arms the doorbells and sleeps in epoll until a doorbell, a link, a task or the
+// router's next deadline: an idle router uses no CPU.
 #pragma once
 
 #include <atomic>
