@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "common/clock.h"
 #include "engine/implicit_odp.h"
 #include "engine/poll_backoff.h"
 #include "engine/xrc.h"
@@ -192,7 +193,7 @@ void Cq::detach(const shm::SendQueue* sq) {
 bool Cq::streaming() {
   std::lock_guard lock(poll_lock_);
   // The last message received said its sender has more queued behind it.
-  if (more_coming_) return true;
+  if (more_coming_.live(now_ns())) return true;
   for (const shm::SendQueue* sq : sqs_)
     if (poll_backoff::router_streams(*sq)) return true;
   return false;
@@ -240,7 +241,7 @@ int Cq::take_recv(RecvSource& src, int max, ibv_wc* out) {
       if (src.counters) src.counters->dropped.fetch_add(1, std::memory_order_relaxed);
       continue;
     }
-    more_coming_ = (r.flags & shm::kRecvMore) != 0;
+    more_coming_.heard((r.flags & shm::kRecvMore) != 0);
     ibv_wc& wc = out[n++];
     wc = ibv_wc{};
     wc.wr_id = wr_id;

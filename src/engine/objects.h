@@ -14,6 +14,7 @@
 #include <infiniband/verbs.h>
 
 #include "engine/device.h"
+#include "engine/poll_backoff.h"
 #include "engine/posted_recvs.h"
 #include "engine/shared_object.h"
 #include "shm/rings.h"
@@ -191,7 +192,7 @@ class Cq {
   SpinLock poll_lock_;
   std::vector<RecvSource*> sources_;  // guarded by poll_lock_
   std::vector<const shm::SendQueue*> sqs_;  // guarded by poll_lock_
-  bool more_coming_ = false;  // the last receive report's kRecvMore; guarded by poll_lock_
+  poll_backoff::MoreHint more_coming_;  // the last receive report's kRecvMore; poll_lock_
   size_t next_source_ = 0;
   std::atomic<bool> overflow_reported_{false};
   std::mutex ev_mu_;

@@ -38,6 +38,29 @@ inline bool router_streams(const shm::SendQueue& sq) {
   return queued >= kDeepQueue && !sq.doorbell.load(std::memory_order_relaxed);
 }
 
+// What the last message a CQ received said of its sender's queue (shm::kRecvMore), trusted for
+// kHintNs from the first poll that found nothing after it: a sender whose next message does not
+// come (it queued only WRITEs behind it, which complete nothing here, or it lied) delays this
+// CQ's noticing its next message by that at most, not by a nap every time.
+inline constexpr int64_t kHintNs = kMaxNapNs;
+class MoreHint {
+ public:
+  void heard(bool more) {
+    more_ = more;
+    since_ = 0;
+  }
+  // Whether the hint holds at `now` (the caller's poll found nothing).
+  bool live(int64_t now) {
+    if (!more_) return false;
+    if (!since_) since_ = now;
+    return now - since_ < kHintNs;
+  }
+
+ private:
+  bool more_ = false;
+  int64_t since_ = 0;  // the first empty poll after the hint (0: none yet)
+};
+
 // A poll of this thread returned completions: it is not waiting.
 void found();
 // A poll of this thread found nothing: whether it has found nothing for kSpinNs.

@@ -77,6 +77,22 @@ TEST(PollBackoff, NapsThatFindNothingGrowUpToTheBound) {
   poll_backoff::found();
 }
 
+TEST(PollBackoff, AHintThatMoreIsQueuedHoldsForAWhileAfterTheLastMessage) {
+  poll_backoff::MoreHint h;
+  EXPECT_FALSE(h.live(1'000'000));  // nothing heard
+  h.heard(true);
+  // Its time runs from the first empty poll after the message, not from the message.
+  EXPECT_TRUE(h.live(5'000'000));
+  EXPECT_TRUE(h.live(5'000'000 + poll_backoff::kHintNs - 1));
+  EXPECT_FALSE(h.live(5'000'000 + poll_backoff::kHintNs));
+  EXPECT_FALSE(h.live(9'000'000'000));
+  // The next message renews it; a message without the hint ends it.
+  h.heard(true);
+  EXPECT_TRUE(h.live(9'000'000'000));
+  h.heard(false);
+  EXPECT_FALSE(h.live(9'000'000'000));
+}
+
 TEST(PollBackoff, EachThreadWaitsOnItsOwn) {
   poll_backoff::found();
   EXPECT_FALSE(poll_backoff::waited_long());
