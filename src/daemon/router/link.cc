@@ -260,8 +260,8 @@ int Link::in_read(BIO* b, char* data, int len) {
       if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) BIO_set_retry_read(b);
       return -1;
     }
-    if (static_cast<size_t>(n) < kTlsIn && static_cast<size_t>(n) < kFlowing)
-      l->rx_ready = false;  // it had no more, and little: more is not on its way
+    // It had no more (kFlowing < kTlsIn), and little: more is not on its way.
+    if (static_cast<size_t>(n) < kFlowing) l->rx_ready = false;
     l->tls_in_len_ = static_cast<size_t>(n);
     ++l->socket_reads;
   }

@@ -157,8 +157,9 @@ class Link : private FrameSink {
   static constexpr size_t kTlsOutHigh = kTlsOut / 2;  // stop encrypting while this much waits
   // User-space TLS: what the socket holds is read into tls_in_ in large reads, from which
   // OpenSSL takes its records (one recv per up to kTlsIn bytes, not one per record).
-  static constexpr size_t kFlowing = 16 * 1024;  // rx_ready
   static constexpr size_t kTlsIn = 256 * 1024;
+  static constexpr size_t kFlowing = 16 * 1024;  // rx_ready
+  static_assert(kFlowing < kTlsIn);
 
   // FrameSink, forwarded to the handler of the receive() in progress.
   bool on_frame(wire::Type type, const uint8_t* body, uint32_t payload, PayloadDest& dest,
