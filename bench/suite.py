@@ -489,23 +489,15 @@ class Suite:
             where = "same host" if topo == "same_host" else "cross host"
             for p in c["pairs"]:
                 pairs = self.pairs(topo, p)
-                steps.append(Step("scalability", "scalability",
-                                  f"{p} pair(s) {where}: ib_write_bw 64 KiB, "
-                                  f"{c['pair_duration']} s",
-                                  ("scalability", "pairs_bw", f"{topo}[]"),
-                                  lambda pr=pairs: m.pairs_bw(
-                                      self.bench, pr, REF_BW_SIZE, c["pair_duration"],
-                                      c["pair_margin"], c["run_timeout"] + 30),
-                                  {"pairs": p},
-                                  lambda r: f"aggregate {r['aggregate_mb_s'] / 1000:.2f} GB/s",
-                                  gate))
+                throughputs = [("ib_write_bw 64 KiB", "pairs_bw", m.pairs_bw)]
                 if topo == "cross_host" and p in c["tcp_pairs"]:
                     # The baseline: TCP between the same containers, as many pairs at once.
+                    throughputs.append(("iperf3 64 KiB writes", "pairs_tcp", m.pairs_tcp))
+                for what, key, measure in throughputs:
                     steps.append(Step("scalability", "scalability",
-                                      f"{p} pair(s) {where}: iperf3 64 KiB writes, "
-                                      f"{c['pair_duration']} s",
-                                      ("scalability", "pairs_tcp", f"{topo}[]"),
-                                      lambda pr=pairs: m.pairs_tcp(
+                                      f"{p} pair(s) {where}: {what}, {c['pair_duration']} s",
+                                      ("scalability", key, f"{topo}[]"),
+                                      lambda pr=pairs, fn=measure: fn(
                                           self.bench, pr, REF_BW_SIZE, c["pair_duration"],
                                           c["pair_margin"], c["run_timeout"] + 30),
                                       {"pairs": p},

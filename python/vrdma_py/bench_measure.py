@@ -175,6 +175,15 @@ def ucx(b, test, size, iters, tls, server, client, timeout=None):
     return _cpu_record(rec, run, size * n, n)
 
 
+def _iperf3_received(text):
+    """(bytes, seconds) the iperf3 server received, from the client's -J output."""
+    try:
+        recv = json.loads(text)["end"]["sum_received"]
+        return recv["bytes"], recv["seconds"]
+    except (ValueError, KeyError) as e:
+        raise RuntimeError(f"unexpected iperf3 output ({e}):\n{text[-2000:]}")
+
+
 def iperf3(b, size, seconds, server, client, timeout=None):
     """TCP throughput with writes of `size` bytes (iperf3 -l, at most 1 MiB). CPU covers
     the whole run (setup is one TCP connection, small against the seconds of transfer)."""
@@ -183,11 +192,7 @@ def iperf3(b, size, seconds, server, client, timeout=None):
     cli = ["iperf3", "-c", b.ip(server), "-p", IPERF_PORT, "-t", seconds, "-l", write, "-J"]
     run = _pair(b, server, client, srv, cli, IPERF_PORT, lib=False,
                 timeout=timeout or seconds + 30)
-    try:
-        recv = json.loads(run.out)["end"]["sum_received"]
-    except (ValueError, KeyError) as e:
-        raise RuntimeError(f"unexpected iperf3 output ({e}):\n{run.out[-2000:]}")
-    nbytes, secs = recv["bytes"], recv["seconds"]
+    nbytes, secs = _iperf3_received(run.out)
     msgs = nbytes / write
     rec = {"size": size, "write_size": write, "seconds": secs, "mb_s": nbytes / secs / 1e6,
            "mmsg_s": msgs / secs / 1e6, "wall_s": run.wall}
@@ -311,11 +316,10 @@ def pairs_tcp(b, pairs, size, duration, margin, timeout):
     cli = ["iperf3", "-p", IPERF_PORT, "-t", duration, "-O", margin, "-l", write, "-J", "-c"]
 
     def parse(text):
-        try:
-            recv = json.loads(text)["end"]["sum_received"]
-            return recv["bytes"] / recv["seconds"] / 1e6
-        except (ValueError, KeyError, ZeroDivisionError) as e:
-            raise RuntimeError(f"unexpected iperf3 output ({e}):\n{text[-2000:]}")
+        nbytes, secs = _iperf3_received(text)
+        if secs <= 0:
+            raise RuntimeError(f"iperf3 measured no time:\n{text[-2000:]}")
+        return nbytes / secs / 1e6
     per, info = group(b, pairs, srv, cli, parse, timeout, port=IPERF_PORT, lib=False)
     return {"pairs": len(pairs), "size": size, "write_size": write, "aggregate_mb_s": sum(per),
             "per_pair_mb_s_min": min(per), "per_pair_mb_s_max": max(per), **info}
