@@ -109,8 +109,8 @@ void Router::on_event(uint64_t tag, int64_t now) {
     return;
   }
   // A link's socket has bytes (or its end or an error): the next pass reads it.
-  if (sub >= 2)
-    if (Link* l = find_link(static_cast<uint32_t>(sub - 2))) l->rx_ready = true;
+  if (sub >= kTagLinks)
+    if (Link* l = find_link(static_cast<uint32_t>(sub - kTagLinks))) l->rx_ready = true;
 }
 
 int Router::doorbell_for(uint32_t client) {

@@ -300,6 +300,9 @@ class Router : public LinkHandler {
               uint64_t placed);
   void set_rx_paused(Link& link, bool paused);
   void watch(Link& link);  // registers the link's socket with epoll
+  // A link's epoll tag: kTagBase | (kTagLinks + its id); below kTagLinks, the listener's.
+  static constexpr uint64_t kTagLinks = 2;
+  static uint64_t link_tag(uint32_t id) { return kTagBase | (kTagLinks + uint64_t(id)); }
   void on_connect_rep(Link& link, const wire::ConnectRep& r);
   void on_peer_gone(Link& link, const wire::PeerGone& g);
   std::shared_ptr<shm::Peer> peer(uint32_t client);

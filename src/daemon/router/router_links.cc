@@ -51,7 +51,7 @@ void Router::watch(Link& link) {
   link.rx_ready = true;  // whatever its socket holds already is read on the next pass
   epoll_event ev{};
   ev.events = EPOLLIN | EPOLLRDHUP;
-  ev.data.u64 = kTagBase | (2 + uint64_t(link.id()));
+  ev.data.u64 = link_tag(link.id());
   ::epoll_ctl(epoll_, EPOLL_CTL_ADD, link.fd(), &ev);
 }
 
@@ -61,7 +61,7 @@ void Router::set_rx_paused(Link& link, bool paused) {
   if (!paused) link.rx_ready = true;
   epoll_event ev{};
   ev.events = paused ? EPOLLRDHUP : EPOLLIN | EPOLLRDHUP;
-  ev.data.u64 = kTagBase | (2 + uint64_t(link.id()));
+  ev.data.u64 = link_tag(link.id());
   ::epoll_ctl(epoll_, EPOLL_CTL_MOD, link.fd(), &ev);
 }
 
