@@ -155,6 +155,13 @@ void print_status(const json& status, std::ostream& out) {
   if (d.contains("router") && d["router"].is_object() && text(d["router"], "enabled") == "true") {
     const json& r = d["router"];
     out << "router: " << plural(static_cast<size_t>(number(r, "routed_qps")), "routed QP");
+    if (r.contains("latency_thread") && r["latency_thread"].is_object()) {
+      const json& lt = r["latency_thread"];
+      const std::string sched = text(lt, "scheduling");
+      if (sched == "realtime" || sched == "normal")
+        out << "; latency thread " << (sched == "realtime" ? "real-time" : "normal class") << " ("
+            << plural(static_cast<size_t>(number(lt, "realtime_demotions")), "demotion") << ")";
+    }
     for (const auto& l : list(r, "links"))
       out << "; link " << text(l, "direction") << " host " << text(l, "host_id") << " "
           << (text(l, "connected") == "true" ? "" : "(connecting) ") << "in "

@@ -9,6 +9,7 @@ of one run, with the rules set at run time by `vrdma qos set`:
   and keeps its p99 within 2x its idle p99 while a bulk pair saturates the main link.
 VRDMA_QOS_SECONDS sets each measured window (default 6 s)."""
 
+import glob
 import os
 import re
 import subprocess
@@ -165,6 +166,55 @@ class Qos(unittest.TestCase):
             self.assertIn(lat[0]["security"], ("tls", "ktls"), f"{host}: {links}")
             self.assertGreater(lat[0]["bytes_in"] + lat[0]["bytes_out"], 1000, f"{host}: {links}")
 
+    def latency_thread(self, host):
+        """The latency thread's scheduling as status says it, and as the kernel does (its
+        policy: 0 normal, 1 SCHED_FIFO)."""
+        status = SB.status(host)["daemon"]
+        lt = status["router"]["latency_thread"]
+        policy = None
+        for task in glob.glob(f"/proc/{status['pid']}/task/*"):
+            try:
+                with open(os.path.join(task, "comm")) as f:
+                    if f.read().strip() != "vrdmad-router1":  # the last of two threads
+                        continue
+                with open(os.path.join(task, "stat")) as f:
+                    policy = int(f.read().rsplit(")", 1)[1].split()[38])
+            except OSError:
+                continue
+        return lt["scheduling"], lt["realtime_demotions"], policy
+
+    def test_latency_thread_is_real_time_and_a_flood_sends_it_back(self):
+        # Woken by a frame, the latency class's router thread takes a core at once (the
+        # sandbox's vrdmad runs as root, with CAP_SYS_NICE): SCHED_FIFO.
+        self.latency_p99()
+        for h in ("h0", "h1"):
+            sched, _, policy = self.latency_thread(h)
+            self.assertEqual((sched, policy), ("realtime", 1), h)
+        before = {h: self.latency_thread(h)[1] for h in ("h0", "h1")}
+        # A container floods the latency class (ib_write_bw with SL 1): its routers' latency
+        # threads run dry of real-time budget within milliseconds and are scheduled as any
+        # other thread while it lasts, on both hosts.
+        srv = SB.start("h1c5", "ib_write_bw", "-F", "--sl", "1", "-D", "6")
+        self.procs.append(srv)
+        self.assertTrue(SB.wait_listening("h1c5", 18515, timeout=20))
+        cli = SB.start("h0c5", "ib_write_bw", "-F", "--sl", "1", "-D", "6", container_ip("h1c5"))
+        self.procs.append(cli)
+        time.sleep(3)
+        during = {h: self.latency_thread(h) for h in ("h0", "h1")}
+        self.wait_all([cli, srv], 60)
+        rows = bw_rows(cli.out)
+        self.assertTrue(rows and rows[0][3] > 50, cli.out)  # MB/s: it did flood
+        for h in ("h0", "h1"):
+            sched, demotions, policy = during[h]
+            self.assertGreater(demotions, before[h], f"{h}: {during[h]}")
+            self.assertEqual((sched, policy), ("normal", 0), f"{h}: {during[h]}")
+        # Once it stops, latency traffic has the real-time class back.
+        self.latency_p99()
+        for h in ("h0", "h1"):
+            self.assertEqual(self.latency_thread(h)[0::2], ("realtime", 1), h)
+        text = vrdma("status", "--host", "h0").stdout
+        self.assertRegex(text, r"latency thread real-time \(\d+ demotions?\)")
+
     # The latency class under a saturating bulk pair on the same link: its writes go in the
     # latency class, on its own lane, and every round trip completes while the bulk pair keeps
     # the link loaded. How its p99 compares with the idle p99 (the target: within 2x) is a
@@ -197,10 +247,6 @@ class Qos(unittest.TestCase):
         self.assertGreaterEqual(h0c5_msgs("latency") - latency_before, 6000, SB.status("h0")["qos"])
         self.assertEqual(h0c5_msgs("bulk"), bulk_before, SB.status("h0")["qos"])
         self.assertGreater(bulk, 50e6, "the bulk pair did not load the link")
-
-
-if __name__ == "__main__":
-    unittest.main()
 
 
 class SameHost(unittest.TestCase):
@@ -256,3 +302,7 @@ class SameHost(unittest.TestCase):
         _, rate = self.bw("-s", "8")[0]
         print(f"same host, limit 20 k messages/s: {rate / 1e3:.1f} k messages/s")
         self.assertAlmostEqual(rate / 2e4, 1.0, delta=0.1)
+
+
+if __name__ == "__main__":
+    unittest.main()

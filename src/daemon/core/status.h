@@ -62,14 +62,16 @@ struct StatusInput {
   size_t directory_hosts = 1;
   bool router = false;
   size_t routed_qps = 0;
-  uint32_t router_links = 0;  // bulk links per host pair (--router-links)
+  uint32_t router_links = 0;    // bulk links per host pair (--router-links)
   uint32_t router_threads = 0;  // --router-threads
+  std::string latency_thread;   // RouterPool::latency_thread
+  uint64_t latency_thread_demotions = 0;
   struct Link {
     uint32_t host_id;
     bool outbound, connected;
     std::string addr;
     uint64_t bytes_in, bytes_out;
-    std::string security;  // "plaintext", "tls" (user space) or "ktls" (the kernel encrypts)
+    std::string security;       // "plaintext", "tls" (user space) or "ktls" (the kernel encrypts)
     std::string lane = "main";  // "main", or "latency": the latency class's own link
     uint32_t thread = 0;        // the router thread that carries it
   };

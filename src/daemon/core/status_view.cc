@@ -2,6 +2,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <tuple>
 
 #include "common/address.h"
 #include "daemon/core/daemon.h"
@@ -38,11 +39,14 @@ std::string Daemon::status_text(const Client& viewer) {
     in.routed_qps = router_->routed_qps();
     in.router_links = cfg_.router_links;
     in.router_threads = static_cast<uint32_t>(router_->threads());
+    std::tie(in.latency_thread, in.latency_thread_demotions) = router_->latency_thread();
     if (all)
       for (const auto& l : router_->links())
         in.links.push_back({l.host_id, l.outbound, l.connected, l.addr, l.bytes_in, l.bytes_out,
-                            !l.tls ? "plaintext" : l.ktls ? "ktls" : "tls",
-                        wire::lane_label(l.lane), l.thread});
+                            !l.tls   ? "plaintext"
+                            : l.ktls ? "ktls"
+                                     : "tls",
+                            wire::lane_label(l.lane), l.thread});
     for (const auto& f : router_->qos_flows()) {
       if (!all && (viewer.tenant.empty() || f.tenant != viewer.tenant)) continue;
       in.qos.push_back({ipv4_text(f.ipv4), f.tenant, qos::class_name(f.cls), f.container.weight,

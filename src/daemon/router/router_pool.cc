@@ -91,8 +91,7 @@ void RouterPool::connect_qp(bool local, uint32_t qpn, const LocalQp& qp, uint32_
   };
   // Thread 0 picks the lane (the bulk links' turn is kept there), and the lane's thread
   // connects it.
-  thread(0).post([this, local, qpn, qp, dst_ipv4, dst_qpn,
-                  record = std::move(record)](Router& r) {
+  thread(0).post([this, local, qpn, qp, dst_ipv4, dst_qpn, record = std::move(record)](Router& r) {
     const uint32_t lane = r.pick_lane(qpn, qp, local);
     const uint32_t t = cfg_.thread_of(lane);
     thread(t).connect_qp(local, qpn, qp, dst_ipv4, dst_qpn, record(t), static_cast<int>(lane));
@@ -165,6 +164,12 @@ size_t RouterPool::routed_qps() const {
   size_t n = 0;
   for (auto& t : threads_) n += t->routed_qps();
   return n;
+}
+
+std::pair<std::string, uint64_t> RouterPool::latency_thread() const {
+  for (auto& t : threads_)
+    if (t->latency_only()) return {t->realtime() ? "realtime" : "normal", t->realtime_demotions()};
+  return {"", 0};
 }
 
 std::vector<Router::QosFlowInfo> RouterPool::qos_flows() const {

@@ -28,6 +28,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -61,8 +62,8 @@ class RouterPool {
   static void post_to_control(Task t);
 
   // What the control thread asks (router_thread.h).
-  void connect_qp(bool local, uint32_t qpn, const LocalQp& qp, uint32_t dst_ipv4,
-                  uint32_t dst_qpn, ConnectDone done);
+  void connect_qp(bool local, uint32_t qpn, const LocalQp& qp, uint32_t dst_ipv4, uint32_t dst_qpn,
+                  ConnectDone done);
   void attach_multicast(uint32_t qpn, const LocalQp& qp, std::function<void(int fd)> done);
   // `done` runs once every thread has let the QP go.
   void qp_freed(uint32_t qpn, std::function<void()> done = nullptr);
@@ -77,6 +78,10 @@ class RouterPool {
   std::map<uint32_t, uint64_t> link_connects() const;
   std::map<uint32_t, std::pair<uint64_t, uint64_t>> held_by_owner() const;
   size_t routed_qps() const;
+  // The latency lane's thread (one only with two threads or more): "realtime" while it runs
+  // in the real-time class, "normal" when its budget sent it back or it could not have that
+  // class (realtime.h), "" without such a thread; and how often its budget demoted it.
+  std::pair<std::string, uint64_t> latency_thread() const;
   // A container's flow of one class, summed over the threads that carried it.
   std::vector<Router::QosFlowInfo> qos_flows() const;
   void set_qos(const qos::NamedRule& rule);

@@ -2,13 +2,13 @@
 #include "daemon/router/router_thread.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
-#include <pthread.h>
 #include <unistd.h>
 
 #include <string>
@@ -25,6 +25,8 @@ constexpr uint64_t kWakeTag = 7ull << 32;
 static_assert(Router::kTagBase != kWakeTag, "the wake-up has a tag of its own");
 // The snapshot status reads is refreshed at most this often while the router works.
 constexpr int64_t kPublishNs = 50'000'000;
+// A busy latency thread's real-time budget is metered at least this often (realtime.h).
+constexpr int64_t kMeterNs = 50'000;
 
 void drain_eventfd(int fd) {
   uint64_t v;
@@ -39,9 +41,10 @@ void ring(int fd) {
 thread_local RouterThread* current_thread = nullptr;
 
 // The latency class's thread, woken by each of its frames, should not wait for a core behind
-// spinning programs and the bulk threads: it runs at a higher CFS weight (nice -10, with
-// CAP_SYS_NICE). It sleeps whenever it has nothing to do (vrdmad does not linger by default), so
-// the weight buys it promptness, not more CPU than its traffic needs.
+// spinning programs and the bulk threads: it runs in the real-time class while its work comes
+// in short bursts (realtime.h), with CAP_SYS_NICE; without, at a higher CFS weight (nice -10,
+// which also needs it). It sleeps whenever it has nothing to do (vrdmad does not linger by
+// default), so either buys it promptness, not more CPU than its traffic needs.
 constexpr int kLatencyThreadNice = -10;
 
 void favour_this_thread() {
@@ -125,8 +128,7 @@ void RouterThread::flush_outbox() {
 
 void RouterThread::connect_qp(bool local, uint32_t qpn, const LocalQp& qp, uint32_t dst_ipv4,
                               uint32_t dst_qpn, ConnectDone done, int lane) {
-  post([this, local, qpn, qp, dst_ipv4, dst_qpn, lane,
-        done = std::move(done)](Router& r) mutable {
+  post([this, local, qpn, qp, dst_ipv4, dst_qpn, lane, done = std::move(done)](Router& r) mutable {
     uint32_t owner = qp.owner;
     auto connect = local ? &Router::connect_local : &Router::connect_qp;
     (r.*connect)(
@@ -176,6 +178,17 @@ void RouterThread::reclaim_point() {
   unmaps_.clear();
 }
 
+void RouterThread::meter(int64_t from, int64_t to) {
+  const bool was = realtime_->realtime();
+  if (realtime_->worked(from, to) == was) return;
+  if (int err = set_realtime(!was)) {
+    LOG_WARN("router: the latency thread cannot change its scheduling class: %s", strerror(err));
+    return;
+  }
+  realtime_demotions_.store(realtime_->demotions(), std::memory_order_relaxed);
+  realtime_now_.store(!was, std::memory_order_relaxed);
+}
+
 void RouterThread::publish(int64_t now) {
   Snapshot s;
   s.links = router_->links();
@@ -222,7 +235,17 @@ void RouterThread::set_qos(const qos::NamedRule& rule) {
 
 void RouterThread::loop() {
   current_thread = this;
-  if (latency_only_) favour_this_thread();
+  if (latency_only_) {
+    favour_this_thread();
+    if (int err = set_realtime(true)) {
+      LOG_INFO("router: the latency thread stays in the normal scheduling class (%s)",
+               strerror(err));
+    } else {
+      realtime_.emplace(now_ns());
+      realtime_now_.store(true, std::memory_order_relaxed);
+    }
+  }
+  int64_t awake_since = now_ns();  // when the thread last woke from a wait in epoll
   epoll_event events[64];
   std::vector<Task> ts;
   int64_t last_work = 0;
@@ -253,6 +276,11 @@ void RouterThread::loop() {
     if ((changed_ && (sleeping || now - published_ns_ >= kPublishNs)) || !outbox_.empty())
       publish(now);
     flush_outbox();
+    if (realtime_ && (sleeping || now - awake_since >= kMeterNs)) {
+      const int64_t t = now_ns();
+      meter(awake_since, t);
+      awake_since = t;
+    }
     // After every pass, even a busy one: epoll says which links have bytes (a pass reads
     // no other), which doorbells rang, which links wait to be accepted.
     int n = ::epoll_wait(epoll_.get(), events, 64, timeout);
@@ -263,6 +291,7 @@ void RouterThread::loop() {
     }
     if (n > 0) changed_ = true;
     now = now_ns();
+    if (sleeping) awake_since = now;
     for (int i = 0; i < n; ++i) {
       uint64_t tag = events[i].data.u64;
       if (tag == kWakeTag)

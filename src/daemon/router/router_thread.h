@@ -27,12 +27,14 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <utility>
 #include <vector>
 
 #include "common/unique_fd.h"
 #include "daemon/router/doorbells.h"
+#include "daemon/router/realtime.h"
 #include "daemon/router/router.h"
 #include "daemon/router/task_queue.h"
 
@@ -77,8 +79,8 @@ class RouterThread {
   // the control thread's queue.
   // `local`: a QP of this host through the router itself (the mediated path, router_self.cc).
   // `lane`: the lane it takes (Router::pick_lane's; -1: this thread's Router picks).
-  void connect_qp(bool local, uint32_t qpn, const LocalQp& qp, uint32_t dst_ipv4,
-                  uint32_t dst_qpn, ConnectDone done, int lane = -1);
+  void connect_qp(bool local, uint32_t qpn, const LocalQp& qp, uint32_t dst_ipv4, uint32_t dst_qpn,
+                  ConnectDone done, int lane = -1);
   // A UD QP's multicast sends go through the router too (router_multicast.cc); `done` gets the
   // doorbell eventfd of the owner's routed QPs, or -1.
   void attach_multicast(uint32_t qpn, const LocalQp& qp, std::function<void(int fd)> done);
@@ -104,6 +106,14 @@ class RouterThread {
   // A QoS rule for the router's scheduler (Router::set_qos), applied on its next pass.
   void set_qos(const qos::NamedRule& rule);
   bool tls() const { return tls_; }
+  // The latency thread: whether it runs in the real-time class now (realtime.h), and how often
+  // its budget sent it back to the normal class. False and 0 for any other thread, and for one
+  // that could not have the class (no CAP_SYS_NICE).
+  bool realtime() const { return realtime_now_.load(std::memory_order_relaxed); }
+  uint64_t realtime_demotions() const {
+    return realtime_demotions_.load(std::memory_order_relaxed);
+  }
+  bool latency_only() const { return latency_only_; }
 
   // The Router's hook for reclaim points: the router thread lets go of what unmap_when_idle()
   // gave it.
@@ -120,6 +130,8 @@ class RouterThread {
   void loop();
   void wake();  // the router thread
   void publish(int64_t now);
+  // The latency thread was awake from `from` to `to`: its budget says which class it runs in.
+  void meter(int64_t from, int64_t to);
   void flush_outbox();
 
   std::unique_ptr<Router> router_;
@@ -140,6 +152,9 @@ class RouterThread {
   Snapshot snap_;
   int64_t published_ns_ = 0;
   bool changed_ = true;
+  std::optional<RealtimeBudget> realtime_;  // the latency thread in the real-time class
+  std::atomic<bool> realtime_now_{false};
+  std::atomic<uint64_t> realtime_demotions_{0};
 };
 
 }  // namespace vrdma::daemon
