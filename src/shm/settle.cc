@@ -1,6 +1,7 @@
 #include "shm/settle.h"
 
 #include <sched.h>
+#include <time.h>
 
 #include <atomic>
 
@@ -16,17 +17,26 @@ bool moved_since(const Peer& peer, uint32_t before) {
   return now != before || (now & 1);
 }
 
-int64_t wait_for_moves(const Peer& peer, int64_t deadline_ns) {
+int64_t wait_while_odd(const std::function<uint32_t()>& count, int64_t deadline_ns) {
   uint32_t m;
-  while ((m = peer.moves()) & 1) {
+  for (int tries = 0; (m = count()) & 1; ++tries) {
     if (now_ns() > deadline_ns) return -1;
-    sched_yield();
+    if (tries < kMoveYields) {
+      sched_yield();
+    } else {
+      timespec nap{0, kMoveNapNs};
+      nanosleep(&nap, nullptr);
+    }
   }
   return m;
 }
 
-int64_t translate_again(Peer& peer, uint32_t via_qpn, uint32_t pd, const Placement& pl,
-                        Seg* out, int64_t deadline_ns) {
+int64_t wait_for_moves(const Peer& peer, int64_t deadline_ns) {
+  return wait_while_odd([&peer] { return peer.moves(); }, deadline_ns);
+}
+
+int64_t translate_again(Peer& peer, uint32_t via_qpn, uint32_t pd, const Placement& pl, Seg* out,
+                        int64_t deadline_ns) {
   const int64_t m = wait_for_moves(peer, deadline_ns);
   if (m < 0) return -1;
   for (int i = 0; i < pl.nsegs; ++i) {

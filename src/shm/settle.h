@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 
 #include "shm/peer.h"
 #include "shm/respond.h"
@@ -28,11 +29,19 @@ bool moved_since(const Peer& peer, uint32_t before);
 // or -1 when the owner stayed mid-move until the deadline.
 int64_t wait_for_moves(const Peer& peer, int64_t deadline_ns);
 
+// How wait_for_moves waits, for any reading of the count: -1 past the deadline. It yields the
+// core a few times (the mover may be queued behind the caller on it), then sleeps in short
+// naps: a caller in the real-time class (vrdmad's latency thread) yields to no thread of the
+// normal class, and would otherwise keep a mover that shares its core from ever finishing.
+inline constexpr int kMoveYields = 16;
+inline constexpr long kMoveNapNs = 20'000;
+int64_t wait_while_odd(const std::function<uint32_t()>& count, int64_t deadline_ns);
+
 // Waits (at most until deadline_ns, now_ns()'s clock) for a move in progress to end, then
 // translates each of pl's segments again into `out` (where the owner's pages are now). Returns
 // moves() as it was before translating, for a later moved_since(), or -1 when the owner stayed
 // mid-move until the deadline or a segment no longer translates (the MR is gone).
-int64_t translate_again(Peer& peer, uint32_t via_qpn, uint32_t pd, const Placement& pl,
-                        Seg* out, int64_t deadline_ns);
+int64_t translate_again(Peer& peer, uint32_t via_qpn, uint32_t pd, const Placement& pl, Seg* out,
+                        int64_t deadline_ns);
 
 }  // namespace vrdma::shm
