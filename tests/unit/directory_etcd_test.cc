@@ -19,6 +19,7 @@
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <random>
 #include <thread>
 
 #include "daemon/core/config.h"
@@ -68,19 +69,24 @@ uint32_t ip(const char* text) {
   return in.s_addr;
 }
 
-// A loopback TCP port nobody uses right now.
+// A loopback TCP port nobody uses right now, below the kernel's ephemeral range (32768 and
+// up by default): a port the kernel handed out and this test let go could be handed to another
+// process's outgoing connection (the other etcd tests' clients, running alongside) before
+// etcd binds it; one of these is only ever taken by a process that picks it by number.
 uint16_t free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(sa);
-  uint16_t port = 0;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) == 0 &&
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len) == 0)
-    port = ntohs(sa.sin_port);
-  ::close(fd);
-  return port;
+  static std::mt19937 rng(static_cast<uint32_t>(::getpid()) ^ std::random_device{}());
+  std::uniform_int_distribution<int> pick(20000, 32767);
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    sa.sin_port = htons(static_cast<uint16_t>(pick(rng)));
+    const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) == 0;
+    ::close(fd);
+    if (ok) return ntohs(sa.sin_port);
+  }
+  return 0;
 }
 
 // Polls `done` every 20 ms until it holds or `timeout` passed.
