@@ -249,21 +249,14 @@ int Link::in_read(BIO* b, char* data, int len) {
   if (len <= 0) return 0;
   if (l->tls_in_pos_ == l->tls_in_len_) {
     l->tls_in_pos_ = l->tls_in_len_ = 0;
-    if (!l->rx_ready) {  // nothing since the socket was last found empty
-      BIO_set_retry_read(b);
-      return -1;
-    }
-    ssize_t n = ::recv(l->fd_.get(), l->tls_in_.get(), kTlsIn, MSG_DONTWAIT);
-    if (n == 0) return 0;  // the end of the stream
+    iovec v{l->tls_in_.get(), kTlsIn};
+    ssize_t n = l->socket_read(&v, 1);  // keeps rx_ready (kFlowing < kTlsIn)
+    if (n == 0) return 0;               // the end of the stream
     if (n < 0) {
-      if (errno == EAGAIN || errno == EWOULDBLOCK) l->rx_ready = false;
       if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) BIO_set_retry_read(b);
       return -1;
     }
-    // It had no more (kFlowing < kTlsIn), and little: more is not on its way.
-    if (static_cast<size_t>(n) < kFlowing) l->rx_ready = false;
     l->tls_in_len_ = static_cast<size_t>(n);
-    ++l->socket_reads;
   }
   size_t n = std::min(l->tls_in_len_ - l->tls_in_pos_, static_cast<size_t>(len));
   memcpy(data, l->tls_in_.get() + l->tls_in_pos_, n);
