@@ -17,18 +17,13 @@ bool moved_since(const Peer& peer, uint32_t before) {
   return now != before || (now & 1);
 }
 
-int64_t wait_while_odd(const std::function<uint32_t()>& count, int64_t deadline_ns) {
-  uint32_t m;
-  for (int tries = 0; (m = count()) & 1; ++tries) {
-    if (now_ns() > deadline_ns) return -1;
-    if (tries < kMoveYields) {
-      sched_yield();
-    } else {
-      timespec nap{0, kMoveNapNs};
-      nanosleep(&nap, nullptr);
-    }
+void move_wait_pause(int tries) {
+  if (tries < kMoveYields) {
+    sched_yield();
+  } else {
+    timespec nap{0, kMoveNapNs};
+    nanosleep(&nap, nullptr);
   }
-  return m;
 }
 
 int64_t wait_for_moves(const Peer& peer, int64_t deadline_ns) {

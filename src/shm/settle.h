@@ -10,8 +10,8 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
 
+#include "common/clock.h"
 #include "shm/peer.h"
 #include "shm/respond.h"
 
@@ -33,9 +33,19 @@ int64_t wait_for_moves(const Peer& peer, int64_t deadline_ns);
 // core a few times (the mover may be queued behind the caller on it), then sleeps in short
 // naps: a caller in the real-time class (vrdmad's latency thread) yields to no thread of the
 // normal class, and would otherwise keep a mover that shares its core from ever finishing.
+// (A template: the router calls wait_for_moves for every placement, where the count is even.)
 inline constexpr int kMoveYields = 16;
 inline constexpr long kMoveNapNs = 20'000;
-int64_t wait_while_odd(const std::function<uint32_t()>& count, int64_t deadline_ns);
+void move_wait_pause(int tries);  // a yield, or past kMoveYields tries a nap
+template <typename Count>
+int64_t wait_while_odd(Count count, int64_t deadline_ns) {
+  uint32_t m;
+  for (int tries = 0; (m = count()) & 1; ++tries) {
+    if (now_ns() > deadline_ns) return -1;
+    move_wait_pause(tries);
+  }
+  return m;
+}
 
 // Waits (at most until deadline_ns, now_ns()'s clock) for a move in progress to end, then
 // translates each of pl's segments again into `out` (where the owner's pages are now). Returns
