@@ -282,6 +282,24 @@ def proc_cpu_seconds(pid):
     return ticks if ticks - precise > 2.0 / CLK_TCK else precise
 
 
+def thread_stats(pid, prefix=""):
+    """The threads of a live process whose names start with `prefix`, by name: the fields of
+    each one's /proc/<pid>/task/<tid>/stat after its name (field N of proc(5) is [N - 3]:
+    utime [11], stime [12], nice [16], policy [38]). Threads gone meanwhile are left out."""
+    out = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                name = f.read().strip()
+            if not name.startswith(prefix):
+                continue
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                out[name] = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+    return out
+
+
 def proc_status(pid):
     """Selected /proc/<pid>/status fields in KiB (VmRSS, RssAnon, RssFile, RssShmem) and Threads."""
     out = {}

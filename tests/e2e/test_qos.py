@@ -9,7 +9,6 @@ of one run, with the rules set at run time by `vrdma qos set`:
   and keeps its p99 within 2x its idle p99 while a bulk pair saturates the main link.
 VRDMA_QOS_SECONDS sets each measured window (default 6 s)."""
 
-import glob
 import os
 import re
 import subprocess
@@ -17,6 +16,7 @@ import time
 import unittest
 
 import conftest_path  # noqa: F401
+from vrdma_py.bench_proc import thread_stats
 from vrdma_py.perftest_output import bw_rows, lat_rows
 from vrdma_py.sandbox import Sandbox, container_ip, vrdma
 
@@ -171,17 +171,8 @@ class Qos(unittest.TestCase):
         policy: 0 normal, 1 SCHED_FIFO)."""
         status = SB.status(host)["daemon"]
         lt = status["router"]["latency_thread"]
-        policy = None
-        for task in glob.glob(f"/proc/{status['pid']}/task/*"):
-            try:
-                with open(os.path.join(task, "comm")) as f:
-                    if f.read().strip() != "vrdmad-router1":  # the last of two threads
-                        continue
-                with open(os.path.join(task, "stat")) as f:
-                    policy = int(f.read().rsplit(")", 1)[1].split()[38])
-            except OSError:
-                continue
-        return lt["scheduling"], lt["realtime_demotions"], policy
+        stat = thread_stats(status["pid"]).get("vrdmad-router1")  # the last of two threads
+        return lt["scheduling"], lt["realtime_demotions"], int(stat[38]) if stat else None
 
     def test_latency_thread_is_real_time_and_a_flood_sends_it_back(self):
         # Woken by a frame, the latency class's router thread takes a core at once (the

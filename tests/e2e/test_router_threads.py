@@ -10,13 +10,12 @@ threads' schedulers share its token buckets.
 
 VRDMA_STRESS names the vrdma_stress binary (set by CTest)."""
 
-import glob
-import os
 import time
 import unittest
 
 import conftest_path  # noqa: F401
 from test_cross_host_load import StressPairs, find_stress
+from vrdma_py.bench_proc import thread_stats
 from vrdma_py.sandbox import Sandbox, container_ip, vrdma
 
 PAIRS = 4
@@ -31,18 +30,8 @@ tearDownModule = SB.down
 
 def thread_cpu(pid):
     """CPU ticks (user + system) of each of vrdmad's router threads, by name."""
-    ticks = {}
-    for task in glob.glob(f"/proc/{pid}/task/*"):
-        try:
-            with open(os.path.join(task, "comm")) as f:
-                name = f.read().strip()
-            with open(os.path.join(task, "stat")) as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if name.startswith("vrdmad-router"):
-            ticks[name] = int(fields[11]) + int(fields[12])
-    return ticks
+    return {name: int(f[11]) + int(f[12])
+            for name, f in thread_stats(pid, "vrdmad-router").items()}
 
 
 class RouterThreads(unittest.TestCase):

@@ -401,12 +401,23 @@ TEST_F(RouterTls, APartialWriteContinuesInOrder) {
   EXPECT_TRUE(got.data == sent);
 }
 
-TEST(RouterLinkPlain, NothingButTheHelloIsReadBeforeAuthentication) {
-  int sv[2];
-  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv), 0);
-  Link out(1, UniqueFd(sv[0]), true), in(2, UniqueFd(sv[1]), false);
-  out.tcp_connected();
-  expect_hello_first(out, in);
+// Two plaintext links over a socket pair: `out_` connected, `in_` as if its Hello had passed.
+class RouterLinkPlain : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    int sv[2];
+    ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv), 0);
+    out_ = std::make_unique<Link>(1, UniqueFd(sv[0]), true);
+    in_ = std::make_unique<Link>(2, UniqueFd(sv[1]), false);
+    in_->authenticated = true;
+    out_->tcp_connected();
+  }
+  std::unique_ptr<Link> out_, in_;
+};
+
+TEST_F(RouterLinkPlain, NothingButTheHelloIsReadBeforeAuthentication) {
+  in_->authenticated = false;
+  expect_hello_first(*out_, *in_);
 }
 
 TEST_F(RouterTls, NothingButTheHelloIsReadBeforeAuthentication) {
@@ -418,12 +429,8 @@ TEST_F(RouterTls, NothingButTheHelloIsReadBeforeAuthentication) {
 }
 
 // The same without TLS: one sendmsg gathers every frame's header and payload.
-TEST(RouterLinkPlain, ManyFramesGoOutInOneWriteAndAPartialOneContinues) {
-  int sv[2];
-  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv), 0);
-  Link out(1, UniqueFd(sv[0]), true), in(2, UniqueFd(sv[1]), false);
-  out.tcp_connected();
-  in.authenticated = true;
+TEST_F(RouterLinkPlain, ManyFramesGoOutInOneWriteAndAPartialOneContinues) {
+  Link &out = *out_, &in = *in_;
   const size_t kLen = 64;
   std::vector<uint8_t> sent(300 * kLen);
   for (size_t i = 0; i < sent.size(); ++i) sent[i] = static_cast<uint8_t>(i * 3 + 1);
@@ -492,13 +499,8 @@ void read_only_when_ready(Link& out, Link& in) {
   EXPECT_EQ(in.socket_reads, reads + 1);
 }
 
-TEST(RouterLinkPlain, AnEmptySocketIsReadAgainOnlyOnceItHasBytes) {
-  int sv[2];
-  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv), 0);
-  Link out(1, UniqueFd(sv[0]), true), in(2, UniqueFd(sv[1]), false);
-  out.tcp_connected();
-  in.authenticated = true;
-  read_only_when_ready(out, in);
+TEST_F(RouterLinkPlain, AnEmptySocketIsReadAgainOnlyOnceItHasBytes) {
+  read_only_when_ready(*out_, *in_);
 }
 
 TEST_F(RouterTls, AnEmptySocketIsReadAgainOnlyOnceItHasBytes) {
