@@ -102,6 +102,45 @@ TEST_F(WorkList, QpsFreedWhileListedAreGoneFromIt) {
   EXPECT_EQ(h1->router().routed_qps(), 0u);
 }
 
+// A ring looks at its client's routed QPs only (a list per client); that list keeps up with QPs
+// freed from its head and its middle, and with a client that goes away.
+TEST_F(WorkList, ARingServesItsClientsArmedQpsAfterOthersOfItWereFreed) {
+  FakeClient& c3 = h1->client("10.1.0.6");
+  FakeMr& m3 = c3.reg_mr(1 << 20, kAllAccess);
+  FakeQp* x[4];
+  for (FakeQp*& q : x) {
+    q = &h1->qp(c3, IBV_QPT_RC);
+    connect(*q, h2->qp(*c2, IBV_QPT_RC));
+  }
+  run(500);
+  ASSERT_EQ(h1->router().active_qps(), 0u);
+  ASSERT_EQ(h1->router().routed_qps(), 25u);
+  // The last QP made and one in the middle are freed while idle.
+  h1->router().qp_freed(x[3]->qpn);
+  h1->router().qp_freed(x[1]->qpn);
+  // Posts on the two left ring c3's doorbell: both are served within a few passes (the
+  // sweep that would find them anyway comes every 100 ms of the simulated clock, not 2).
+  for (FakeQp* q : {x[0], x[2]})
+    post_rdma(*q, q->qpn, IBV_WR_RDMA_WRITE, m3.sge(0, 4096), m2->addr(), m2->key);
+  for (FakeQp* q : {x[0], x[2]}) {
+    auto wcs = send_completions(*q, 1, 2000);
+    ASSERT_EQ(wcs.size(), 1u) << "QP " << q->qpn;
+    EXPECT_EQ(wcs[0].wr_id, q->qpn);
+    EXPECT_EQ(wcs[0].status, IBV_WC_SUCCESS);
+  }
+  // c1's QPs were not woken by c3's ring.
+  EXPECT_EQ(h1->router().active_qps(), 2u);
+  // c3 goes away with its two QPs; c1's ring still serves c1's.
+  h1->client_gone(c3);
+  run(500);
+  EXPECT_EQ(h1->router().routed_qps(), 21u);
+  EXPECT_EQ(h1->router().active_qps(), 0u);
+  write(*pairs[11].first, 5);
+  auto wcs = send_completions(*pairs[11].first, 1, 2000);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_SUCCESS);
+}
+
 TEST_F(WorkList, AStateChangeNobodyRangForIsSeenBySweep) {
   run(500);
   ASSERT_EQ(h1->router().active_qps(), 0u);

@@ -358,6 +358,8 @@ class Router : public LinkHandler {
   void work_pass_done();             // QPs idle for a while leave the list
   void work_ring(uint32_t client);   // the client's doorbell rang
   void work_sweep();                 // every routed QP with work joins (state changes)
+  void client_link(Outbound& o);     // onto / off its owner's list (client_qps_)
+  void client_unlink(Outbound& o);
   // Every routed QP goes into outbound_ through put_outbound and leaves through erase_outbound.
   void put_outbound(std::unique_ptr<Outbound> o);
   std::map<uint32_t, std::unique_ptr<Outbound>>::iterator erase_outbound(
@@ -422,6 +424,8 @@ class Router : public LinkHandler {
   Outbound* work_head_ = nullptr;  // the work list, through Outbound::work_next
   Outbound* work_tail_ = nullptr;
   size_t work_count_ = 0;
+  // Each client's routed QPs, through Outbound::client_next: what its doorbell's ring looks at.
+  std::unordered_map<uint32_t, Outbound*> client_qps_;  // client id -> the first of them
   uint64_t qp_visits_ = 0;
   std::map<uint32_t, uint64_t> link_connects_;                 // peer host -> links that came up
   std::map<uint64_t, std::unique_ptr<Inbound>> inbound_;       // link id << 32 | src qpn ->

@@ -83,6 +83,9 @@ struct Router::Outbound {
   Outbound* work_next = nullptr;
   bool on_work = false;
   uint32_t idle_passes = 0;
+  // Its neighbours among its owner's routed QPs (Router::client_qps_).
+  Outbound* client_prev = nullptr;
+  Outbound* client_next = nullptr;
 };
 
 struct Router::HeldRequest {

@@ -99,11 +99,12 @@ void Router::work_pass_done() {
 }
 
 void Router::work_ring(uint32_t client) {
-  // The client's QPs whose armed doorbell was taken (rung), or that were never armed.
-  for (auto& [qpn, o] : outbound_)
-    if (o->info.owner == client && !o->on_work &&
-        o->sq->doorbell.load(std::memory_order_relaxed) == 0)
-      work_add(*o);
+  // The client's QPs whose armed doorbell was taken (rung), or that were never armed; only
+  // that client's QPs are looked at.
+  auto it = client_qps_.find(client);
+  if (it == client_qps_.end()) return;
+  for (Outbound* o = it->second; o; o = o->client_next)
+    if (!o->on_work && o->sq->doorbell.load(std::memory_order_relaxed) == 0) work_add(*o);
 }
 
 void Router::work_sweep() {
@@ -111,22 +112,45 @@ void Router::work_sweep() {
     if (!o->on_work && has_work(*o)) work_add(*o);
 }
 
+void Router::client_link(Outbound& o) {
+  Outbound*& first = client_qps_[o.info.owner];
+  o.client_prev = nullptr;
+  o.client_next = first;
+  if (first) first->client_prev = &o;
+  first = &o;
+}
+
+void Router::client_unlink(Outbound& o) {
+  if (o.client_next) o.client_next->client_prev = o.client_prev;
+  if (o.client_prev) {
+    o.client_prev->client_next = o.client_next;
+  } else if (o.client_next) {
+    client_qps_[o.info.owner] = o.client_next;
+  } else {
+    client_qps_.erase(o.info.owner);
+  }
+  o.client_prev = o.client_next = nullptr;
+}
+
 void Router::put_outbound(std::unique_ptr<Outbound> o) {
   const uint32_t qpn = o->qpn;
   o->last_state = o->qp->state.load(std::memory_order_relaxed);
   if (auto ex = outbound_.find(qpn); ex != outbound_.end()) {
     work_remove(*ex->second);
+    client_unlink(*ex->second);
     qos_release(ex->second->qos_container);
   }
   qos_hold(o->qos_container);
   Outbound& ref = *o;
   outbound_[qpn] = std::move(o);
+  client_link(ref);
   work_add(ref);
 }
 
 std::map<uint32_t, std::unique_ptr<Router::Outbound>>::iterator Router::erase_outbound(
     std::map<uint32_t, std::unique_ptr<Outbound>>::iterator it) {
   work_remove(*it->second);
+  client_unlink(*it->second);
   qos_release(it->second->qos_container);
   return outbound_.erase(it);
 }
