@@ -74,6 +74,27 @@ TEST(RealtimeBudget, OverHalfACoreTheThreadRunsInTheNormalClass) {
   }
 }
 
+TEST(RealtimeBudget, ARefusedChangeLeavesItWhereTheThreadIs) {
+  RealtimeBudget b(0);
+  int64_t t = 0;
+  while (b.worked(t, t + 10 * kUs)) t += 10 * kUs;
+  ASSERT_EQ(b.demotions(), 1u);
+  // The kernel refused the way out: the budget says real-time still, no demotion counted,
+  // and the next meter asks again.
+  b.refused();
+  EXPECT_TRUE(b.realtime());
+  EXPECT_EQ(b.demotions(), 0u);
+  t += 10 * kUs;
+  EXPECT_FALSE(b.worked(t, t + 10 * kUs));
+  EXPECT_EQ(b.demotions(), 1u);
+  // Quiet: it asks to come back; refused, it says normal class.
+  t += 20 * kMs;
+  ASSERT_TRUE(b.worked(t, t + 10 * kUs));
+  b.refused();
+  EXPECT_FALSE(b.realtime());
+  EXPECT_EQ(b.demotions(), 1u);
+}
+
 TEST(RealtimeClass, TheThreadSwitchesAndKeepsItsNice) {
   std::thread th([] {
     const id_t tid = static_cast<id_t>(::syscall(SYS_gettid));

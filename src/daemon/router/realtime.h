@@ -42,6 +42,12 @@ class RealtimeBudget {
     }
     return realtime_;
   }
+  // The change of class worked() asked for could not be made: the thread is still where it
+  // was, and the budget says so again (the next call asks once more).
+  void refused() {
+    if (!realtime_) --demotions_;
+    realtime_ = !realtime_;
+  }
   bool realtime() const { return realtime_; }
   uint64_t demotions() const { return demotions_; }
 

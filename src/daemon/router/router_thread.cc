@@ -182,7 +182,18 @@ void RouterThread::meter(int64_t from, int64_t to) {
   const bool was = realtime_->realtime();
   if (realtime_->worked(from, to) == was) return;
   if (int err = set_realtime(!was)) {
-    LOG_WARN("router: the latency thread cannot change its scheduling class: %s", strerror(err));
+    // The budget and status keep saying where the thread is. Refused a return to the
+    // real-time class, it stays in the normal class for good; refused the way out (which the
+    // kernel does not refuse a thread lowering itself), it tries again at the next meter.
+    realtime_->refused();
+    if (!was) {
+      LOG_WARN("router: the latency thread cannot return to the real-time class (%s); it "
+               "stays in the normal class", strerror(err));
+      realtime_.reset();
+    } else if (!realtime_refused_) {
+      LOG_WARN("router: the latency thread cannot leave the real-time class: %s", strerror(err));
+    }
+    realtime_refused_ = true;
     return;
   }
   realtime_demotions_.store(realtime_->demotions(), std::memory_order_relaxed);

@@ -155,6 +155,7 @@ class RouterThread {
   std::optional<RealtimeBudget> realtime_;  // the latency thread in the real-time class
   std::atomic<bool> realtime_now_{false};
   std::atomic<uint64_t> realtime_demotions_{0};
+  bool realtime_refused_ = false;  // a change of class was refused (warned once)
 };
 
 }  // namespace vrdma::daemon
