@@ -350,6 +350,9 @@ class PackageTest(unittest.TestCase):
                               *(os.path.realpath(d) + "/" for d in (SOURCE, BUILD) if d)}))
         env = {k: v for k, v in os.environ.items() if not k.startswith("VRDMA_") and
                k not in ("LD_LIBRARY_PATH", "PYTHONPATH")}
+        # The package's vrdma by its path (a source install's comes first in PATH, as after the
+        # README's setup command); PATH keeps /usr/local first, so that any lookup of a program
+        # by name on the demo's way that would reach a source install is seen.
         env["PATH"] = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
         for k in ("VRDMA_NETNS_PREFIX", "VRDMA_RUN_DIR"):
             if os.environ.get(k):
@@ -357,7 +360,7 @@ class PackageTest(unittest.TestCase):
         trace = os.path.join(self.tmp, "demo.strace")
         p = subprocess.run(
             ["strace", "-f", "-qq", "--seccomp-bpf", "-e", "trace=execve,execveat,open,openat",
-             "-e", "signal=none", "-o", trace, "vrdma", "demo", "--seconds", "1"],
+             "-e", "signal=none", "-o", trace, "/usr/bin/vrdma", "demo", "--seconds", "1"],
             capture_output=True, text=True, timeout=400, env=env, cwd="/")
         used, outside = set(), []
         with open(trace, errors="replace") as f:
