@@ -110,6 +110,17 @@ int MemoryRegistry::init() {
 
 namespace {
 
+// Whether [start, end) can be copied (copy_and_swap copies it, on the mover, under the write
+// hold): EFAULT when a page is not mapped or not readable. The first write to each new page costs
+// a fault (and on a virtual machine that shadows page tables, an exit), so a large range is not
+// copied twice to find out: the process's mappings say. A small one is copied by the kernel into
+// the new file, which answers as quickly.
+int check_source(int fd, uint64_t start, uint64_t end) {
+  constexpr uint64_t kCopyToCheck = 64 * 1024;
+  if (end - start <= kCopyToCheck) return copy_into(fd, start, end);
+  return range_readable(start, end) ? 0 : EFAULT;
+}
+
 int prepare(Control& control, uint64_t start, uint64_t end, bool sealed, Prepared& out) {
   size_t len = end - start;
   Prepared p;
@@ -118,11 +129,12 @@ int prepare(Control& control, uint64_t start, uint64_t end, bool sealed, Prepare
   p.sealed = sealed;
   // A file that will be sealed against writes keeps F_SEAL_SEAL open for vrdmad to add it.
   if (int e = shm::create_sealed("vrdma-mr", len, sealed, p.fd)) return e;
-  if (int e = copy_into(p.fd, start, end)) {
+  if (int e = check_source(p.fd, start, end)) {
     ::close(p.fd);
     return e;
   }
-  p.tmp = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED, p.fd, 0);
+  // Populated: page tables made in one system call, not one fault per page in the copy.
+  p.tmp = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, p.fd, 0);
   if (p.tmp == MAP_FAILED) {
     int e = errno;
     ::close(p.fd);
@@ -176,7 +188,8 @@ struct PrivatizeJob {
 int privatize_job(void* arg) {
   const PrivatizeJob j = *static_cast<const PrivatizeJob*>(arg);
   size_t len = j.end - j.start;
-  void* anon = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  void* anon = ::mmap(nullptr, len, PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
   if (anon == MAP_FAILED) return errno;
   int e = copy_and_swap(anon, j.start, j.end);
   if (e) ::munmap(anon, len);

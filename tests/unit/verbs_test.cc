@@ -72,6 +72,45 @@ TEST_F(VerbsTest, RegisteredMemoryKeepsItsContents) {
   EXPECT_EQ(mem, copy);
 }
 
+// Memory that cannot be read (a page not mapped, or mapped PROT_NONE, inside the range) is not
+// registered: EFAULT, as the kernel answers for pages it cannot pin, and nothing around it
+// moves or changes. Small ranges and large ones are checked in different ways (the kernel copies
+// a small one; the process's mappings are read for a large one): both sizes.
+TEST_F(VerbsTest, UnreadableMemoryIsNotRegistered) {
+  constexpr size_t kPage = 4096;
+  for (size_t pages : {4, 64}) {
+    SCOPED_TRACE(pages);
+    const size_t len = pages * kPage;
+    auto* base = static_cast<uint8_t*>(
+        ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+    ASSERT_NE(base, MAP_FAILED);
+    fill_random(base, len, static_cast<int>(pages));
+    std::vector<uint8_t> copy(base, base + len);
+    uint8_t* mid = base + (pages / 2) * kPage;
+    ASSERT_EQ(::mprotect(mid, kPage, PROT_NONE), 0);
+    errno = 0;
+    EXPECT_EQ(ibv_reg_mr(pd, base, len, IBV_ACCESS_LOCAL_WRITE), nullptr);
+    EXPECT_EQ(errno, EFAULT);
+    ASSERT_EQ(::munmap(mid, kPage), 0);  // a hole
+    errno = 0;
+    EXPECT_EQ(ibv_reg_mr(pd, base, len, IBV_ACCESS_LOCAL_WRITE), nullptr);
+    EXPECT_EQ(errno, EFAULT);
+    // The readable part on either side registers, its contents kept.
+    ibv_mr* before = ibv_reg_mr(pd, base, mid - base, IBV_ACCESS_LOCAL_WRITE);
+    ibv_mr* after = ibv_reg_mr(pd, mid + kPage, len - (mid + kPage - base), IBV_ACCESS_LOCAL_WRITE);
+    ASSERT_NE(before, nullptr) << strerror(errno);
+    ASSERT_NE(after, nullptr) << strerror(errno);
+    EXPECT_EQ(0, memcmp(base, copy.data(), mid - base));
+    EXPECT_EQ(0,
+              memcmp(mid + kPage, copy.data() + (mid + kPage - base), len - (mid + kPage - base)));
+    EXPECT_EQ(ibv_dereg_mr(before), 0);
+    EXPECT_EQ(ibv_dereg_mr(after), 0);
+    EXPECT_EQ(0, memcmp(base, copy.data(), mid - base));
+    ::munmap(base, mid - base);
+    ::munmap(mid + kPage, len - (mid + kPage - base));
+  }
+}
+
 // A registration moves whole pages, and the objects around a buffer share them: another thread
 // of the process writing its own data in those pages while they move must lose nothing. Here a
 // thread bumps a counter in the first page of the range and checks each time that its last
