@@ -4,8 +4,11 @@
  *                             (fence and passive target); every byte checked. Prints one
  *                             "ok <what>" line per part and "mpi_check: all checks passed".
  *   mpi_check pingpong SIZE ITERS
- *                             ping-pong of SIZE bytes, ITERS round trips after a warm-up;
- *                             prints "pingpong size=S iters=N lat_us=L bw_MBps=B".
+ *                             ping-pong of SIZE bytes, ITERS round trips after a warm-up (a
+ *                             tenth as many, and at least half a second);
+ *                             prints "pingpong size=S iters=N lat_us=L bw_MBps=B p50_us=M
+ *                             p99_us=P max_us=X" (lat_us: the mean one-way latency; the
+ *                             others: of half of each round trip, timed by rank 0).
  *
  * Each rank first prints "rank R of 2 runs in <where>" ($VRDMA_SANDBOX_NAME or the host name).
  * Any mismatch prints what differed and aborts the job with a non-zero status. */
@@ -204,16 +207,30 @@ static void one_sided(void) {
   MPI_Win_free(&win);
 }
 
+static int by_value(const void* a, const void* b) {
+  double x = *(const double*)a, y = *(const double*)b;
+  return x < y ? -1 : x > y;
+}
+
+/* Rank 0 times every round trip: the mean says what the run took in all, the median what a
+ * typical message took (a few slow round trips move the mean of a short run, not the
+ * median). */
 static int pingpong(long size, long iters) {
   unsigned char* b = xmalloc((size_t)size);
+  double* rtt = rank == 0 ? xmalloc((size_t)iters * sizeof(double)) : NULL;
   memset(b, rank, (size_t)size);
   int peer = 1 - rank;
-  long warm = iters / 10 + 1;
-  double start = 0;
-  for (long i = 0; i < warm + iters; ++i) {
-    if (i == warm) {
-      MPI_Barrier(MPI_COMM_WORLD);
-      start = MPI_Wtime();
+  /* Warm-up: iters / 10 round trips, and at least kWarmSeconds of them, so that what a
+   * transport sets up lazily (a connection it opens on the first messages and uses once it is
+   * up, as UCX does) is done before the timing starts. Rank 0 says when it is over. */
+  const double kWarmSeconds = 0.5;
+  const long warm = iters / 10 + 1;
+  const double warm_start = MPI_Wtime();
+  for (long i = 0;; ++i) {
+    if (i >= warm && i % 100 == 0) {
+      int over = rank == 0 && MPI_Wtime() - warm_start >= kWarmSeconds;
+      MPI_Bcast(&over, 1, MPI_INT, 0, MPI_COMM_WORLD);
+      if (over) break;
     }
     if (rank == 0) {
       MPI_Send(b, (int)size, MPI_BYTE, peer, 1, MPI_COMM_WORLD);
@@ -223,10 +240,30 @@ static int pingpong(long size, long iters) {
       MPI_Send(b, (int)size, MPI_BYTE, peer, 1, MPI_COMM_WORLD);
     }
   }
+  MPI_Barrier(MPI_COMM_WORLD);
+  double start = MPI_Wtime();
+  for (long i = 0; i < iters; ++i) {
+    if (rank == 0) {
+      double t0 = MPI_Wtime();
+      MPI_Send(b, (int)size, MPI_BYTE, peer, 1, MPI_COMM_WORLD);
+      MPI_Recv(b, (int)size, MPI_BYTE, peer, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+      rtt[i] = MPI_Wtime() - t0;
+    } else {
+      MPI_Recv(b, (int)size, MPI_BYTE, peer, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+      MPI_Send(b, (int)size, MPI_BYTE, peer, 1, MPI_COMM_WORLD);
+    }
+  }
   double t = MPI_Wtime() - start;
-  if (rank == 0)
-    printf("pingpong size=%ld iters=%ld lat_us=%.3f bw_MBps=%.3f\n", size, iters,
-           t / iters / 2 * 1e6, 2.0 * size * iters / t / 1e6);
+  if (rank == 0) {
+    qsort(rtt, (size_t)iters, sizeof(double), by_value);
+    /* One way: half a round trip. */
+    double p50 = rtt[iters / 2] / 2 * 1e6, p99 = rtt[(iters * 99) / 100] / 2 * 1e6;
+    printf("pingpong size=%ld iters=%ld lat_us=%.3f bw_MBps=%.3f p50_us=%.3f p99_us=%.3f "
+           "max_us=%.3f\n",
+           size, iters, t / iters / 2 * 1e6, 2.0 * size * iters / t / 1e6, p50, p99,
+           rtt[iters - 1] / 2 * 1e6);
+  }
+  free(rtt);
   free(b);
   return 0;
 }
