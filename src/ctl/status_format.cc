@@ -162,6 +162,12 @@ void print_status(const json& status, std::ostream& out) {
         out << "; latency thread " << (sched == "realtime" ? "real-time" : "normal class") << " ("
             << plural(static_cast<size_t>(number(lt, "realtime_demotions")), "demotion") << ")";
     }
+    if (r.contains("bulk_threads") && r["bulk_threads"].is_object()) {
+      const json& bt = r["bulk_threads"];
+      out << "; bulk threads real-time " << text(bt, "realtime") << "/" << text(bt, "threads")
+          << " (" << plural(static_cast<size_t>(number(bt, "realtime_demotions")), "demotion")
+          << ")";
+    }
     for (const auto& l : list(r, "links"))
       out << "; link " << text(l, "direction") << " host " << text(l, "host_id") << " "
           << (text(l, "connected") == "true" ? "" : "(connecting) ") << "in "

@@ -6,7 +6,9 @@ of one run, with the rules set at run time by `vrdma qos set`:
 - a container limited to 100 MB/s (rate=100M, 10^8 bytes/s) gets it within 10 %;
 - 8 equal senders: Jain's fairness index >= 0.95;
 - an ib_write_lat pair in the latency class (--sl 1) has a link of its own between the hosts,
-  and keeps its p99 within 2x its idle p99 while a bulk pair saturates the main link.
+  and keeps its p99 within 2x its idle p99 while a bulk pair saturates the main link;
+- the router threads run in the real-time class while their work comes in bursts, and a flood
+  or a stream sends them back to the normal class while it lasts.
 VRDMA_QOS_SECONDS sets each measured window (default 6 s)."""
 
 import os
@@ -140,12 +142,12 @@ class Qos(unittest.TestCase):
               f"; Jain's index {j:.4f}")
         self.assertGreaterEqual(j, 0.95, f"rates {rates}")
 
-    def latency_p99(self, extra=()):
-        srv = SB.start("h1c5", "ib_write_lat", "-F", "--sl", "1", "-n", "1000", "-s", "8",
+    def latency_p99(self, extra=(), sl=1):
+        srv = SB.start("h1c5", "ib_write_lat", "-F", "--sl", str(sl), "-n", "1000", "-s", "8",
                        *extra)
         self.procs.append(srv)
         self.assertTrue(SB.wait_listening("h1c5", 18515, timeout=20))
-        cli = SB.start("h0c5", "ib_write_lat", "-F", "--sl", "1", "-n", "1000", "-s", "8",
+        cli = SB.start("h0c5", "ib_write_lat", "-F", "--sl", str(sl), "-n", "1000", "-s", "8",
                        *extra, container_ip("h1c5"))
         self.procs.append(cli)
         self.wait_all([cli, srv], 120)
@@ -205,6 +207,43 @@ class Qos(unittest.TestCase):
             self.assertEqual(self.latency_thread(h)[0::2], ("realtime", 1), h)
         text = vrdma("status", "--host", "h0").stdout
         self.assertRegex(text, r"latency thread real-time \(\d+ demotions?\)")
+
+    def bulk_threads(self, host):
+        """The bulk threads as status says (real-time now, how many, demotions) and the kernel's
+        policy of the first, vrdmad-router0 (0 normal, 1 SCHED_FIFO)."""
+        status = SB.status(host)["daemon"]
+        bt = status["router"]["bulk_threads"]
+        stat = thread_stats(status["pid"]).get("vrdmad-router0")
+        return (bt["realtime"], bt["threads"], bt["realtime_demotions"],
+                int(stat[38]) if stat else None)
+
+    def test_bulk_threads_are_real_time_until_a_stream_sends_them_back(self):
+        # Ping-pong in the bulk class (ib_write_lat, SL 0, both programs spinning on memory):
+        # the bulk threads take a core at once when a frame or a doorbell wakes them.
+        self.latency_p99(sl=0)
+        for h in ("h0", "h1"):
+            realtime, threads, _, policy = self.bulk_threads(h)
+            self.assertEqual((realtime, threads, policy), (1, 1, 1), h)
+        before = {h: self.bulk_threads(h)[2] for h in ("h0", "h1")}
+        # A stream (ib_write_bw) keeps them awake: their budget runs dry within milliseconds and
+        # they are scheduled as any thread while it lasts, on both hosts.
+        servers, clients = self.start_bulk([0], 6)
+        time.sleep(3)
+        during = {h: self.bulk_threads(h) for h in ("h0", "h1")}
+        self.wait_all([*clients.values(), *servers.values()], 60)
+        rows = bw_rows(clients[0].out)
+        self.assertTrue(rows and rows[0][3] > 50, clients[0].out)  # MB/s: it did stream
+        for h in ("h0", "h1"):
+            self.assertGreater(during[h][2], before[h], f"{h}: {during[h]}")
+        realtime, _, _, policy = during["h0"]  # the sender's router works all the time
+        self.assertEqual((realtime, policy), (0, 0), f"h0: {during['h0']}")
+        # Once it stops, ping-pong has the real-time class back.
+        self.latency_p99(sl=0)
+        for h in ("h0", "h1"):
+            realtime, threads, _, policy = self.bulk_threads(h)
+            self.assertEqual((realtime, policy), (threads, 1), h)
+        text = vrdma("status", "--host", "h0").stdout
+        self.assertRegex(text, r"bulk threads real-time 1/1 \(\d+ demotions?\)")
 
     # The latency class under a saturating bulk pair on the same link: its writes go in the
     # latency class, on its own lane, and every round trip completes while the bulk pair keeps

@@ -66,6 +66,8 @@ struct StatusInput {
   uint32_t router_threads = 0;  // --router-threads
   std::string latency_thread;   // RouterPool::latency_thread
   uint64_t latency_thread_demotions = 0;
+  uint32_t bulk_threads = 0, bulk_threads_realtime = 0;  // RouterPool::bulk_threads
+  uint64_t bulk_threads_demotions = 0;
   struct Link {
     uint32_t host_id;
     bool outbound, connected;

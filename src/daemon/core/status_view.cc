@@ -40,6 +40,10 @@ std::string Daemon::status_text(const Client& viewer) {
     in.router_links = cfg_.router_links;
     in.router_threads = static_cast<uint32_t>(router_->threads());
     std::tie(in.latency_thread, in.latency_thread_demotions) = router_->latency_thread();
+    const RouterPool::BulkThreads bulk = router_->bulk_threads();
+    in.bulk_threads = bulk.threads;
+    in.bulk_threads_realtime = bulk.realtime;
+    in.bulk_threads_demotions = bulk.demotions;
     if (all)
       for (const auto& l : router_->links())
         in.links.push_back({l.host_id, l.outbound, l.connected, l.addr, l.bytes_in, l.bytes_out,

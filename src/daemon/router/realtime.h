@@ -1,17 +1,18 @@
-// The latency lane's router thread runs at real-time priority (SCHED_FIFO 1) while its work
-// comes in short bursts, and in the normal class when it does not.
+// A router thread runs at real-time priority (SCHED_FIFO 1) while its work comes in short
+// bursts, and in the normal class when it does not.
 //
 // Woken by a frame or a doorbell, a thread in the normal class gets a core only when the
 // scheduler lets it preempt what runs there: a program spinning on memory (ib_write_lat waits
 // so for its peer's write) can hold the core until its slice ends at a tick (4 ms at HZ=250),
-// and the latency class's p99 across hosts was that wait (1.1 to 1.8 ms idle). At real-time
+// and the p99 of ib_write_lat across hosts was that wait (1.1 to 1.8 ms idle). At real-time
 // priority the thread preempts at once. What it may take at that priority is metered here, so
 // that no traffic, however heavy or hostile, holds a core in the real-time class: a token
 // bucket of kBurstNs, refilled at half the wall-clock time, drained by the time the thread is
 // awake: a thread awake more than half the time runs dry after a burst. Run dry, it goes back
 // to the normal class (its nice kept); it comes back once the bucket is half full again. Latency
-// traffic (a frame now and then, the thread asleep in between) never runs dry; a flood in the
-// latency class is scheduled like any bulk thread after at most a few milliseconds.
+// traffic (a frame now and then, the thread asleep in between) never runs dry; a stream of bulk
+// traffic, or a flood in the latency class, is scheduled like any thread after at most a few
+// milliseconds.
 #pragma once
 
 #include <algorithm>

@@ -172,6 +172,17 @@ std::pair<std::string, uint64_t> RouterPool::latency_thread() const {
   return {"", 0};
 }
 
+RouterPool::BulkThreads RouterPool::bulk_threads() const {
+  BulkThreads b;
+  for (auto& t : threads_) {
+    if (t->latency_only()) continue;
+    ++b.threads;
+    b.realtime += t->realtime() ? 1 : 0;
+    b.demotions += t->realtime_demotions();
+  }
+  return b;
+}
+
 std::vector<Router::QosFlowInfo> RouterPool::qos_flows() const {
   if (threads_.size() == 1) return threads_[0]->qos_flows();
   std::vector<Router::QosFlowInfo> all;

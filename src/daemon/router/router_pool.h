@@ -82,6 +82,13 @@ class RouterPool {
   // in the real-time class, "normal" when its budget sent it back or it could not have that
   // class (realtime.h), "" without such a thread; and how often its budget demoted it.
   std::pair<std::string, uint64_t> latency_thread() const;
+  // The other threads (the bulk lanes'): how many, how many of them run in the real-time class
+  // now, and how often their budgets demoted them in all (realtime.h).
+  struct BulkThreads {
+    uint32_t threads = 0, realtime = 0;
+    uint64_t demotions = 0;
+  };
+  BulkThreads bulk_threads() const;
   // A container's flow of one class, summed over the threads that carried it.
   std::vector<Router::QosFlowInfo> qos_flows() const;
   void set_qos(const qos::NamedRule& rule);

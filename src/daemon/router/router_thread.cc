@@ -25,7 +25,7 @@ constexpr uint64_t kWakeTag = 7ull << 32;
 static_assert(Router::kTagBase != kWakeTag, "the wake-up has a tag of its own");
 // The snapshot status reads is refreshed at most this often while the router works.
 constexpr int64_t kPublishNs = 50'000'000;
-// A busy latency thread's real-time budget is metered at least this often (realtime.h).
+// A busy thread's real-time budget is metered at least this often (realtime.h).
 constexpr int64_t kMeterNs = 50'000;
 
 void drain_eventfd(int fd) {
@@ -40,11 +40,14 @@ void ring(int fd) {
 
 thread_local RouterThread* current_thread = nullptr;
 
-// The latency class's thread, woken by each of its frames, should not wait for a core behind
-// spinning programs and the bulk threads: it runs in the real-time class while its work comes
-// in short bursts (realtime.h), with CAP_SYS_NICE; without, at a higher CFS weight (nice -10,
-// which also needs it). It sleeps whenever it has nothing to do (vrdmad does not linger by
-// default), so either buys it promptness, not more CPU than its traffic needs.
+// A router thread woken by a frame or a doorbell should not wait for a core behind programs
+// spinning on memory: every router thread runs in the real-time class while its work comes in
+// short bursts (realtime.h), with CAP_SYS_NICE; a bulk thread that streams runs dry of its
+// budget and is scheduled as any thread while it does. The latency class's thread, which
+// carries nothing else, also has a higher CFS weight for when it is in the normal class (nice
+// -10, which also needs the capability). Threads sleep whenever they have nothing to do
+// (vrdmad does not linger by default), so this buys promptness, not more CPU than the traffic
+// needs.
 constexpr int kLatencyThreadNice = -10;
 
 void favour_this_thread() {
@@ -187,11 +190,12 @@ void RouterThread::meter(int64_t from, int64_t to) {
     // kernel does not refuse a thread lowering itself), it tries again at the next meter.
     realtime_->refused();
     if (!was) {
-      LOG_WARN("router: the latency thread cannot return to the real-time class (%s); it "
-               "stays in the normal class", strerror(err));
+      LOG_WARN("router: thread %u cannot return to the real-time class (%s); it "
+               "stays in the normal class",
+               index_, strerror(err));
       realtime_.reset();
     } else if (!realtime_refused_) {
-      LOG_WARN("router: the latency thread cannot leave the real-time class: %s", strerror(err));
+      LOG_WARN("router: thread %u cannot leave the real-time class: %s", index_, strerror(err));
     }
     realtime_refused_ = true;
     return;
@@ -246,15 +250,13 @@ void RouterThread::set_qos(const qos::NamedRule& rule) {
 
 void RouterThread::loop() {
   current_thread = this;
-  if (latency_only_) {
-    favour_this_thread();
-    if (int err = set_realtime(true)) {
-      LOG_INFO("router: the latency thread stays in the normal scheduling class (%s)",
-               strerror(err));
-    } else {
-      realtime_.emplace(now_ns());
-      realtime_now_.store(true, std::memory_order_relaxed);
-    }
+  if (latency_only_) favour_this_thread();
+  if (int err = set_realtime(true)) {
+    LOG_INFO("router: thread %u stays in the normal scheduling class (%s)", index_,
+             strerror(err));
+  } else {
+    realtime_.emplace(now_ns());
+    realtime_now_.store(true, std::memory_order_relaxed);
   }
   int64_t awake_since = now_ns();  // when the thread last woke from a wait in epoll
   epoll_event events[64];

@@ -106,9 +106,9 @@ class RouterThread {
   // A QoS rule for the router's scheduler (Router::set_qos), applied on its next pass.
   void set_qos(const qos::NamedRule& rule);
   bool tls() const { return tls_; }
-  // The latency thread: whether it runs in the real-time class now (realtime.h), and how often
-  // its budget sent it back to the normal class. False and 0 for any other thread, and for one
-  // that could not have the class (no CAP_SYS_NICE).
+  // Whether the thread runs in the real-time class now (realtime.h), and how often its budget
+  // sent it back to the normal class. False and 0 for a thread that could not have the class
+  // (no CAP_SYS_NICE).
   bool realtime() const { return realtime_now_.load(std::memory_order_relaxed); }
   uint64_t realtime_demotions() const {
     return realtime_demotions_.load(std::memory_order_relaxed);
@@ -130,7 +130,7 @@ class RouterThread {
   void loop();
   void wake();  // the router thread
   void publish(int64_t now);
-  // The latency thread was awake from `from` to `to`: its budget says which class it runs in.
+  // The thread was awake from `from` to `to`: its budget says which class it runs in.
   void meter(int64_t from, int64_t to);
   void flush_outbox();
 
@@ -152,7 +152,7 @@ class RouterThread {
   Snapshot snap_;
   int64_t published_ns_ = 0;
   bool changed_ = true;
-  std::optional<RealtimeBudget> realtime_;  // the latency thread in the real-time class
+  std::optional<RealtimeBudget> realtime_;  // unset: the real-time class was refused
   std::atomic<bool> realtime_now_{false};
   std::atomic<uint64_t> realtime_demotions_{0};
   bool realtime_refused_ = false;  // a change of class was refused (warned once)
