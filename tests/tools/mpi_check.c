@@ -212,6 +212,18 @@ static int by_value(const void* a, const void* b) {
   return x < y ? -1 : x > y;
 }
 
+/* One exchange of the ping-pong: rank 0 sends, then receives the answer. */
+static void round_trip(unsigned char* b, long size) {
+  int peer = 1 - rank;
+  if (rank == 0) {
+    MPI_Send(b, (int)size, MPI_BYTE, peer, 1, MPI_COMM_WORLD);
+    MPI_Recv(b, (int)size, MPI_BYTE, peer, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+  } else {
+    MPI_Recv(b, (int)size, MPI_BYTE, peer, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    MPI_Send(b, (int)size, MPI_BYTE, peer, 1, MPI_COMM_WORLD);
+  }
+}
+
 /* Rank 0 times every round trip: the mean says what the run took in all, the median what a
  * typical message took (a few slow round trips move the mean of a short run, not the
  * median). */
@@ -219,7 +231,6 @@ static int pingpong(long size, long iters) {
   unsigned char* b = xmalloc((size_t)size);
   double* rtt = rank == 0 ? xmalloc((size_t)iters * sizeof(double)) : NULL;
   memset(b, rank, (size_t)size);
-  int peer = 1 - rank;
   /* Warm-up: iters / 10 round trips, and at least kWarmSeconds of them, so that what a
    * transport sets up lazily (a connection it opens on the first messages and uses once it is
    * up, as UCX does) is done before the timing starts. Rank 0 says when it is over. */
@@ -232,26 +243,14 @@ static int pingpong(long size, long iters) {
       MPI_Bcast(&over, 1, MPI_INT, 0, MPI_COMM_WORLD);
       if (over) break;
     }
-    if (rank == 0) {
-      MPI_Send(b, (int)size, MPI_BYTE, peer, 1, MPI_COMM_WORLD);
-      MPI_Recv(b, (int)size, MPI_BYTE, peer, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-    } else {
-      MPI_Recv(b, (int)size, MPI_BYTE, peer, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-      MPI_Send(b, (int)size, MPI_BYTE, peer, 1, MPI_COMM_WORLD);
-    }
+    round_trip(b, size);
   }
   MPI_Barrier(MPI_COMM_WORLD);
   double start = MPI_Wtime();
   for (long i = 0; i < iters; ++i) {
-    if (rank == 0) {
-      double t0 = MPI_Wtime();
-      MPI_Send(b, (int)size, MPI_BYTE, peer, 1, MPI_COMM_WORLD);
-      MPI_Recv(b, (int)size, MPI_BYTE, peer, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-      rtt[i] = MPI_Wtime() - t0;
-    } else {
-      MPI_Recv(b, (int)size, MPI_BYTE, peer, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-      MPI_Send(b, (int)size, MPI_BYTE, peer, 1, MPI_COMM_WORLD);
-    }
+    double t0 = MPI_Wtime();
+    round_trip(b, size);
+    if (rank == 0) rtt[i] = MPI_Wtime() - t0;
   }
   double t = MPI_Wtime() - start;
   if (rank == 0) {
