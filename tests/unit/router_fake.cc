@@ -545,7 +545,7 @@ void RouterPair::start() {
 void FakeHost::events(int64_t now) {
   epoll_event ev[16];
   int n = ::epoll_wait(epoll_, ev, 16, 0);
-  for (int i = 0; i < n; ++i) router_->on_event(ev[i].data.u64, now);
+  for (int i = 0; i < n; ++i) router_->on_event(ev[i].data.u64, ev[i].events, now);
 }
 
 bool RouterPair::run_until(const std::function<bool()>& pred, int passes, int64_t dt) {

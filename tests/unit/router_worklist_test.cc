@@ -190,5 +190,58 @@ TEST_F(WorkListTurns, AFullLinkTurnsAwayEveryQpInTurn) {
   for (FakeQp* q : qps) EXPECT_EQ(send_completions(*q, 1).size(), 1u);
 }
 
+// A link whose socket is full (its peer reads nothing for now) is written to again only once
+// the socket says it has room: meanwhile the router may sleep, though its QPs have requests
+// queued for that link, and their doorbells stay unarmed (the room wakes the router, which
+// serves them then). Once the peer reads, everything arrives intact; a peer that never reads
+// again fails the link after tx_stall_ns.
+class FullLink : public RoutedRc {
+ protected:
+  void SetUp() override {
+    limits.tx_stall_ns = 200'000'000;  // before the QPs' own timeout (550 ms)
+    RoutedRc::SetUp();
+  }
+  static constexpr uint32_t kWrite = 64 << 10;
+  static constexpr uint64_t kWrites = 32;  // 2 MiB: far more than a socket holds
+  std::vector<uint8_t> post_writes() {
+    auto data = random_bytes(kWrites * kWrite, 11);
+    memcpy(m1->ptr, data.data(), data.size());
+    for (uint64_t i = 0; i < kWrites; ++i)
+      post_rdma(*a, i, IBV_WR_RDMA_WRITE, m1->sge(i * kWrite, kWrite), m2->addr() + i * kWrite,
+                m2->key, i + 1 == kWrites ? IBV_SEND_SIGNALED : 0);
+    return data;
+  }
+};
+
+TEST_F(FullLink, TheRouterSleepsUntilTheSocketHasRoom) {
+  auto data = post_writes();
+  run_only_h1(20'000'000, 1'000'000);  // host 2 reads nothing: h1's socket fills
+  const uint64_t out = link_of(*h1, true, wire::kMainLane)->bytes_out;
+  ASSERT_GT(out, 0u);
+  ASSERT_LT(out, kWrites * kWrite) << "the socket took everything: nothing to wait for";
+  ASSERT_LT(a->sq->done.load(), kWrites);
+  EXPECT_TRUE(h1->router().prepare_sleep()) << "a full link keeps the router awake";
+  EXPECT_EQ(a->sq->doorbell.load(), 0u) << "the QP waiting for room was armed";
+  run_only_h1(20'000'000, 1'000'000);
+  EXPECT_EQ(link_of(*h1, true, wire::kMainLane)->bytes_out, out) << "written to a full socket";
+  // Host 2 reads again: the room it makes wakes host 1's writes.
+  auto wcs = send_completions(*a, 1);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(memcmp(m2->ptr, data.data(), data.size()), 0);
+  EXPECT_TRUE(link_of(*h1, true, wire::kMainLane).has_value());
+}
+
+TEST_F(FullLink, APeerThatNeverReadsFailsTheLink) {
+  post_writes();
+  run_only_h1(150'000'000, 10'000'000);
+  ASSERT_TRUE(link_of(*h1, true, wire::kMainLane).has_value()) << "failed before tx_stall_ns";
+  run_only_h1(200'000'000, 10'000'000);
+  EXPECT_FALSE(link_of(*h1, true, wire::kMainLane).has_value()) << "still waiting for room";
+  auto wcs = send_completions(*a, 1);  // every write fails: the first with the link's error
+  ASSERT_FALSE(wcs.empty());
+  EXPECT_NE(wcs[0].status, IBV_WC_SUCCESS);
+}
+
 }  // namespace
 }  // namespace vrdma::daemon::testing

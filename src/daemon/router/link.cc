@@ -152,11 +152,10 @@ bool Link::flush(int64_t now) {
   if (state_ != State::kOpen || !tx_pending()) return true;
   uint64_t before = bytes_out;
   bool ok = ssl_ && !ktls_send_ ? flush_tls() : flush_plain();
-  if (bytes_out != before || !tx_pending()) {
-    tx_stalled_ns = 0;
-  } else if (!tx_stalled_ns) {
-    tx_stalled_ns = now;
-  }
+  if (bytes_out != before || !tx_pending()) tx_stalled_ns = 0;
+  // Refused (part of) this write: the clock runs until the socket has room and takes more
+  // (a peer that reads on frees room within moments; one that reads nothing never does).
+  if (tx_pending() && (tx_blocked || bytes_out == before) && !tx_stalled_ns) tx_stalled_ns = now;
   return ok;
 }
 
@@ -187,7 +186,10 @@ bool Link::flush_plain() {
     mh.msg_iovlen = static_cast<size_t>(n);
     ssize_t w = ::sendmsg(fd_.get(), &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
     if (w < 0) {
-      if (errno == EAGAIN || errno == EWOULDBLOCK) return true;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        tx_blocked = true;
+        return true;
+      }
       if (errno == EINTR) continue;
       return false;
     }
@@ -207,7 +209,10 @@ bool Link::flush_plain() {
       left -= size;
       ++tail_;
     }
-    if (tail_off_) return true;  // the socket is full
+    if (tail_off_) {  // the socket is full
+      tx_blocked = true;
+      return true;
+    }
   }
   return true;
 }
@@ -307,7 +312,10 @@ bool Link::drain_tls_out() {
     ssize_t w = ::send(fd_.get(), tls_out_.get() + tls_out_pos_, tls_out_len_ - tls_out_pos_,
                        MSG_DONTWAIT | MSG_NOSIGNAL);
     if (w < 0) {
-      if (errno == EAGAIN || errno == EWOULDBLOCK) return true;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        tx_blocked = true;
+        return true;
+      }
       if (errno == EINTR) continue;
       return false;
     }

@@ -93,10 +93,15 @@ class Link : private FrameSink {
   int64_t last_rx_ns = 0;
   int64_t last_ping_ns = 0;
   int64_t last_used_ns = 0;     // the last time a frame other than a ping passed
-  int64_t tx_stalled_ns = 0;    // since when queued frames make no progress (0: they do)
+  int64_t tx_stalled_ns = 0;    // since when queued frames wait for the socket (0: they do not)
   int last_outq = 0;            // bytes the kernel held unacknowledged when last looked at
   int64_t last_outq_ns = 0;     // the last time that was seen shrinking
   bool rx_paused = false;       // not read while its responses have no room
+  // The socket refused part of the last write (its send buffer is full). flush() tries
+  // regardless; the router tries no write until the socket says it has room again (EPOLLOUT,
+  // which the kernel signals once a good part of the buffer is free), so a full link costs
+  // one large write per drain instead of a small one per pass.
+  bool tx_blocked = false;
   // The socket may hold bytes: set when the router's epoll says so (level-triggered), cleared
   // once a read finds the socket empty, or takes less than it asked for and less than
   // kFlowing (a stream that flows is read on until empty: what arrived meanwhile comes in the

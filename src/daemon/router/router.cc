@@ -99,7 +99,7 @@ int Router::start(int epoll_fd) {
   return 0;
 }
 
-void Router::on_event(uint64_t tag, int64_t now) {
+void Router::on_event(uint64_t tag, uint32_t events, int64_t now) {
   uint64_t sub = tag & 0xffffffffu;
   if (sub == kTagListen) return accept_links(now);
   if (sub & kTagDoorbells) {
@@ -108,9 +108,16 @@ void Router::on_event(uint64_t tag, int64_t now) {
     if (it != doorbells_.end()) work_ring(it->first);
     return;
   }
-  // A link's socket has bytes (or its end or an error): the next pass reads it.
+  // A link's socket has bytes (or its end or an error): the next pass reads it. Room in a
+  // full one: the next pass writes to it again.
   if (sub >= kTagLinks)
-    if (Link* l = find_link(static_cast<uint32_t>(sub - kTagLinks))) l->rx_ready = true;
+    if (Link* l = find_link(static_cast<uint32_t>(sub - kTagLinks))) {
+      if (events & ~uint32_t(EPOLLOUT)) l->rx_ready = true;
+      if ((events & (EPOLLOUT | EPOLLERR | EPOLLHUP)) && l->tx_blocked) {
+        l->tx_blocked = false;
+        update_watch(*l);
+      }
+    }
 }
 
 int Router::doorbell_for(uint32_t client) {
@@ -210,11 +217,12 @@ bool Router::serve_link(Link& link, int64_t now) {
     if (!link.open()) return false;
     work = true;
   }
-  if (link.tx_pending()) {
+  if (link.tx_pending() && !link.tx_blocked) {
     if (!link.flush(now)) {
       doom(id, "send failed");
       return work;
     }
+    if (link.tx_blocked) update_watch(link);
     work = true;
   }
   // Requests (on links other hosts opened) each need room for their response; what comes
@@ -235,7 +243,12 @@ bool Router::serve_link(Link& link, int64_t now) {
     link.last_rx_ns = now;
     work = true;
   }
-  if (link.tx_pending() && !link.flush(now)) doom(id, "send failed");
+  if (link.tx_pending() && !link.tx_blocked) {
+    if (!link.flush(now))
+      doom(id, "send failed");
+    else if (link.tx_blocked)
+      update_watch(link);
+  }
   return work;
 }
 
@@ -253,19 +266,25 @@ int64_t Router::next_deadline(int64_t now) const {
 }
 
 bool Router::prepare_sleep() {
-  // QPs off the work list are armed already (router_worklist.cc).
-  for (Outbound* o = work_head_; o; o = o->work_next)
-    o->sq->doorbell.store(1, std::memory_order_relaxed);
+  // QPs off the work list are armed already (router_worklist.cc). Those whose requests wait
+  // for room in a full link are not: the room wakes this thread, which serves them then (and
+  // their owners, seeing the router at work, need not ring, and may nap: poll_backoff.h).
+  for (Outbound* o = work_head_; o; o = o->work_next) {
+    const uint64_t t = o->sq->tail.load(std::memory_order_relaxed);
+    o->waits_room = t != o->sent && t >= o->done && t - o->done <= uint64_t(o->sq_mask) + 1 &&
+                    waits_for_room(*o);
+    if (!o->waits_room) o->sq->doorbell.store(1, std::memory_order_relaxed);
+  }
   std::atomic_thread_fence(std::memory_order_seq_cst);
   for (Outbound* o = work_head_; o; o = o->work_next) {
     // Work posted (within what the queue can hold: a nonsense tail is not work).
     uint64_t t = o->sq->tail.load(std::memory_order_relaxed);
     if (t != o->sent && t >= o->done && t - o->done <= uint64_t(o->sq_mask) + 1 &&
-        !o->qos_held)
+        !o->qos_held && !o->waits_room)
       return false;
   }
   for (auto& [id, l] : links_)
-    if (l->tx_pending() || (l->rx_pending() && !l->rx_paused)) return false;
+    if ((l->tx_pending() && !l->tx_blocked) || (l->rx_pending() && !l->rx_paused)) return false;
   // Armed: those with nothing to do leave the list; a ring brings them back.
   for (Outbound* o = work_head_; o;) {
     Outbound* next = o->work_next;

@@ -137,7 +137,8 @@ class Router : public LinkHandler {
   int start(int epoll_fd);
   static constexpr uint64_t kTagBase = 3ull << 32;
   static bool is_tag(uint64_t tag) { return (tag >> 32) == 3; }
-  void on_event(uint64_t tag, int64_t now);
+  // `events`: what epoll said of the descriptor (EPOLLIN, EPOLLOUT, ...).
+  void on_event(uint64_t tag, uint32_t events, int64_t now);
 
   // Data path. poll() returns whether it did any work.
   bool poll(int64_t now);
@@ -299,6 +300,8 @@ class Router : public LinkHandler {
   void settle(shm::Peer& peer, uint32_t via_qpn, uint32_t pd, const shm::Placement& pl,
               uint64_t placed);
   void set_rx_paused(Link& link, bool paused);
+  // What epoll watches a link's socket for: reads unless paused, room while tx_blocked.
+  void update_watch(Link& link);
   void watch(Link& link);  // registers the link's socket with epoll
   // A link's epoll tag: kTagBase | (kTagLinks + its id); below kTagLinks, the listener's.
   static constexpr uint64_t kTagLinks = 2;
@@ -318,6 +321,11 @@ class Router : public LinkHandler {
   bool tail_of(Outbound& o, uint64_t* tail);  // false: nonsense, the QP fails
   bool read_wqe(const Outbound& o, uint64_t pos, Wqe& w) const;
   bool send_wqe(Outbound& o, const Wqe& w, int64_t now);
+  // Whether a link takes no more requests now: its ring is full or link_window_bytes of them
+  // wait for its socket.
+  bool link_full(const Link& link) const;
+  // Whether a (connected) QP's requests wait for room in its link's full socket.
+  bool waits_for_room(const Outbound& o);
   bool gather(Outbound& o, const Wqe& w, shm::Seg* data, int& nseg, uint64_t& total);
   void complete(Outbound& o, const Wqe& w, ibv_wc_status st, uint32_t byte_len);
   // Moves the QP to error: its oldest outstanding request completes with `first`, the rest

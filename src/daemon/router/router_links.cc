@@ -50,7 +50,8 @@ uint32_t router_ip(const HostEntry& h) {
 void Router::watch(Link& link) {
   link.rx_ready = true;  // whatever its socket holds already is read on the next pass
   epoll_event ev{};
-  ev.events = EPOLLIN | EPOLLRDHUP;
+  ev.events = EPOLLRDHUP | (link.rx_paused ? 0u : uint32_t(EPOLLIN)) |
+              (link.tx_blocked ? uint32_t(EPOLLOUT) : 0u);
   ev.data.u64 = link_tag(link.id());
   ::epoll_ctl(epoll_, EPOLL_CTL_ADD, link.fd(), &ev);
 }
@@ -59,8 +60,13 @@ void Router::set_rx_paused(Link& link, bool paused) {
   // A link we do not read must not wake the loop for what waits in its socket.
   link.rx_paused = paused;
   if (!paused) link.rx_ready = true;
+  update_watch(link);
+}
+
+void Router::update_watch(Link& link) {
   epoll_event ev{};
-  ev.events = paused ? EPOLLRDHUP : EPOLLIN | EPOLLRDHUP;
+  ev.events = EPOLLRDHUP | (link.rx_paused ? 0u : uint32_t(EPOLLIN)) |
+              (link.tx_blocked ? uint32_t(EPOLLOUT) : 0u);
   ev.data.u64 = link_tag(link.id());
   ::epoll_ctl(epoll_, EPOLL_CTL_MOD, link.fd(), &ev);
 }

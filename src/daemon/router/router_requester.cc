@@ -187,6 +187,16 @@ bool Router::gather(Outbound& o, const Wqe& w, shm::Seg* data, int& nseg, uint64
   return true;
 }
 
+bool Router::link_full(const Link& link) const {
+  return !link.has_room(1) || link.unwritten_bytes() >= lim_.link_window_bytes;
+}
+
+bool Router::waits_for_room(const Outbound& o) {
+  if (o.info.type == IBV_QPT_UD) return false;  // a datagram's link is its destination's
+  const Link* link = find_link(o.link_id);
+  return link && link->tx_blocked && link_full(*link);
+}
+
 bool Router::send_wqe(Outbound& o, const Wqe& w, int64_t now) {
   const bool ud = o.info.type == IBV_QPT_UD;
   if (ud && gid_is_multicast(w.dgid)) return send_multicast(o, w, now);
@@ -208,7 +218,7 @@ bool Router::send_wqe(Outbound& o, const Wqe& w, int64_t now) {
     abort_qp(o, IBV_WC_WR_FLUSH_ERR, true);
     return false;
   }
-  if (!link->has_room(1) || link->unwritten_bytes() >= lim_.link_window_bytes) return false;
+  if (link_full(*link)) return false;
   wire::Request r{};
   r.src_qpn = o.qpn;
   r.dst_qpn = ud ? w.ud_qpn : o.dst_qpn;

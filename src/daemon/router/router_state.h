@@ -72,6 +72,9 @@ struct Router::Outbound {
   Outbound* qos_next = nullptr;
   uint32_t qos_pass_sent = 0;
   bool qos_held = false;  // its flow is held by a rate limit: its work waits (no busy loop)
+  // Its requests wait for room in its link's full socket (prepare_sleep): its doorbell stays
+  // unarmed, as the router wakes for that room and serves it then.
+  bool waits_room = false;
   uint64_t sent_bytes = 0;
   static constexpr int kStamps = 8;
   uint64_t stamp_end[kStamps] = {};

@@ -310,7 +310,7 @@ void RouterThread::loop() {
       if (tag == kWakeTag)
         drain_eventfd(wake_fd_.get());
       else
-        router_->on_event(tag, now);
+        router_->on_event(tag, events[i].events, now);
     }
   }
   publish(now_ns());
