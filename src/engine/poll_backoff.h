@@ -10,8 +10,10 @@
 // last message the CQ received said its sender had more queued behind it (shm::kRecvMore, from
 // the sending router's wire::kMoreQueued), naps and
 // leaves the core free: kNapNs at first, twice as long after each nap that found nothing (up to
-// kMaxNapNs), so that many streams sharing a few cores, each waiting longer, do not wake their
-// threads ever more often than their completions come. Latency-bound traffic (a request or two
+// kMaxNapNs), half as long after each nap that found completions, so that the naps settle near
+// the time between the stream's completions (a nap or two per completion, not a climb from
+// kNapNs after every one), and many streams sharing a few cores, each waiting longer, do not
+// wake their threads ever more often than their completions come. Latency-bound traffic (a request or two
 // in flight) never naps, so its latency is unchanged; a stream deep enough to keep the router
 // busy does not notice the naps (its queue holds more work than a nap's worth).
 #pragma once
@@ -61,13 +63,14 @@ class MoreHint {
   int64_t since_ = 0;  // the first empty poll after the hint (0: none yet)
 };
 
-// A poll of this thread returned completions: it is not waiting.
+// A poll of this thread returned completions: it is not waiting. Found after a nap, they make
+// the next nap half that one (at least kNapNs).
 void found();
 // A poll of this thread found nothing: whether it has found nothing for kSpinNs.
 bool waited_long();
-// Sleeps (the thread's timer slack comes on top) and returns for how long it meant to: kNapNs
-// after the thread last found something, twice the last nap after each nap that found
-// nothing, at most kMaxNapNs.
+// Sleeps (the thread's timer slack comes on top) and returns for how long it meant to: twice
+// the last nap if that one found nothing (at most kMaxNapNs), half of it if it found
+// completions (at least kNapNs); kNapNs for the thread's first.
 long nap();
 
 }  // namespace vrdma::poll_backoff

@@ -70,10 +70,38 @@ TEST(PollBackoff, NapsThatFindNothingGrowUpToTheBound) {
     expected = std::min(expected * 2, poll_backoff::kMaxNapNs);
   }
   EXPECT_EQ(expected, poll_backoff::kMaxNapNs);
-  // Completions found: the next nap is short again.
+  // Completions found after a nap: the next is half of it, and so on down to kNapNs.
+  poll_backoff::found();
+  EXPECT_EQ(poll_backoff::nap(), poll_backoff::kMaxNapNs / 2);
+  poll_backoff::found();
+  EXPECT_EQ(poll_backoff::nap(), poll_backoff::kMaxNapNs / 4);
+  for (int i = 0; i < 20; ++i) {
+    poll_backoff::found();
+    poll_backoff::nap();
+  }
   poll_backoff::found();
   EXPECT_EQ(poll_backoff::nap(), poll_backoff::kNapNs);
-  EXPECT_EQ(poll_backoff::nap(), 2 * poll_backoff::kNapNs);
+  poll_backoff::found();
+}
+
+TEST(PollBackoff, NapsSettleNearTheTimeBetweenCompletions) {
+  // Completions every 300 us: a nap shorter than that finds nothing and the next is twice
+  // as long; a longer one finds the completion and the next is half. The naps keep within a
+  // factor of two of the gap, two naps or so per completion, whatever the start.
+  constexpr long kGap = 300'000;
+  for (int round = 0; round < 40; ++round) {
+    poll_backoff::found();
+    long slept = 0;
+    int naps = 0;
+    while (slept < kGap) {
+      slept += poll_backoff::nap();
+      ++naps;
+    }
+    if (round >= 10) {
+      EXPECT_LE(naps, 2) << "round " << round;
+      EXPECT_LT(slept, 2 * kGap) << "round " << round;
+    }
+  }
   poll_backoff::found();
 }
 
