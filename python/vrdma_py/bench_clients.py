@@ -37,11 +37,13 @@ def ucx(b, test, size, iters, tls, server, client, timeout=None):
 
 
 def find_mpi_check():
-    """mpi_check (tests/tools, built when mpicc is present): $VRDMA_MPI_CHECK, PATH, or the
-    build tree of the vrdma binary in use."""
+    """mpi_check (tests/tools, built when mpicc is present): $VRDMA_MPI_CHECK, PATH, next to
+    the vrdma binary in use as a source install puts it (<prefix>/libexec/vrdma), or in its
+    build tree."""
     cands = [os.environ.get("VRDMA_MPI_CHECK"), shutil.which("mpi_check")]
-    vr = shutil.which(VRDMA) or VRDMA
-    build = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(vr))))
+    vr = os.path.realpath(shutil.which(VRDMA) or VRDMA)
+    cands.append(os.path.join(os.path.dirname(os.path.dirname(vr)), "libexec", "vrdma", "mpi_check"))
+    build = os.path.dirname(os.path.dirname(os.path.dirname(vr)))
     cands.append(os.path.join(build, "tests", "tools", "mpi_check"))
     for c in cands:
         if c and os.access(c, os.X_OK):
@@ -54,7 +56,8 @@ def mpi_pingpong(state, server, client, size, iters, pml):
     "ob1" (Open MPI's TCP BTL)."""
     prog = find_mpi_check()
     if not prog:
-        raise RuntimeError("mpi_check not found (build it with an MPI compiler present, or set "
+        raise RuntimeError("mpi_check not found (a source install puts it in "
+                           "<prefix>/libexec/vrdma when Open MPI's compiler is present; or set "
                            "VRDMA_MPI_CHECK)")
     rc, out = mpirun(None, state, [client, server], [prog, "pingpong", str(size), str(iters)],
                      tls=UCX_VRDMA_TLS, pml=pml, timeout=300)
