@@ -183,6 +183,11 @@ class Qos(unittest.TestCase):
         for h in ("h0", "h1"):
             sched, _, policy = self.latency_thread(h)
             self.assertEqual((sched, policy), ("realtime", 1), h)
+            # Above the bulk thread's real-time priority (proc(5) field 40): a bulk pass on a
+            # busy core does not hold the latency thread back.
+            stats = thread_stats(SB.status(h)["daemon"]["pid"], "vrdmad-router")
+            self.assertEqual(int(stats["vrdmad-router1"][37]), 2, h)
+            self.assertEqual(int(stats["vrdmad-router0"][37]), 1, h)
         before = {h: self.latency_thread(h)[1] for h in ("h0", "h1")}
         # A container floods the latency class (ib_write_bw with SL 1): its routers' latency
         # threads run dry of real-time budget within milliseconds and are scheduled as any

@@ -6,9 +6,9 @@
 
 namespace vrdma::daemon {
 
-int set_realtime(bool on) {
+int set_realtime(bool on, int priority) {
   sched_param p{};
-  p.sched_priority = on ? 1 : 0;
+  p.sched_priority = on ? priority : 0;
   return ::sched_setscheduler(0, on ? SCHED_FIFO : SCHED_OTHER, &p) == 0 ? 0 : errno;
 }
 

@@ -1,4 +1,4 @@
-// A router thread runs at real-time priority (SCHED_FIFO 1) while its work comes in short
+// A router thread runs at real-time priority (SCHED_FIFO) while its work comes in short
 // bursts, and in the normal class when it does not.
 //
 // Woken by a frame or a doorbell, a thread in the normal class gets a core only when the
@@ -59,8 +59,14 @@ class RealtimeBudget {
   uint64_t demotions_ = 0;
 };
 
-// The calling thread's scheduling class: SCHED_FIFO at priority 1, or back to SCHED_OTHER (its
+// The real-time priorities of router threads: the latency class's thread is above the bulk
+// threads, so that its frames never wait for a bulk thread's pass to end on a busy core (within
+// a priority, SCHED_FIFO threads do not preempt each other).
+inline constexpr int kBulkRealtimePriority = 1;
+inline constexpr int kLatencyRealtimePriority = 2;
+
+// The calling thread's scheduling class: SCHED_FIFO at `priority`, or back to SCHED_OTHER (its
 // nice value unchanged). 0 or an errno (without CAP_SYS_NICE: EPERM).
-int set_realtime(bool on);
+int set_realtime(bool on, int priority = kBulkRealtimePriority);
 
 }  // namespace vrdma::daemon

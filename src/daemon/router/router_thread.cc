@@ -184,7 +184,7 @@ void RouterThread::reclaim_point() {
 void RouterThread::meter(int64_t from, int64_t to) {
   const bool was = realtime_->realtime();
   if (realtime_->worked(from, to) == was) return;
-  if (int err = set_realtime(!was)) {
+  if (int err = set_realtime(!was, rt_priority())) {
     // The budget and status keep saying where the thread is. Refused a return to the
     // real-time class, it stays in the normal class for good; refused the way out (which the
     // kernel does not refuse a thread lowering itself), it tries again at the next meter.
@@ -251,7 +251,7 @@ void RouterThread::set_qos(const qos::NamedRule& rule) {
 void RouterThread::loop() {
   current_thread = this;
   if (latency_only_) favour_this_thread();
-  if (int err = set_realtime(true)) {
+  if (int err = set_realtime(true, rt_priority())) {
     LOG_INFO("router: thread %u stays in the normal scheduling class (%s)", index_,
              strerror(err));
   } else {

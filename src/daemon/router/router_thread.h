@@ -132,6 +132,9 @@ class RouterThread {
   void publish(int64_t now);
   // The thread was awake from `from` to `to`: its budget says which class it runs in.
   void meter(int64_t from, int64_t to);
+  int rt_priority() const {
+    return latency_only_ ? kLatencyRealtimePriority : kBulkRealtimePriority;
+  }
   void flush_outbox();
 
   std::unique_ptr<Router> router_;
