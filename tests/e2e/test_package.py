@@ -160,6 +160,10 @@ class PackageTest(unittest.TestCase):
                      UNIT, CONFIG, "/usr/share/doc/vrdma/README.md"):
             self.assertIn(path, self.listed)
             self.assertTrue(os.path.exists(path), path)
+        # mpirun starts the benchmark's MPI ranks with it (plm_rsh_agent): it must be executable.
+        agent = "/usr/share/vrdma/python/vrdma_py/mpi_launch_agent"
+        self.assertIn(agent, self.listed)
+        self.assertTrue(os.access(agent, os.X_OK), agent)
         conffiles = sh("dpkg-query", "-W", "-f=${Conffiles}", "vrdma").stdout
         self.assertIn(CONFIG, conffiles)
         # The configuration file is the generated template, and vrdmad --help names it.
