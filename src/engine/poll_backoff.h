@@ -13,9 +13,9 @@
 // kMaxNapNs), half as long after each nap that found completions, so that the naps settle near
 // the time between the stream's completions (a nap or two per completion, not a climb from
 // kNapNs after every one), and many streams sharing a few cores, each waiting longer, do not
-// wake their threads ever more often than their completions come. Latency-bound traffic (a request or two
-// in flight) never naps, so its latency is unchanged; a stream deep enough to keep the router
-// busy does not notice the naps (its queue holds more work than a nap's worth).
+// wake their threads ever more often than their completions come. Latency-bound traffic (a
+// request or two in flight) never naps, so its latency is unchanged; a stream deep enough to
+// keep the router busy does not notice the naps (its queue holds more work than a nap's worth).
 #pragma once
 
 #include <cstdint>

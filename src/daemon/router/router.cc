@@ -218,11 +218,10 @@ bool Router::serve_link(Link& link, int64_t now) {
     work = true;
   }
   if (link.tx_pending() && !link.tx_blocked) {
-    if (!link.flush(now)) {
+    if (!flush_link(link, now)) {
       doom(id, "send failed");
       return work;
     }
-    if (link.tx_blocked) update_watch(link);
     work = true;
   }
   // Requests (on links other hosts opened) each need room for their response; what comes
@@ -243,12 +242,7 @@ bool Router::serve_link(Link& link, int64_t now) {
     link.last_rx_ns = now;
     work = true;
   }
-  if (link.tx_pending() && !link.tx_blocked) {
-    if (!link.flush(now))
-      doom(id, "send failed");
-    else if (link.tx_blocked)
-      update_watch(link);
-  }
+  if (link.tx_pending() && !link.tx_blocked && !flush_link(link, now)) doom(id, "send failed");
   return work;
 }
 
@@ -270,17 +264,15 @@ bool Router::prepare_sleep() {
   // for room in a full link are not: the room wakes this thread, which serves them then (and
   // their owners, seeing the router at work, need not ring, and may nap: poll_backoff.h).
   for (Outbound* o = work_head_; o; o = o->work_next) {
-    const uint64_t t = o->sq->tail.load(std::memory_order_relaxed);
-    o->waits_room = t != o->sent && t >= o->done && t - o->done <= uint64_t(o->sq_mask) + 1 &&
+    o->waits_room = o->has_posted(o->sq->tail.load(std::memory_order_relaxed)) &&
                     waits_for_room(*o);
     if (!o->waits_room) o->sq->doorbell.store(1, std::memory_order_relaxed);
   }
   std::atomic_thread_fence(std::memory_order_seq_cst);
   for (Outbound* o = work_head_; o; o = o->work_next) {
     // Work posted (within what the queue can hold: a nonsense tail is not work).
-    uint64_t t = o->sq->tail.load(std::memory_order_relaxed);
-    if (t != o->sent && t >= o->done && t - o->done <= uint64_t(o->sq_mask) + 1 &&
-        !o->qos_held && !o->waits_room)
+    if (o->has_posted(o->sq->tail.load(std::memory_order_relaxed)) && !o->qos_held &&
+        !o->waits_room)
       return false;
   }
   for (auto& [id, l] : links_)

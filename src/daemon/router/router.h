@@ -302,6 +302,9 @@ class Router : public LinkHandler {
   void set_rx_paused(Link& link, bool paused);
   // What epoll watches a link's socket for: reads unless paused, room while tx_blocked.
   void update_watch(Link& link);
+  // Link::flush, and epoll then watches for room if the socket turned out full. False: the
+  // connection failed.
+  bool flush_link(Link& link, int64_t now);
   void watch(Link& link);  // registers the link's socket with epoll
   // A link's epoll tag: kTagBase | (kTagLinks + its id); below kTagLinks, the listener's.
   static constexpr uint64_t kTagLinks = 2;

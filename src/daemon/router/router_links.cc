@@ -45,14 +45,20 @@ uint32_t router_ip(const HostEntry& h) {
   return parse_ipv4_port(h.router, &ip, &port) ? ip : 0;
 }
 
+// What epoll watches a link's socket for: reads unless paused, room while the socket is full.
+epoll_event watch_event(const Link& link, uint64_t tag) {
+  epoll_event ev{};
+  ev.events = EPOLLRDHUP | (link.rx_paused ? 0u : uint32_t(EPOLLIN)) |
+              (link.tx_blocked ? uint32_t(EPOLLOUT) : 0u);
+  ev.data.u64 = tag;
+  return ev;
+}
+
 }  // namespace
 
 void Router::watch(Link& link) {
   link.rx_ready = true;  // whatever its socket holds already is read on the next pass
-  epoll_event ev{};
-  ev.events = EPOLLRDHUP | (link.rx_paused ? 0u : uint32_t(EPOLLIN)) |
-              (link.tx_blocked ? uint32_t(EPOLLOUT) : 0u);
-  ev.data.u64 = link_tag(link.id());
+  epoll_event ev = watch_event(link, link_tag(link.id()));
   ::epoll_ctl(epoll_, EPOLL_CTL_ADD, link.fd(), &ev);
 }
 
@@ -64,11 +70,15 @@ void Router::set_rx_paused(Link& link, bool paused) {
 }
 
 void Router::update_watch(Link& link) {
-  epoll_event ev{};
-  ev.events = EPOLLRDHUP | (link.rx_paused ? 0u : uint32_t(EPOLLIN)) |
-              (link.tx_blocked ? uint32_t(EPOLLOUT) : 0u);
-  ev.data.u64 = link_tag(link.id());
+  epoll_event ev = watch_event(link, link_tag(link.id()));
   ::epoll_ctl(epoll_, EPOLL_CTL_MOD, link.fd(), &ev);
+}
+
+bool Router::flush_link(Link& link, int64_t now) {
+  const bool was_blocked = link.tx_blocked;
+  if (!link.flush(now)) return false;
+  if (link.tx_blocked && !was_blocked) update_watch(link);  // wake when it has room
+  return true;
 }
 
 const char* Router::refuse_address(uint32_t ipv4) {

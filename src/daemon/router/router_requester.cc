@@ -109,7 +109,7 @@ bool Router::tail_of(Outbound& o, uint64_t* tail) {
   // The owner writes the tail: it may be anything. Between what was completed and a full
   // queue, or the QP fails.
   uint64_t t = o.sq->tail.load(std::memory_order_acquire);
-  if (t >= o.done && t - o.done <= uint64_t(o.sq_mask) + 1 && t >= o.sent) {
+  if (o.sane_tail(t) && t >= o.sent) {
     *tail = t;
     return true;
   }
@@ -130,7 +130,7 @@ void Router::abort_qp(Outbound& o, ibv_wc_status first, bool tell_owner, proto::
   // Everything posted completes in error: what was sent first with `first`, the rest flushed
   // (later passes of pump() flush what is posted afterwards). Never past a full queue.
   uint64_t t = o.sq->tail.load(std::memory_order_acquire);
-  uint64_t tail = t >= o.done && t - o.done <= uint64_t(o.sq_mask) + 1 ? t : o.sent;
+  uint64_t tail = o.sane_tail(t) ? t : o.sent;
   bool had_outstanding = o.done < o.sent;
   while (o.done < tail) {
     Wqe w;

@@ -37,13 +37,8 @@ uint64_t Router::send_posted(Outbound& o) {
     left = tail - o.sent;
     if (!left) return 0;
     // The rest waits for room on a link: write what the links hold, then try again.
-    for (auto& [id, l] : links_) {
-      if (!l->open() || !l->tx_pending()) continue;
-      if (!l->flush(now))
-        doom(id, "send failed");
-      else if (l->tx_blocked)
-        update_watch(*l);
-    }
+    for (auto& [id, l] : links_)
+      if (l->open() && l->tx_pending() && !flush_link(*l, now)) doom(id, "send failed");
   }
   LOG_INFO("router: QP 0x%x released with %llu datagram(s) its links had no room for: lost",
            o.qpn, static_cast<unsigned long long>(left));

@@ -60,6 +60,10 @@ struct Router::Outbound {
   int cq_efd = -1;
   uint64_t sent = 0;      // next entry to send
   uint64_t done = 0;      // next entry to complete (mirrors sq->done)
+  // The owner writes the tail: it may be anything. A sane one lies between what completed and
+  // a full queue; posted work is a sane tail beyond what was sent.
+  bool sane_tail(uint64_t t) const { return t >= done && t - done <= uint64_t(sq_mask) + 1; }
+  bool has_posted(uint64_t t) const { return t != sent && sane_tail(t); }
   uint64_t base = 0;      // the entry whose request is number 0 of the connection
   int64_t oldest_ns = 0;  // when the oldest outstanding request was sent
   bool failed = false;

@@ -30,8 +30,7 @@ bool Router::has_work(const Outbound& o) const {
   if (o.qp->state.load(std::memory_order_relaxed) != o.last_state) return true;
   if (o.done != o.sent || o.qos_held) return true;
   // Posted entries (within what the queue can hold: a nonsense tail is not work).
-  const uint64_t t = o.sq->tail.load(std::memory_order_relaxed);
-  return t != o.sent && t >= o.done && t - o.done <= uint64_t(o.sq_mask) + 1;
+  return o.has_posted(o.sq->tail.load(std::memory_order_relaxed));
 }
 
 void Router::work_add(Outbound& o) {
