@@ -123,11 +123,15 @@ def headline(results):
         H.append(e)
     # What encrypting the links between routers costs.
     sec = router_security(results) or {}
+    n_pairs = sec.get("pairs") or "?"
     for key, title, unit, what in (
             ("write_bw_mb_s", f"Across hosts: throughput {hs_bw}, TLS vs plaintext routers",
              "MB/s", f"ib_write_bw {hs_bw}"),
             ("write_lat_p50_us", f"Across hosts: latency p50 {hs_lat}, TLS vs plaintext routers",
-             "us", f"ib_write_lat {hs_lat}")):
+             "us", f"ib_write_lat {hs_lat}"),
+            ("pairs_bw_aggregate_mb_s",
+             f"Across hosts: aggregate throughput of {n_pairs} pairs, TLS vs plaintext routers",
+             "MB/s", f"{n_pairs} pairs ib_write_bw {hs_bw}")):
         e = sec.get(key, {})
         entry = {"id": f"cross_host_tls_{key}", "title": title, "unit": unit,
                  "better": "higher" if unit == "MB/s" else "lower",
@@ -184,6 +188,25 @@ def headline(results):
         except (Missing, ZeroDivisionError, TypeError, KeyError) as e:
             entry["error"] = str(e)
         H.append(entry)
+    # Plaintext routers' pairs against as many iperf3 pairs (the scalability section's): what
+    # the routers' scaling reaches when the links do not encrypt.
+    plain = (sec.get("pairs_bw_aggregate_mb_s") or {}).get("plaintext")
+    for r in tcp:
+        if r["pairs"] != sec.get("pairs"):
+            continue
+        p = r["pairs"]
+        entry = {"id": f"cross_host_plaintext_pairs{p}_vs_tcp", "unit": "MB/s",
+                 "better": "higher",
+                 "title": f"Across hosts: aggregate throughput of {p} pairs, plaintext routers, "
+                          f"vs TCP",
+                 "vrdma": f"{p} pairs ib_write_bw {hs_bw}, --router-plaintext",
+                 "baseline": f"{p} pairs TCP iperf3 {hs_bw}"}
+        if ok(plain) and ok(r.get("aggregate_mb_s")) and r["aggregate_mb_s"] > 0:
+            entry.update({"vrdma_value": plain, "baseline_value": r["aggregate_mb_s"],
+                          "ratio": plain / r["aggregate_mb_s"]})
+        else:
+            entry["error"] = "not measured (see router_security and scalability)"
+        H.append(entry)
     return H
 
 
@@ -203,7 +226,8 @@ def router_security(results):
         return None
     out = {}
     for key, field, better in (("write_bw", "mb_s", "higher"), ("write_lat", "p50_us", "lower"),
-                               ("write_lat", "p99_us", "lower")):
+                               ("write_lat", "p99_us", "lower"),
+                               ("pairs_bw", "aggregate_mb_s", "higher")):
         vals = {}
         for mode in ("tls", "plaintext"):
             recs = [r for r in node.get(mode, {}).get(key, []) if isinstance(r, dict)
@@ -212,6 +236,9 @@ def router_security(results):
         entry = {"tls": vals["tls"], "plaintext": vals["plaintext"],
                  "ratio": _ratio(vals["tls"], vals["plaintext"], better)}
         out[f"{key}_{field}"] = entry
+    out["pairs"] = max((r.get("pairs", 0) for m in ("tls", "plaintext")
+                        for r in node.get(m, {}).get("pairs_bw", []) if isinstance(r, dict)),
+                       default=None)
     out["ktls"] = any("ktls" in r.get("link_security", [])
                       for r in node.get("tls", {}).get("write_bw", []) if isinstance(r, dict))
     return out
@@ -453,9 +480,12 @@ def report_md(results, plots):
     L.append("\nCPU-seconds of every process involved (both programs and every vrdmad) per GB "
              "moved and per million messages, by message size, from the throughput runs: for "
              "perftest and ucx_perftest from the line they print when their setup is done to "
-             "their exit, for iperf3 the whole run (its setup is one TCP connection). perftest "
-             "and ucx_perftest poll, so each keeps a CPU busy while it runs. Ratio: TCP ÷ vrdma "
-             "WRITE.\n")
+             "their exit, for iperf3 the whole run (its setup is one TCP connection). At "
+             f"{human_size(REF_LAT_SIZE)} and {human_size(REF_BW_SIZE)} the perftest figures are "
+             "net of what a 10-iteration run of the same program spends after that line "
+             "(perftest busy-loops 0.2 s calibrating its clock before it reports): the "
+             "transfer's own CPU. perftest and ucx_perftest poll, so each keeps a CPU busy "
+             "while it runs. Ratio: TCP ÷ vrdma WRITE.\n")
     for topo, where in (("same_host", "same host"), ("cross_host", "across hosts")):
         keys = ["vrdma_write", "vrdma_read", "vrdma_send"] + \
             (["ucx_posix"] if topo == "same_host" else []) + ["ucx_tcp", "tcp"]
@@ -599,7 +629,10 @@ def report_md(results, plots):
                                 ("write_lat_p50_us", f"ib_write_lat {human_size(REF_LAT_SIZE)} p50",
                                  "us"),
                                 ("write_lat_p99_us", f"ib_write_lat {human_size(REF_LAT_SIZE)} p99",
-                                 "us")):
+                                 "us"),
+                                ("pairs_bw_aggregate_mb_s",
+                                 f"{sec['pairs'] or '?'} pairs ib_write_bw "
+                                 f"{human_size(REF_BW_SIZE)} at once, aggregate", "MB/s")):
             e = sec[key]
             rows.append([what, f"{fmt(e['tls'])} {unit}", f"{fmt(e['plaintext'])} {unit}",
                          ratio_text(e["ratio"])])
