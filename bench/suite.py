@@ -11,8 +11,8 @@ namespaces, one vrdmad each) and measures, in one run, with unmodified programs:
   throughput with up to 1024 QPs, connection setup rate through verbs and rdma_cm;
   what encrypting the links between routers costs (mutual TLS against --router-plaintext,
   across hosts, ib_write_bw 64 KiB and ib_write_lat 8 B, and 8 pairs at once); and the
-  baselines: memcpy, UCX
-  shared memory and tcp (ucx_perftest), TCP (iperf3, sockperf) between the same containers;
+  baselines: memcpy, UCX shared memory and tcp (ucx_perftest), TCP (iperf3, sockperf)
+  between the same containers;
   real clients: UCX over vrdma against UCX posix and tcp, Open MPI ping-pong over vrdma
   (pml ucx) against Open MPI over TCP; QoS: per-container throughput over time of four
   senders sharing one link between hosts, with weights 1 and 3, a 100 MB/s limit and a

@@ -171,43 +171,48 @@ def headline(results):
         except (Missing, ZeroDivisionError, TypeError) as e:
             entry["error"] = str(e) if good or not node else node[-1]["error"].splitlines()[0]
         H.append(entry)
-    # Pairs across hosts against as many iperf3 pairs between the same containers.
+    # Pairs across hosts against as many iperf3 pairs between the same containers; and the
+    # plaintext routers' pairs of the same count (router_security): what the routers' scaling
+    # reaches when the links do not encrypt.
     tcp = [r for r in records(results, "scalability", "pairs_tcp", "cross_host") or []
            if "error" not in r]
-    for r in tcp:
-        p = r["pairs"]
-        entry = {"id": f"cross_host_pairs{p}_vs_tcp", "unit": "MB/s", "better": "higher",
-                 "title": f"Across hosts: aggregate throughput of {p} pairs, vs TCP",
-                 "vrdma": f"{p} pairs ib_write_bw {hs_bw}",
-                 "baseline": f"{p} pairs TCP iperf3 {hs_bw}"}
-        try:
-            v = record_at(results, ("scalability", "pairs_bw", "cross_host"), p, key="pairs")
-            entry.update({"vrdma_value": v["aggregate_mb_s"],
-                          "baseline_value": r["aggregate_mb_s"],
-                          "ratio": v["aggregate_mb_s"] / r["aggregate_mb_s"]})
-        except (Missing, ZeroDivisionError, TypeError, KeyError) as e:
-            entry["error"] = str(e)
-        H.append(entry)
-    # Plaintext routers' pairs against as many iperf3 pairs (the scalability section's): what
-    # the routers' scaling reaches when the links do not encrypt.
     plain = (sec.get("pairs_bw_aggregate_mb_s") or {}).get("plaintext")
+
+    def routed(p):
+        return record_at(results, ("scalability", "pairs_bw", "cross_host"), p,
+                         key="pairs")["aggregate_mb_s"]
+
+    def plaintext():
+        if not ok(plain):
+            raise Missing("not measured (see router_security and scalability)")
+        return plain
+
     for r in tcp:
-        if r["pairs"] != sec.get("pairs"):
-            continue
         p = r["pairs"]
-        entry = {"id": f"cross_host_plaintext_pairs{p}_vs_tcp", "unit": "MB/s",
-                 "better": "higher",
-                 "title": f"Across hosts: aggregate throughput of {p} pairs, plaintext routers, "
-                          f"vs TCP",
-                 "vrdma": f"{p} pairs ib_write_bw {hs_bw}, --router-plaintext",
-                 "baseline": f"{p} pairs TCP iperf3 {hs_bw}"}
-        if ok(plain) and ok(r.get("aggregate_mb_s")) and r["aggregate_mb_s"] > 0:
-            entry.update({"vrdma_value": plain, "baseline_value": r["aggregate_mb_s"],
-                          "ratio": plain / r["aggregate_mb_s"]})
-        else:
-            entry["error"] = "not measured (see router_security and scalability)"
-        H.append(entry)
+        H.append(_pairs_vs_tcp(r, f"cross_host_pairs{p}_vs_tcp", "",
+                               f"{p} pairs ib_write_bw {hs_bw}", hs_bw, lambda p=p: routed(p)))
+        if p == sec.get("pairs"):
+            H.append(_pairs_vs_tcp(r, f"cross_host_plaintext_pairs{p}_vs_tcp",
+                                   "plaintext routers, ",
+                                   f"{p} pairs ib_write_bw {hs_bw}, --router-plaintext", hs_bw,
+                                   plaintext))
     return H
+
+
+def _pairs_vs_tcp(tcp, id_, routers, vrdma_label, hs_bw, value):
+    """A headline entry: the aggregate of tcp["pairs"] routed pairs (`value()`, which raises
+    when it was not measured) against as many iperf3 pairs (`tcp`, a pairs_tcp record)."""
+    p = tcp["pairs"]
+    entry = {"id": id_, "unit": "MB/s", "better": "higher",
+             "title": f"Across hosts: aggregate throughput of {p} pairs, {routers}vs TCP",
+             "vrdma": vrdma_label, "baseline": f"{p} pairs TCP iperf3 {hs_bw}"}
+    try:
+        v = value()
+        entry.update({"vrdma_value": v, "baseline_value": tcp["aggregate_mb_s"],
+                      "ratio": v / tcp["aggregate_mb_s"]})
+    except (Missing, ZeroDivisionError, TypeError, KeyError) as e:
+        entry["error"] = str(e)
+    return entry
 
 
 def _median(values):
@@ -477,15 +482,21 @@ def report_md(results, plots):
         L.append(f"\nWith {iwc['programs']} connected, idle programs: vrdmad "
                  f"{fmt(iwc['vrdmad_cpu_s'])} CPU-s, the programs {fmt(iwc['programs_cpu_s'])} "
                  f"CPU-s in {fmt(iwc['seconds'])} s.")
+    # The short run the perftest figures at the headline sizes are net of (perftest_bw, net_of).
+    net_of = next((r["cpu_net_of"] for topo in ("same_host", "cross_host")
+                   for key in ("vrdma_write", "vrdma_read", "vrdma_send")
+                   for r in records(results, "throughput", topo, key) or []
+                   if isinstance(r, dict) and "cpu_net_of" in r), None)
+    net_text = (f" At {human_size(REF_LAT_SIZE)} and {human_size(REF_BW_SIZE)} the perftest "
+                f"figures are net of what a {net_of}-iteration run of the same program spends "
+                "after that line (perftest busy-loops 0.2 s calibrating its clock before it "
+                "reports): the transfer's own CPU." if net_of else "")
     L.append("\nCPU-seconds of every process involved (both programs and every vrdmad) per GB "
              "moved and per million messages, by message size, from the throughput runs: for "
              "perftest and ucx_perftest from the line they print when their setup is done to "
-             "their exit, for iperf3 the whole run (its setup is one TCP connection). At "
-             f"{human_size(REF_LAT_SIZE)} and {human_size(REF_BW_SIZE)} the perftest figures are "
-             "net of what a 10-iteration run of the same program spends after that line "
-             "(perftest busy-loops 0.2 s calibrating its clock before it reports): the "
-             "transfer's own CPU. perftest and ucx_perftest poll, so each keeps a CPU busy "
-             "while it runs. Ratio: TCP ÷ vrdma WRITE.\n")
+             "their exit, for iperf3 the whole run (its setup is one TCP connection)."
+             f"{net_text} perftest and ucx_perftest poll, so each keeps a CPU busy while it "
+             "runs. Ratio: TCP ÷ vrdma WRITE.\n")
     for topo, where in (("same_host", "same host"), ("cross_host", "across hosts")):
         keys = ["vrdma_write", "vrdma_read", "vrdma_send"] + \
             (["ucx_posix"] if topo == "same_host" else []) + ["ucx_tcp", "tcp"]
