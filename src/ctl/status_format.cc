@@ -162,6 +162,8 @@ void print_status(const json& status, std::ostream& out) {
         out << "; latency thread " << (sched == "realtime" ? "real-time" : "normal class") << " ("
             << plural(static_cast<size_t>(number(lt, "realtime_demotions")), "demotion") << ")";
     }
+    if (r.contains("cpus") && r["cpus"].is_string() && !r["cpus"].get<std::string>().empty())
+      out << "; on CPUs " << r["cpus"].get<std::string>();
     if (r.contains("bulk_threads") && r["bulk_threads"].is_object()) {
       const json& bt = r["bulk_threads"];
       out << "; bulk threads real-time " << text(bt, "realtime") << "/" << text(bt, "threads")

@@ -15,6 +15,7 @@ test's namespace.
 import grp
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -272,6 +273,25 @@ def check_router_threads(d, t):
     t.assertEqual(d.status()["daemon"]["router"]["threads"], 2)
 
 
+def check_router_cpus(d, t):
+    """Status names the CPUs, and each router thread runs only there (the kernel's view)."""
+    check_router(d, t)
+    t.assertEqual(d.status()["daemon"]["router"]["cpus"], "0")
+    tasks = f"/proc/{d.pid}/task"
+    lists = {}
+    for tid in os.listdir(tasks):
+        try:
+            with open(f"{tasks}/{tid}/comm") as f:
+                name = f.read().strip()
+            with open(f"{tasks}/{tid}/status") as f:
+                allowed = re.search(r"^Cpus_allowed_list:\s*(\S+)", f.read(), re.M).group(1)
+        except FileNotFoundError:
+            continue
+        if name.startswith("vrdmad-router"):
+            lists[name] = allowed
+    t.assertEqual(lists, {"vrdmad-router0": "0", "vrdmad-router1": "0"})
+
+
 def check_qos(d, t):
     out = subprocess.run([VRDMA, "qos", "show", "--socket", d.socket, "--json"],
                          capture_output=True, text=True, timeout=30)
@@ -326,6 +346,7 @@ ROWS = [
     ("tls-key", "@PKI@", {"router-listen": ROUTER["router-listen"]}, check_router),
     ("router-links", 3, dict(ROUTER), check_router_links),
     ("router-threads", 2, dict(ROUTER), check_router_threads),
+    ("router-cpus", "0", dict(ROUTER), check_router_cpus),
     ("pod-cidr", ["10.99.8.0/24"], dict(ROUTER), None),
     ("qos", ["container=10.99.8.5:weight=3,rate=100M"], dict(ROUTER), check_qos),
     ("directory", "etcd://127.0.0.1:1", {"@PKI@": True}, check_directory),

@@ -12,6 +12,7 @@
 #include <memory>
 #include <sstream>
 
+#include "common/cpu_list.h"
 #include "common/log.h"
 #include "daemon/core/daemon.h"
 #include "daemon/core/options.h"
@@ -44,6 +45,7 @@ const std::map<std::string, std::vector<std::string>> kExamples = {
     {"directory", {"etcd://10.76.0.254:2379"}},
     {"peer", {"1=10.76.0.2:7471=10.77.1.0/24"}},
     {"metrics-listen", {"127.0.0.1:9464"}},
+    {"router-cpus", {"0"}},
 };
 
 // Keys an option needs beside it to be accepted (check_options: a router needs TLS or
@@ -202,6 +204,7 @@ TEST_F(DaemonOptionsTest, BadValuesAreRefusedWithTheirLineAndKey) {
       {"directory-lease: [1, 2]", "1: directory-lease", "not a list"},
       {"socket:\n  path: /x", "2: socket", "not a map"},
       {"sockett: /x", "1: sockett", "unknown key"},
+      {"router-cpus: 3-1", "1: router-cpus", "runs backwards"},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.yaml);
@@ -211,6 +214,26 @@ TEST_F(DaemonOptionsTest, BadValuesAreRefusedWithTheirLineAndKey) {
     EXPECT_EQ(p.error.rfind(expected, 0), 0u) << p.error << "\n  expected " << expected;
     EXPECT_NE(p.error.find(c.what), std::string::npos) << p.error;
   }
+}
+
+// --router-cpus: the list, ascending, in the router's configuration; a CPU vrdmad may not run
+// on is refused with the CPUs it may.
+TEST_F(DaemonOptionsTest, RouterCpusMustBeOnesTheDaemonMayUse) {
+  const std::vector<uint32_t> allowed = allowed_cpus();
+  ASSERT_FALSE(allowed.empty());
+  const std::string first = std::to_string(allowed.front());
+  Parsed ok({"--router-cpus", first + "," + first});
+  EXPECT_EQ(ok.error, "");
+  EXPECT_EQ(ok.opts().cfg.router_config().cpus, std::vector<uint32_t>{allowed.front()});
+  Parsed none({});
+  EXPECT_TRUE(none.opts().cfg.router_config().cpus.empty());
+  const uint32_t outside = allowed.back() + 1;
+  ASSERT_LT(outside, kMaxCpus);
+  Parsed bad({"--router-cpus", first + "," + std::to_string(outside)});
+  EXPECT_EQ(bad.error, "--router-cpus: CPU " + std::to_string(outside) +
+                           " is not one vrdmad may run on (" + cpu_list_text(allowed) + ")");
+  Parsed garbage({"--router-cpus", "one"});
+  EXPECT_NE(garbage.error.find("not 'one'"), std::string::npos) << garbage.error;
 }
 
 // deploy/config/vrdmad.yaml (installed as /etc/vrdma/vrdmad.yaml) is what

@@ -8,6 +8,7 @@
 #include <set>
 #include <vector>
 
+#include "common/cpu_list.h"
 #include "daemon/identity/client_identity.h"
 #include "daemon/core/config.h"
 #include "daemon/core/decode.h"
@@ -308,6 +309,44 @@ TEST(DaemonRegistry, RecordsWhatAQpsRtrNames) {
   EXPECT_TRUE(r.names_peer(a, ip, 0x778));
   r.remove_client(1);
   EXPECT_FALSE(r.names_peer(a, ip, 0x778)) << "the QP is gone";
+}
+
+// CPU lists (--router-cpus): the kernel's list format in, ascending CPUs out, and back.
+TEST(CpuList, ParsesItemsAndRangesAscendingWithoutRepeats) {
+  std::string error;
+  auto cpus = parse_cpu_list("6,0-3,2,10-11", &error);
+  ASSERT_TRUE(cpus) << error;
+  EXPECT_EQ(*cpus, (std::vector<uint32_t>{0, 1, 2, 3, 6, 10, 11}));
+  EXPECT_EQ(cpu_list_text(*cpus), "0-3,6,10-11");
+  EXPECT_EQ(cpu_list_text({5}), "5");
+  EXPECT_EQ(cpu_list_text({}), "");
+  EXPECT_EQ(*parse_cpu_list("1023", &error), (std::vector<uint32_t>{1023}));
+}
+
+TEST(CpuList, RefusesWhatIsNotAList) {
+  struct Case {
+    const char* text;
+    const char* what;
+  };
+  const Case cases[] = {
+      {"", "an empty CPU list"},       {"0,", "not ''"},         {",1", "not ''"},
+      {"a", "not 'a'"},                {"1-", "not '1-'"},       {"-1", "not '-1'"},
+      {"3-1", "runs backwards"},       {"0-1-2", "not '0-1-2'"}, {"1024", "below 1024"},
+      {"0-99999", "not '0-99999'"},    {" 1", "not ' 1'"},       {"+1", "not '+1'"},
+  };
+  for (const auto& c : cases) {
+    std::string error;
+    EXPECT_FALSE(parse_cpu_list(c.text, &error)) << c.text;
+    EXPECT_NE(error.find(c.what), std::string::npos) << c.text << ": " << error;
+  }
+}
+
+TEST(CpuList, AllowedCpusIncludeTheOneThisThreadRunsOn) {
+  const std::vector<uint32_t> allowed = allowed_cpus();
+  ASSERT_FALSE(allowed.empty());
+  const int cpu = sched_getcpu();
+  ASSERT_GE(cpu, 0);
+  EXPECT_TRUE(std::binary_search(allowed.begin(), allowed.end(), static_cast<uint32_t>(cpu)));
 }
 
 }  // namespace

@@ -31,6 +31,7 @@ struct DaemonConfig {
     r.plaintext = router_plaintext;
     r.bulk_links = router_links;
     r.threads = router_threads;
+    r.cpus = router_cpus;
     r.qos = qos;
     return r;
   }
@@ -91,6 +92,7 @@ struct DaemonConfig {
   bool router_plaintext = false;  // links between routers without TLS (insecure)
   uint32_t router_links = 1;      // bulk links to each other host (RouterConfig::bulk_links)
   uint32_t router_threads = 2;    // router threads (RouterConfig::threads, router_pool.h)
+  std::vector<uint32_t> router_cpus;  // the CPUs router threads run on (RouterConfig::cpus)
   std::vector<Ipv4Cidr> pod_cidrs;      // container networks this host owns
   qos::RuleSet qos;  // weights and rate limits of containers and tenants on the router's links
   std::string directory = "embedded";   // "embedded" or "etcd://host:port[,host:port...]"

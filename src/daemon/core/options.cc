@@ -2,7 +2,10 @@
 
 #include <arpa/inet.h>
 
+#include <algorithm>
+
 #include "common/address.h"
+#include "common/cpu_list.h"
 #include "common/protocol.h"
 #include "daemon/core/reload.h"
 #include "daemon/core/socket_group.h"
@@ -55,6 +58,15 @@ CLI::Validator tenant_allow() {
         return parse_tenant_allow(s, &error) ? "" : error;
       },
       "FROM->TO");
+}
+
+CLI::Validator cpu_list() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        std::string error;
+        return s.empty() || parse_cpu_list(s, &error) ? "" : error;
+      },
+      "CPU LIST");
 }
 
 CLI::Validator qos_rule() {
@@ -197,6 +209,11 @@ void add_options(CLI::App& app, DaemonOptions& opts) {
                  "to thread k mod (N-1). More bulk threads help where cores are free for them")
       ->default_val(cfg.router_threads)
       ->check(CLI::Range(1u, RouterConfig::kMaxThreads));
+  app.add_option("--router-cpus", opts.router_cpus,
+                 "CPUs the router threads run on, as a list such as 0-3,6 (default: any the "
+                 "daemon may use): keep the data path on chosen cores, e.g. near the NIC or "
+                 "apart from the applications. A CPU the daemon may not use is refused")
+      ->check(cpu_list());
   app.add_option("--qos", opts.qos,
                  "Quality of service between hosts: the share and limits of a container "
                  "(container=IPV4:...) or a tenant (tenant=NAME:...) on the router's links, as "
@@ -304,6 +321,18 @@ std::string check_options(DaemonOptions* opts) {
     if (c.empty() || !parse_cidr(c, &net, nullptr))
       return "--pod-cidr: expected A.B.C.D/LEN, not '" + c + "'";
     cfg.pod_cidrs.push_back(net);
+  }
+  cfg.router_cpus.clear();
+  if (!opts->router_cpus.empty()) {
+    std::string error;
+    auto cpus = parse_cpu_list(opts->router_cpus, &error);
+    if (!cpus) return "--router-cpus: " + error;
+    const std::vector<uint32_t> allowed = allowed_cpus();
+    for (uint32_t c : *cpus)
+      if (!std::binary_search(allowed.begin(), allowed.end(), c))
+        return "--router-cpus: CPU " + std::to_string(c) + " is not one vrdmad may run on (" +
+               cpu_list_text(allowed) + ")";
+    cfg.router_cpus = std::move(*cpus);
   }
   const bool tls_given = !cfg.tls_ca.empty() || !cfg.tls_cert.empty() || !cfg.tls_key.empty();
   const bool tls_all = !cfg.tls_ca.empty() && !cfg.tls_cert.empty() && !cfg.tls_key.empty();

@@ -22,6 +22,7 @@ struct DaemonOptions {
   std::vector<std::string> allow;      // FROM->TO
   std::vector<std::string> pod_cidrs;  // CIDR
   std::vector<std::string> qos;        // container=IP:... / tenant=NAME:... (qos/rules.h)
+  std::string router_cpus;             // CPU list (common/cpu_list.h); "": any
   std::string log_level = "info";
   bool no_peer_pidfd = false;
   bool operator==(const DaemonOptions&) const = default;

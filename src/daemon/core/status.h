@@ -64,6 +64,7 @@ struct StatusInput {
   size_t routed_qps = 0;
   uint32_t router_links = 0;    // bulk links per host pair (--router-links)
   uint32_t router_threads = 0;  // --router-threads
+  std::string router_cpus;      // --router-cpus as a CPU list; "": any CPU
   std::string latency_thread;   // RouterPool::latency_thread
   uint64_t latency_thread_demotions = 0;
   uint32_t bulk_threads = 0, bulk_threads_realtime = 0;  // RouterPool::bulk_threads

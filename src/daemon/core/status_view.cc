@@ -5,6 +5,7 @@
 #include <tuple>
 
 #include "common/address.h"
+#include "common/cpu_list.h"
 #include "daemon/core/daemon.h"
 #include "daemon/core/status.h"
 
@@ -39,6 +40,7 @@ std::string Daemon::status_text(const Client& viewer) {
     in.routed_qps = router_->routed_qps();
     in.router_links = cfg_.router_links;
     in.router_threads = static_cast<uint32_t>(router_->threads());
+    in.router_cpus = cpu_list_text(cfg_.router_cpus);
     std::tie(in.latency_thread, in.latency_thread_demotions) = router_->latency_thread();
     const RouterPool::BulkThreads bulk = router_->bulk_threads();
     in.bulk_threads = bulk.threads;

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "daemon/qos/rules.h"
 #include "daemon/router/wire.h"
@@ -60,6 +61,10 @@ struct RouterConfig {
     return k % (threads - 1);
   }
   qos::RuleSet qos;  // weights and rate limits of containers and tenants (default: equal, none)
+  // The CPUs every router thread may run on (ascending); empty: wherever the scheduler puts
+  // them. A thread that wakes another wakes it on the other's CPU: on a CPU of its own that
+  // takes an interrupt between CPUs, on the same CPU it does not.
+  std::vector<uint32_t> cpus;
 };
 
 }  // namespace vrdma::daemon

@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
@@ -14,6 +15,7 @@
 #include <string>
 
 #include "common/clock.h"
+#include "common/cpu_list.h"
 #include "common/log.h"
 
 namespace vrdma::daemon {
@@ -50,6 +52,15 @@ thread_local RouterThread* current_thread = nullptr;
 // needs.
 constexpr int kLatencyThreadNice = -10;
 
+// The calling thread runs only on `cpus` (RouterConfig::cpus). 0 or an errno.
+int pin_this_thread(const std::vector<uint32_t>& cpus) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  for (uint32_t c : cpus)
+    if (c < CPU_SETSIZE) CPU_SET(c, &set);
+  return ::sched_setaffinity(0, sizeof(set), &set) == 0 ? 0 : errno;
+}
+
 void favour_this_thread() {
   const pid_t tid = static_cast<pid_t>(::syscall(SYS_gettid));
   if (::setpriority(PRIO_PROCESS, static_cast<id_t>(tid), kLatencyThreadNice) != 0)
@@ -64,6 +75,7 @@ RouterThread::RouterThread(const RouterConfig& cfg, Directory& dir, Router::Hook
                            ControlChannel& control)
     : index_(cfg.thread),
       latency_only_(cfg.threads > 1 && cfg.thread == cfg.thread_of(wire::kLatencyLane)),
+      cpus_(cfg.cpus),
       linger_ns_(linger_ns),
       epoll_(::epoll_create1(EPOLL_CLOEXEC)),
       wake_fd_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)),
@@ -251,6 +263,11 @@ void RouterThread::set_qos(const qos::NamedRule& rule) {
 void RouterThread::loop() {
   current_thread = this;
   if (latency_only_) favour_this_thread();
+  if (!cpus_.empty()) {
+    if (int err = pin_this_thread(cpus_))
+      LOG_ERROR("router: thread %u runs on any CPU, not only on %s (sched_setaffinity: %s)",
+                index_, cpu_list_text(cpus_).c_str(), strerror(err));
+  }
   if (int err = set_realtime(true, rt_priority())) {
     LOG_INFO("router: thread %u stays in the normal scheduling class (%s)", index_,
              strerror(err));

@@ -140,6 +140,7 @@ class RouterThread {
   std::unique_ptr<Router> router_;
   uint32_t index_;
   bool latency_only_;  // the latency lane's thread, which carries nothing else
+  std::vector<uint32_t> cpus_;  // RouterConfig::cpus
   int64_t linger_ns_;
   bool tls_ = false;
   UniqueFd epoll_;
