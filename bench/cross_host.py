@@ -51,11 +51,16 @@ def main():
     ap.add_argument("--rounds", type=int, default=3, help="repetitions per measurement (median)")
     ap.add_argument("--quick", action="store_true", help="fewer iterations")
     ap.add_argument("--json", metavar="FILE", help="also write every sample to FILE")
+    ap.add_argument("--router-cpus", metavar="LIST",
+                    help="run both hosts' router threads on these CPUs (vrdmad --router-cpus): "
+                         "in the sandbox, where both hosts share the machine's cores, routers "
+                         "on one CPU wake each other without an interrupt between CPUs")
     args = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("cross_host.py: run as root (it creates network namespaces)")
 
-    with Sandbox(hosts=2, containers=1) as sb:
+    extra = [f"--daemon-arg=--router-cpus={args.router_cpus}"] if args.router_cpus else []
+    with Sandbox(hosts=2, containers=1, extra_args=extra) as sb:
         samples = measure(sb, args.rounds, args.quick)
     med = {k: statistics.median(v) for k, v in samples.items()}
 
@@ -70,7 +75,8 @@ def main():
          "lower"),
     ]
     print(f"\nvrdma cross-host benchmark: median of {args.rounds} rounds, "
-          f"containers {CLIENT} (host 0) <-> {SERVER} (host 1)\n")
+          f"containers {CLIENT} (host 0) <-> {SERVER} (host 1)" +
+          (f", routers on CPUs {args.router_cpus}" if args.router_cpus else "") + "\n")
     print(f"{'metric':32} {'vrdma':>20} {'value':>10}   vs baseline (ratio; >1 means vrdma is better)")
     for metric, name, val, bases, better in rows:
         parts = []
