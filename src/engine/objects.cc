@@ -190,13 +190,21 @@ void Cq::detach(const shm::SendQueue* sq) {
   sqs_.erase(std::remove(sqs_.begin(), sqs_.end(), sq), sqs_.end());
 }
 
-bool Cq::streaming() {
+bool Cq::streaming(const shm::SendQueue** deepest) {
   std::lock_guard lock(poll_lock_);
-  // The last message received said its sender has more queued behind it.
-  if (more_coming_.live(now_ns())) return true;
-  for (const shm::SendQueue* sq : sqs_)
-    if (poll_backoff::router_streams(*sq)) return true;
-  return false;
+  *deepest = nullptr;
+  uint64_t most = 0;
+  for (const shm::SendQueue* sq : sqs_) {
+    if (!poll_backoff::router_streams(*sq)) continue;
+    const uint64_t queued =
+        sq->tail.load(std::memory_order_relaxed) - sq->done.load(std::memory_order_relaxed);
+    if (queued > most) {
+      most = queued;
+      *deepest = sq;
+    }
+  }
+  // Or the last message received said its sender has more queued behind it.
+  return *deepest || more_coming_.live(now_ns());
 }
 
 void Cq::settle(RecvSource& src) {
@@ -330,8 +338,9 @@ int Cq::poll(int n, ibv_wc* wc) {
   // them: an application spinning on an empty CQ lends it its turn, and leaves the core to it
   // for a while when the router is at work on this CQ's requests (poll_backoff.h).
   if (ctx_.device().yields_to_router()) {
-    if (poll_backoff::waited_long() && streaming())
-      poll_backoff::nap();
+    const shm::SendQueue* sq = nullptr;
+    if (poll_backoff::waited_long() && streaming(&sq))
+      poll_backoff::nap(sq);
     else
       sched_yield();
   }

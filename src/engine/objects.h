@@ -176,8 +176,9 @@ class Cq {
  private:
   int take_recv(RecvSource& src, int max, ibv_wc* out);  // requires poll_lock_
   // Whether work streams to this CQ: a router thread awake working on a deep queue of its QPs'
-  // routed requests, or the last message received said more were queued behind it.
-  bool streaming();
+  // routed requests (`deepest`: the deepest such queue, which paces the poller's naps), or the
+  // last message received said more were queued behind it.
+  bool streaming(const shm::SendQueue** deepest);
 
   Context& ctx_;
   Channel* channel_;

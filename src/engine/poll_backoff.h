@@ -13,7 +13,13 @@
 // kMaxNapNs), half as long after each nap that found completions, so that the naps settle near
 // the time between the stream's completions (a nap or two per completion, not a climb from
 // kNapNs after every one), and many streams sharing a few cores, each waiting longer, do not
-// wake their threads ever more often than their completions come. Latency-bound traffic (a
+// wake their threads ever more often than their completions come. A nap that waits on a deep
+// send queue it can see (the router streams it) is paced by that queue instead: the next one
+// lasts as long as 1/kQueueShare of the requests still outstanding take at the rate the last
+// nap saw them complete (kNapNs to kMaxPacedNapNs), so a program that keeps a hundred requests
+// in flight wakes once per many completions, not once per completion (on a small host every
+// wake-up is a context switch taken from the router), and the router never runs dry: most of
+// the queue is still there when the program wakes to refill it. Latency-bound traffic (a
 // request or two in flight) never naps, so its latency is unchanged; a stream deep enough to
 // keep the router busy does not notice the naps (its queue holds more work than a nap's worth).
 #pragma once
@@ -27,6 +33,11 @@ namespace vrdma::poll_backoff {
 inline constexpr int64_t kSpinNs = 5'000;
 inline constexpr long kNapNs = 20'000;
 inline constexpr long kMaxNapNs = 1'000'000;
+// A paced nap (above) wakes when 1/kQueueShare of the queue's outstanding requests are done,
+// after kMaxPacedNapNs at most (what a queue whose rate jumps, say when the streams sharing its
+// link end, may wait for its poller).
+inline constexpr uint64_t kQueueShare = 4;
+inline constexpr long kMaxPacedNapNs = 4'000'000;
 // Requests outstanding on a QP for its poller to nap: with one or a few in flight (ping-pong,
 // request-response) the completion is what the thread waits for, and it spins.
 inline constexpr uint64_t kDeepQueue = 4;
@@ -44,7 +55,7 @@ inline bool router_streams(const shm::SendQueue& sq) {
 // kHintNs from the first poll that found nothing after it: a sender whose next message does not
 // come (it queued only WRITEs behind it, which complete nothing here, or it lied) delays this
 // CQ's noticing its next message by that at most, not by a nap every time.
-inline constexpr int64_t kHintNs = kMaxNapNs;
+inline constexpr int64_t kHintNs = 1'000'000;
 class MoreHint {
  public:
   void heard(bool more) {
@@ -70,7 +81,14 @@ void found();
 bool waited_long();
 // Sleeps (the thread's timer slack comes on top) and returns for how long it meant to: twice
 // the last nap if that one found nothing (at most kMaxNapNs), half of it if it found
-// completions (at least kNapNs); kNapNs for the thread's first.
-long nap();
+// completions (at least kNapNs); kNapNs for the thread's first. With `sq`, the send queue
+// whose completions the thread waits for, a nap during which some of its requests completed
+// while kDeepQueue or more stay outstanding sets the next one by their rate (paced_nap_ns).
+long nap(const shm::SendQueue* sq = nullptr);
+
+// The paced nap after one of `slept_ns` during which `completed` requests completed and
+// `left` stay outstanding: as long as left / kQueueShare of them take at that rate, from
+// kNapNs to kMaxPacedNapNs.
+long paced_nap_ns(int64_t slept_ns, uint64_t completed, uint64_t left);
 
 }  // namespace vrdma::poll_backoff

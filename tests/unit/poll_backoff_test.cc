@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <memory>
@@ -49,6 +50,71 @@ TEST_F(RoutedQueue, ASleepingRouterIsNotWaitedForByNapping) {
   // An armed doorbell: the router sleeps (it waits for acknowledgements, or has nothing).
   set(100 + poll_backoff::kDeepQueue * 4, 100, 1);
   EXPECT_FALSE(poll_backoff::router_streams(*sq));
+}
+
+TEST(PollBackoff, APacedNapLastsAsLongAsAQuarterOfTheQueueTakes) {
+  using poll_backoff::paced_nap_ns;
+  // 10 completions in 100 us: 10 us each; 100 outstanding, a quarter of them: 250 us.
+  EXPECT_EQ(paced_nap_ns(100'000, 10, 100), 250'000);
+  EXPECT_EQ(paced_nap_ns(100'000, 1, 128), 3'200'000);
+  // Within kNapNs and kMaxPacedNapNs, and kNapNs when nothing says how fast the queue goes.
+  EXPECT_EQ(paced_nap_ns(100'000, 1000, 8), poll_backoff::kNapNs);
+  EXPECT_EQ(paced_nap_ns(1'000'000, 1, 4096), poll_backoff::kMaxPacedNapNs);
+  EXPECT_EQ(paced_nap_ns(100'000, 0, 100), poll_backoff::kNapNs);
+  EXPECT_EQ(paced_nap_ns(0, 5, 100), poll_backoff::kNapNs);
+}
+
+TEST_F(RoutedQueue, APollerOfADeepQueueWakesOncePerManyCompletionsAndKeepsItFull) {
+  // A router completes one request every 100 us or so; the poller keeps 128 outstanding,
+  // posting one for each completion it finds when it wakes. Paced naps let a quarter of the
+  // queue complete per nap, not one or two, and the queue never runs dry.
+  constexpr uint64_t kDepth = 128;
+  constexpr int kCompletions = 1500;  // about 0.15 s at the router's pace
+  sq->capacity = 256;
+  set(kDepth, 0, 0);
+  std::atomic<bool> stop{false};
+  std::atomic<int> dry{0};
+  std::thread router([&] {
+    for (int i = 0; i < kCompletions && !stop.load(); ++i) {
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+      const uint64_t done = sq->done.load();
+      if (sq->tail.load() == done) {
+        dry.fetch_add(1);
+        continue;
+      }
+      sq->done.store(done + 1);
+    }
+    stop.store(true);
+  });
+  int counted_naps = 0;
+  uint64_t counted = 0;
+  // The poller on a thread of its own (the backoff's state is the thread's).
+  std::thread poller([&] {
+    uint64_t seen = 0;
+    int naps = 0;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (!stop.load() && std::chrono::steady_clock::now() < deadline) {
+      poll_backoff::nap(sq);
+      ++naps;
+      const uint64_t done = sq->done.load();
+      const uint64_t fresh = done - seen;
+      seen = done;
+      if (fresh) poll_backoff::found();
+      sq->tail.store(done + kDepth);  // refill
+      if (naps > 10) {  // past the first naps, whose pace is still kNapNs
+        ++counted_naps;
+        counted += fresh;
+      }
+    }
+    stop.store(true);
+  });
+  poller.join();
+  router.join();
+  ASSERT_GT(counted_naps, 0);
+  // kDepth / kQueueShare = 32 per nap at a steady pace; at least 8 whatever the scheduler does.
+  EXPECT_GE(counted / counted_naps, 8u) << counted << " completions in " << counted_naps
+                                        << " naps";
+  EXPECT_LE(dry.load(), kCompletions / 20) << "the router found the queue empty";
 }
 
 TEST(PollBackoff, AThreadWaitsLongOnlyAfterFindingNothingForTheSpin) {
