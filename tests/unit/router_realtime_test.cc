@@ -37,6 +37,12 @@ TEST(RealtimeBudget, AFloodLeavesTheRealTimeClassWithinAFewMilliseconds) {
   EXPECT_EQ(b.demotions(), 1u);
   // Once it stops, the debt it ran up counts for one bucket only: from there to half full
   // takes 6 ms of quiet (the bucket refills at half the wall-clock time).
+  // Asleep from the end of its last pass (t), it wakes itself when half full again.
+  EXPECT_EQ(b.promote_at(), t + 6 * kMs);
+  RealtimeBudget early = b, due = b;
+  EXPECT_FALSE(early.worked(t + 6 * kMs - kUs, t + 6 * kMs - kUs));
+  EXPECT_TRUE(due.worked(t + 6 * kMs, t + 6 * kMs));
+  EXPECT_EQ(due.promote_at(), -1);
   t += 10 * kUs;
   EXPECT_FALSE(b.worked(t + 3 * kMs, t + 3 * kMs + kUs));
   EXPECT_TRUE(b.worked(t + 6100 * kUs, t + 6100 * kUs + kUs));

@@ -12,7 +12,8 @@
 // to the normal class (its nice kept); it comes back once the bucket is half full again. Latency
 // traffic (a frame now and then, the thread asleep in between) never runs dry; a stream of bulk
 // traffic, or a flood in the latency class, is scheduled like any thread after at most a few
-// milliseconds.
+// milliseconds. A thread run dry that falls asleep wakes itself when its bucket is half full
+// again, to return to the real-time class before the next frame wakes it.
 #pragma once
 
 #include <algorithm>
@@ -50,6 +51,12 @@ class RealtimeBudget {
     realtime_ = !realtime_;
   }
   bool realtime() const { return realtime_; }
+  // When a thread in the normal class that sleeps from its last worked() on may return to the
+  // real-time class (its bucket half full again); -1 in the real-time class. The thread wakes
+  // itself then, so that the first frame after a flood finds it back in the class.
+  int64_t promote_at() const {
+    return realtime_ ? -1 : last_ + std::max<int64_t>(0, kBurstNs / 2 - tokens_) * kShareDiv;
+  }
   uint64_t demotions() const { return demotions_; }
 
  private:

@@ -310,6 +310,12 @@ void RouterThread::loop() {
       const int64_t t = now_ns();
       meter(awake_since, t);
       awake_since = t;
+      // Run dry and asleep: back to the real-time class as soon as the budget allows.
+      if (sleeping && realtime_ && !realtime_->realtime()) {
+        const int ms = static_cast<int>(
+            std::max<int64_t>(1, (realtime_->promote_at() - t + 999'999) / 1'000'000));
+        timeout = timeout < 0 ? ms : std::min(timeout, ms);
+      }
     }
     // After every pass, even a busy one: epoll says which links have bytes (a pass reads
     // no other), which doorbells rang, which links wait to be accepted.
