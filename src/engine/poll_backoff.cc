@@ -2,6 +2,8 @@
 
 #include <time.h>
 
+#include <algorithm>
+
 #include "common/clock.h"
 
 namespace vrdma::poll_backoff {
@@ -63,7 +65,7 @@ long nap(const shm::SendQueue* sq) {
     }
   }
   // Found nothing (or no queue to pace by): twice as long, up to kMaxNapNs.
-  next_nap = ns >= kMaxNapNs ? kMaxNapNs : (ns * 2 > kMaxNapNs ? kMaxNapNs : ns * 2);
+  next_nap = std::min(ns * 2, kMaxNapNs);
   return ns;
 }
 

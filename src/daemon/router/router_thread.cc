@@ -12,6 +12,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <string>
 
 #include "common/clock.h"
@@ -51,6 +52,11 @@ thread_local RouterThread* current_thread = nullptr;
 // (vrdmad does not linger by default), so this buys promptness, not more CPU than the traffic
 // needs.
 constexpr int kLatencyThreadNice = -10;
+
+// epoll_wait's timeout for a wake at `deadline` (ns): whole milliseconds, rounded up, at least 1.
+int ms_until(int64_t deadline, int64_t now) {
+  return static_cast<int>(std::max<int64_t>(1, (deadline - now + 999'999) / 1'000'000));
+}
 
 // The calling thread runs only on `cpus` (RouterConfig::cpus). 0 or an errno.
 int pin_this_thread(const std::vector<uint32_t>& cpus) {
@@ -299,8 +305,7 @@ void RouterThread::loop() {
     } else {
       sleeping = true;
       timeout = -1;
-      if (int64_t dl = router_->next_deadline(now); dl >= 0)
-        timeout = static_cast<int>(std::max<int64_t>(1, (dl - now + 999999) / 1000000));
+      if (int64_t dl = router_->next_deadline(now); dl >= 0) timeout = ms_until(dl, now);
     }
     // The control thread hears of what happened before the router sleeps, and status sees it.
     if ((changed_ && (sleeping || now - published_ns_ >= kPublishNs)) || !outbox_.empty())
@@ -312,8 +317,7 @@ void RouterThread::loop() {
       awake_since = t;
       // Run dry and asleep: back to the real-time class as soon as the budget allows.
       if (sleeping && realtime_ && !realtime_->realtime()) {
-        const int ms = static_cast<int>(
-            std::max<int64_t>(1, (realtime_->promote_at() - t + 999'999) / 1'000'000));
+        const int ms = ms_until(realtime_->promote_at(), t);
         timeout = timeout < 0 ? ms : std::min(timeout, ms);
       }
     }
