@@ -55,11 +55,16 @@ def main():
                     help="run both hosts' router threads on these CPUs (vrdmad --router-cpus): "
                          "in the sandbox, where both hosts share the machine's cores, routers "
                          "on one CPU wake each other without an interrupt between CPUs")
+    ap.add_argument("--router-poll-us", type=int, metavar="US",
+                    help="routers poll on this long after work before they sleep (vrdmad "
+                         "--router-poll-us)")
     args = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("cross_host.py: run as root (it creates network namespaces)")
 
     extra = [f"--daemon-arg=--router-cpus={args.router_cpus}"] if args.router_cpus else []
+    if args.router_poll_us is not None:
+        extra.append(f"--daemon-arg=--router-poll-us={args.router_poll_us}")
     with Sandbox(hosts=2, containers=1, extra_args=extra) as sb:
         samples = measure(sb, args.rounds, args.quick)
     med = {k: statistics.median(v) for k, v in samples.items()}
@@ -76,7 +81,9 @@ def main():
     ]
     print(f"\nvrdma cross-host benchmark: median of {args.rounds} rounds, "
           f"containers {CLIENT} (host 0) <-> {SERVER} (host 1)" +
-          (f", routers on CPUs {args.router_cpus}" if args.router_cpus else "") + "\n")
+          (f", routers on CPUs {args.router_cpus}" if args.router_cpus else "") +
+          (f", routers poll {args.router_poll_us} us after work"
+           if args.router_poll_us is not None else "") + "\n")
     print(f"{'metric':32} {'vrdma':>20} {'value':>10}   vs baseline (ratio; >1 means vrdma is better)")
     for metric, name, val, bases, better in rows:
         parts = []

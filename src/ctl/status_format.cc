@@ -164,6 +164,8 @@ void print_status(const json& status, std::ostream& out) {
     }
     if (r.contains("cpus") && r["cpus"].is_string() && !r["cpus"].get<std::string>().empty())
       out << "; on CPUs " << r["cpus"].get<std::string>();
+    if (number(r, "poll_us") > 0)
+      out << "; polls " << static_cast<uint64_t>(number(r, "poll_us")) << " us after work";
     if (r.contains("bulk_threads") && r["bulk_threads"].is_object()) {
       const json& bt = r["bulk_threads"];
       out << "; bulk threads real-time " << text(bt, "realtime") << "/" << text(bt, "threads")

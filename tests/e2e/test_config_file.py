@@ -292,6 +292,11 @@ def check_router_cpus(d, t):
     t.assertEqual(lists, {"vrdmad-router0": "0", "vrdmad-router1": "0"})
 
 
+def check_router_poll(d, t):
+    check_router(d, t)
+    t.assertEqual(d.status()["daemon"]["router"]["poll_us"], 250)
+
+
 def check_qos(d, t):
     out = subprocess.run([VRDMA, "qos", "show", "--socket", d.socket, "--json"],
                          capture_output=True, text=True, timeout=30)
@@ -347,6 +352,7 @@ ROWS = [
     ("router-links", 3, dict(ROUTER), check_router_links),
     ("router-threads", 2, dict(ROUTER), check_router_threads),
     ("router-cpus", "0", dict(ROUTER), check_router_cpus),
+    ("router-poll-us", 250, dict(ROUTER), check_router_poll),
     ("pod-cidr", ["10.99.8.0/24"], dict(ROUTER), None),
     ("qos", ["container=10.99.8.5:weight=3,rate=100M"], dict(ROUTER), check_qos),
     ("directory", "etcd://127.0.0.1:1", {"@PKI@": True}, check_directory),

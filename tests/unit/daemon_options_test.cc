@@ -205,6 +205,8 @@ TEST_F(DaemonOptionsTest, BadValuesAreRefusedWithTheirLineAndKey) {
       {"socket:\n  path: /x", "2: socket", "not a map"},
       {"sockett: /x", "1: sockett", "unknown key"},
       {"router-cpus: 3-1", "1: router-cpus", "runs backwards"},
+      {"router-poll-us: 1000001", "1: router-poll-us", "not in range"},
+      {"router-poll-us: -1", "1: router-poll-us", ""},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.yaml);
@@ -234,6 +236,21 @@ TEST_F(DaemonOptionsTest, RouterCpusMustBeOnesTheDaemonMayUse) {
                            " is not one vrdmad may run on (" + cpu_list_text(allowed) + ")");
   Parsed garbage({"--router-cpus", "one"});
   EXPECT_NE(garbage.error.find("not 'one'"), std::string::npos) << garbage.error;
+}
+
+// --router-poll-us: microseconds on the command line, nanoseconds in the router's
+// configuration; by default the router sleeps at once; more than a second is refused.
+TEST_F(DaemonOptionsTest, RouterPollIsMicrosecondsUpToASecond) {
+  EXPECT_EQ(Parsed({}).opts().cfg.router_config().poll_ns, 0);
+  Parsed ok({"--router-poll-us", "250"});
+  EXPECT_EQ(ok.error, "");
+  EXPECT_EQ(ok.opts().cfg.router_config().poll_ns, 250'000);
+  EXPECT_EQ(Parsed({"--router-poll-us", "1000000"}).opts().cfg.router_config().poll_ns,
+            1'000'000'000);
+  Parsed big({"--router-poll-us", "1000001"});
+  EXPECT_NE(big.error.find("--router-poll-us"), std::string::npos) << big.error;
+  EXPECT_NE(Parsed({"--router-poll-us", "-5"}).error, "");
+  EXPECT_NE(Parsed({"--router-poll-us", "soon"}).error, "");
 }
 
 // deploy/config/vrdmad.yaml (installed as /etc/vrdma/vrdmad.yaml) is what

@@ -32,6 +32,7 @@ struct DaemonConfig {
     r.bulk_links = router_links;
     r.threads = router_threads;
     r.cpus = router_cpus;
+    r.poll_ns = int64_t(router_poll_us) * 1000;
     r.qos = qos;
     return r;
   }
@@ -93,6 +94,7 @@ struct DaemonConfig {
   uint32_t router_links = 1;      // bulk links to each other host (RouterConfig::bulk_links)
   uint32_t router_threads = 2;    // router threads (RouterConfig::threads, router_pool.h)
   std::vector<uint32_t> router_cpus;  // the CPUs router threads run on (RouterConfig::cpus)
+  uint32_t router_poll_us = 0;  // polling on after work, in us (RouterConfig::poll_ns)
   std::vector<Ipv4Cidr> pod_cidrs;      // container networks this host owns
   qos::RuleSet qos;  // weights and rate limits of containers and tenants on the router's links
   std::string directory = "embedded";   // "embedded" or "etcd://host:port[,host:port...]"

@@ -38,16 +38,6 @@ constexpr int kPacketsPerWakeup = 64;  // then let other clients have a turn
 constexpr int kAcceptsPerWakeup = 64;
 // How often the namespaces of containers without clients are looked for (check_idle_addresses).
 constexpr int64_t kIdleCheckNs = 1'000'000'000;
-// How long the router thread keeps polling after routed work before it sleeps. Hosts whose
-// cores are all busy (the sandbox runs every host on one machine) do better sleeping at once:
-// a woken router preempts spinning applications, a spinning one competes with them.
-int64_t linger_ns() {
-  static const int64_t v = [] {
-    const char* e = getenv("VRDMA_ROUTER_LINGER_US");
-    return e && *e ? int64_t(atoll(e)) * 1000 : int64_t(0);
-  }();
-  return v;
-}
 
 uint64_t random64() {
   uint64_t v = 0;
@@ -166,8 +156,8 @@ int Daemon::start_services() {
 
 int Daemon::make_router(const RouterConfig& rc) {
   router_dir_ = std::make_unique<LockedDirectory>(*directory_, state_mu_);
-  router_ = std::make_unique<RouterPool>(rc, *router_dir_, [this] { return router_hooks(); }, boot_,
-                                         linger_ns());
+  router_ = std::make_unique<RouterPool>(
+      rc, *router_dir_, [this] { return router_hooks(); }, boot_);
   // The router's thread inherits the priority (nice is per thread on Linux).
   if (cfg_.router_nice && ::setpriority(PRIO_PROCESS, 0, cfg_.router_nice) < 0)
     LOG_WARN("router: cannot set priority %d: %s", cfg_.router_nice, strerror(errno));

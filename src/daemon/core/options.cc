@@ -214,6 +214,14 @@ void add_options(CLI::App& app, DaemonOptions& opts) {
                  "daemon may use): keep the data path on chosen cores, e.g. near the NIC or "
                  "apart from the applications. A CPU the daemon may not use is refused")
       ->check(cpu_list());
+  app.add_option("--router-poll-us", cfg.router_poll_us,
+                 "Microseconds a router thread goes on polling after routed work before it "
+                 "sleeps (0..1000000; default 0: it sleeps as soon as it finds nothing to do). "
+                 "Polling spares the next frame a wake-up, which is worth it where the router "
+                 "threads have cores of their own (--router-cpus); where programs spin on every "
+                 "core, a polling router takes time from them")
+      ->default_val(cfg.router_poll_us)
+      ->check(CLI::Range(0u, 1'000'000u));
   app.add_option("--qos", opts.qos,
                  "Quality of service between hosts: the share and limits of a container "
                  "(container=IPV4:...) or a tenant (tenant=NAME:...) on the router's links, as "

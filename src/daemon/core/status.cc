@@ -151,6 +151,7 @@ json build(const StatusInput& in, size_t list_cap, size_t client_cap, bool trunc
                   {"bulk_links_per_host", in.router_links},
                   {"threads", in.router_threads},
                   {"cpus", in.router_cpus},
+                  {"poll_us", in.router_poll_us},
                   {"latency_thread",
                    {{"scheduling", in.latency_thread},
                     {"realtime_demotions", in.latency_thread_demotions}}},

@@ -65,6 +65,7 @@ struct StatusInput {
   uint32_t router_links = 0;    // bulk links per host pair (--router-links)
   uint32_t router_threads = 0;  // --router-threads
   std::string router_cpus;      // --router-cpus as a CPU list; "": any CPU
+  uint32_t router_poll_us = 0;  // --router-poll-us
   std::string latency_thread;   // RouterPool::latency_thread
   uint64_t latency_thread_demotions = 0;
   uint32_t bulk_threads = 0, bulk_threads_realtime = 0;  // RouterPool::bulk_threads

@@ -41,6 +41,7 @@ std::string Daemon::status_text(const Client& viewer) {
     in.router_links = cfg_.router_links;
     in.router_threads = static_cast<uint32_t>(router_->threads());
     in.router_cpus = cpu_list_text(cfg_.router_cpus);
+    in.router_poll_us = cfg_.router_poll_us;
     std::tie(in.latency_thread, in.latency_thread_demotions) = router_->latency_thread();
     const RouterPool::BulkThreads bulk = router_->bulk_threads();
     in.bulk_threads = bulk.threads;

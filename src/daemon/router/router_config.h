@@ -65,6 +65,10 @@ struct RouterConfig {
   // them. A thread that wakes another wakes it on the other's CPU: on a CPU of its own that
   // takes an interrupt between CPUs, on the same CPU it does not.
   std::vector<uint32_t> cpus;
+  // After a pass that did work, a router thread goes on polling this long before it sleeps
+  // (0: it sleeps at once). Polling spares the next frame a wake-up where the router threads
+  // have cores of their own; where programs spin on every core it takes time from them.
+  int64_t poll_ns = 0;
 };
 
 }  // namespace vrdma::daemon

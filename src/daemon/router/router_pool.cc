@@ -14,8 +14,7 @@
 namespace vrdma::daemon {
 
 RouterPool::RouterPool(const RouterConfig& cfg, Directory& dir,
-                       const std::function<Router::Hooks()>& hooks, uint64_t boot,
-                       int64_t linger_ns)
+                       const std::function<Router::Hooks()>& hooks, uint64_t boot)
     : cfg_(cfg) {
   const RouterShared shared{std::make_shared<DoorbellTable>(), std::make_shared<qos::LimitTable>()};
   control_.fd.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
@@ -33,7 +32,7 @@ RouterPool::RouterPool(const RouterConfig& cfg, Directory& dir,
         });
       };
     threads_.push_back(
-        std::make_unique<RouterThread>(rc, dir, std::move(h), boot, linger_ns, shared, control_));
+        std::make_unique<RouterThread>(rc, dir, std::move(h), boot, shared, control_));
   }
 }
 

@@ -44,7 +44,7 @@ class RouterPool {
 
   // `cfg.threads` threads; `hooks` is called once per thread (each gets hooks of its own).
   RouterPool(const RouterConfig& cfg, Directory& dir, const std::function<Router::Hooks()>& hooks,
-             uint64_t boot, int64_t linger_ns);
+             uint64_t boot);
   ~RouterPool();  // stops the threads
   RouterPool(const RouterPool&) = delete;
   RouterPool& operator=(const RouterPool&) = delete;

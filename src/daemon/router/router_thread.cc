@@ -49,7 +49,7 @@ thread_local RouterThread* current_thread = nullptr;
 // budget and is scheduled as any thread while it does. The latency class's thread, which
 // carries nothing else, also has a higher CFS weight for when it is in the normal class (nice
 // -10, which also needs the capability). Threads sleep whenever they have nothing to do
-// (vrdmad does not linger by default), so this buys promptness, not more CPU than the traffic
+// (unless --router-poll-us says to poll on a while), so this buys promptness, not more CPU than the traffic
 // needs.
 constexpr int kLatencyThreadNice = -10;
 
@@ -77,12 +77,11 @@ void favour_this_thread() {
 }  // namespace
 
 RouterThread::RouterThread(const RouterConfig& cfg, Directory& dir, Router::Hooks hooks,
-                           uint64_t boot, int64_t linger_ns, RouterShared shared,
-                           ControlChannel& control)
+                           uint64_t boot, RouterShared shared, ControlChannel& control)
     : index_(cfg.thread),
       latency_only_(cfg.threads > 1 && cfg.thread == cfg.thread_of(wire::kLatencyLane)),
       cpus_(cfg.cpus),
-      linger_ns_(linger_ns),
+      poll_ns_(cfg.poll_ns),
       epoll_(::epoll_create1(EPOLL_CLOEXEC)),
       wake_fd_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)),
       control_(control) {
@@ -298,7 +297,7 @@ void RouterThread::loop() {
     if (work) {
       last_work = now;
       changed_ = true;
-    } else if (now - last_work < linger_ns_) {
+    } else if (now - last_work < poll_ns_) {
       // Polling on a little longer: more work is likely to follow.
     } else if (!router_->prepare_sleep()) {
       last_work = now;

@@ -16,7 +16,7 @@
 //
 // The loop: every pass takes the queued tasks, then Router::poll(); while a pass did work the
 // next one follows at once (after a look at epoll without waiting: a pass reads only the links
-// epoll said have bytes); once a pass finds nothing, the loop keeps polling for `linger_ns`,
+// epoll said have bytes); once a pass finds nothing, the loop keeps polling for RouterConfig::poll_ns,
 // then arms the doorbells and sleeps in epoll until a doorbell, a link, a task or the
 // router's next deadline: an idle router uses no CPU.
 #pragma once
@@ -57,7 +57,7 @@ class RouterThread {
   // `cfg.thread` is this one's number among `cfg.threads`; `shared` and `control` are shared
   // by all of them (router_pool.h).
   RouterThread(const RouterConfig& cfg, Directory& dir, Router::Hooks hooks, uint64_t boot,
-               int64_t linger_ns, RouterShared shared, ControlChannel& control);
+               RouterShared shared, ControlChannel& control);
   ~RouterThread();  // stops the thread
   RouterThread(const RouterThread&) = delete;
   RouterThread& operator=(const RouterThread&) = delete;
@@ -141,7 +141,7 @@ class RouterThread {
   uint32_t index_;
   bool latency_only_;  // the latency lane's thread, which carries nothing else
   std::vector<uint32_t> cpus_;  // RouterConfig::cpus
-  int64_t linger_ns_;
+  int64_t poll_ns_;  // RouterConfig::poll_ns
   bool tls_ = false;
   UniqueFd epoll_;
   UniqueFd wake_fd_;          // the router thread's: tasks queued, stop
