@@ -510,6 +510,68 @@ TEST_F(RouterTls, AnEmptySocketIsReadAgainOnlyOnceItHasBytes) {
   read_only_when_ready(*out_, *in_);
 }
 
+// Two ends joined in memory (the router's link to itself): frames of every size arrive intact
+// and in order, both ways, large payloads placed straight from the sender's memory; no system
+// call on either socket; the sender's ring retires what was taken; a flush is what says there
+// is more to read; and when one end goes, the other reads its socket and finds the stream ended.
+TEST_F(RouterLinkPlain, JoinedEndsCarryFramesWithoutTheSocket) {
+  Link &out = *out_, &in = *in_;
+  Link::join(out, in);
+  ASSERT_TRUE(out.joined() && in.joined());
+  std::vector<uint8_t> sent;
+  std::vector<size_t> sizes = {1, 64, 4096, 16 * 1024, 64 * 1024 + 3, 1 << 20, 17, 200000};
+  size_t total = 0;
+  for (size_t n : sizes) total += n;
+  sent.resize(total);
+  for (size_t i = 0; i < total; ++i) sent[i] = static_cast<uint8_t>(i * 7 + i / 1021);
+  size_t off = 0;
+  for (size_t n : sizes) {
+    wire::Request r = write_request(n);
+    // Large payloads in two pieces, as a request of two SGEs.
+    shm::Seg segs[2] = {{sent.data() + off, n / 2}, {sent.data() + off + n / 2, n - n / 2}};
+    ASSERT_TRUE(out.send(wire::Type::kRequest, &r, sizeof(r), segs, n > 1 ? 2 : 1, n,
+                         /*copy=*/n <= 64));
+    off += n;
+  }
+  Collect got;
+  const char* why = nullptr;
+  in.rx_ready = false;  // as after its last read: only the flush says frames wait
+  ASSERT_TRUE(in.receive(got, 1 << 20, &why)) << why;
+  EXPECT_EQ(got.frames, 0);
+  ASSERT_TRUE(out.flush(1));
+  EXPECT_TRUE(in.rx_ready);
+  EXPECT_TRUE(out.tx_pending()) << "nothing leaves before the other end reads it";
+  for (int i = 0; i < 100 && got.data.size() < total; ++i)
+    ASSERT_TRUE(in.receive(got, 1 << 20, &why)) << why;
+  EXPECT_EQ(got.frames, static_cast<int>(sizes.size()));
+  ASSERT_EQ(got.data.size(), total);
+  EXPECT_TRUE(got.data == sent);
+  EXPECT_FALSE(out.tx_pending()) << "the taken frames retired";
+  EXPECT_FALSE(in.rx_ready);
+  EXPECT_EQ(out.bytes_out, out.bytes_queued);
+  EXPECT_EQ(in.bytes_in, out.bytes_out);
+  // The other way.
+  std::vector<uint8_t> back(30000, 0x5a);
+  wire::Request r = write_request(back.size());
+  shm::Seg seg{back.data(), back.size()};
+  ASSERT_TRUE(in.send(wire::Type::kRequest, &r, sizeof(r), &seg, 1, back.size()));
+  ASSERT_TRUE(in.flush(2));
+  Collect got_back;
+  ASSERT_TRUE(out.receive(got_back, 1 << 20, &why)) << why;
+  EXPECT_TRUE(got_back.data == back);
+  EXPECT_EQ(out.socket_reads + out.socket_writes + in.socket_reads + in.socket_writes, 0u);
+  // Nothing went through the sockets.
+  char c;
+  EXPECT_EQ(::recv(in.fd(), &c, 1, MSG_DONTWAIT), -1);
+  EXPECT_EQ(errno, EAGAIN);
+  // One end goes: the other finds the end of the stream on its socket.
+  out_.reset();
+  EXPECT_FALSE(in.joined());
+  EXPECT_TRUE(in.rx_ready);
+  EXPECT_FALSE(in.receive(got, 1 << 20, &why));
+  EXPECT_STREQ(why, "closed by the peer");
+}
+
 TEST_F(RouterTls, CertificateOfAnotherCaIsRefused) {
   // (The rogue trusts its own CA only, so it is the one that stops the handshake here; the
   // attack suite has a client that trusts anything.)

@@ -42,6 +42,16 @@ Link::Link(uint32_t id, UniqueFd fd, bool outbound)
 
 Link::~Link() {
   if (ssl_) SSL_free(ssl_);
+  if (joined_) {
+    // The other end reads its socket from now on: the end of the stream is there.
+    joined_->joined_ = nullptr;
+    joined_->rx_ready = true;
+  }
+}
+
+void Link::join(Link& a, Link& b) {
+  a.joined_ = &b;
+  b.joined_ = &a;
 }
 
 void Link::use_tls(SSL* ssl) {
@@ -150,6 +160,12 @@ bool Link::send(wire::Type type, const void* body, uint32_t body_len, const shm:
 
 bool Link::flush(int64_t now) {
   if (state_ != State::kOpen || !tx_pending()) return true;
+  if (joined_) {
+    // Nothing to write: the other end takes the frames from the ring when it reads.
+    joined_->rx_ready = true;
+    tx_stalled_ns = 0;
+    return true;
+  }
   uint64_t before = bytes_out;
   bool ok = ssl_ && !ktls_send_ ? flush_tls() : flush_plain();
   if (bytes_out != before || !tx_pending()) tx_stalled_ns = 0;
@@ -363,6 +379,15 @@ ssize_t Link::socket_read(const iovec* iov, int n) {
     errno = EAGAIN;
     return -1;
   }
+  if (joined_) {
+    const size_t got = joined_->take(iov, n);
+    rx_ready = joined_->tx_pending();  // its next flush says when more comes
+    if (!got) {
+      errno = EAGAIN;
+      return -1;
+    }
+    return static_cast<ssize_t>(got);
+  }
   msghdr mh{};
   mh.msg_iov = const_cast<iovec*>(iov);
   mh.msg_iovlen = static_cast<size_t>(n);
@@ -375,6 +400,37 @@ ssize_t Link::socket_read(const iovec* iov, int n) {
     // It had no more, and little: more is not on its way.
     if (static_cast<size_t>(got) < asked && static_cast<size_t>(got) < kFlowing) rx_ready = false;
   }
+  return got;
+}
+
+size_t Link::take(const iovec* iov, int n) {
+  size_t got = 0;
+  int i = 0;
+  size_t at = 0;  // into iov[i]
+  while (tail_ != head_) {
+    const Out& o = ring_[tail_ % kRing];
+    uint64_t skip = tail_off_;
+    int k = 0;
+    while (k < o.niov && skip >= o.iov[k].iov_len) skip -= o.iov[k++].iov_len;
+    if (k == o.niov) {  // taken whole
+      tail_off_ = 0;
+      ++tail_;
+      continue;
+    }
+    if (i == n) break;
+    const size_t m = std::min<size_t>(o.iov[k].iov_len - skip, iov[i].iov_len - at);
+    // (memmove: the two ends' memory could be one client's mapped twice.)
+    memmove(static_cast<uint8_t*>(iov[i].iov_base) + at,
+            static_cast<const uint8_t*>(o.iov[k].iov_base) + skip, m);
+    got += m;
+    tail_off_ += m;
+    at += m;
+    if (at == iov[i].iov_len) {
+      ++i;
+      at = 0;
+    }
+  }
+  bytes_out += got;
   return got;
 }
 

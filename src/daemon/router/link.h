@@ -74,6 +74,13 @@ class Link : private FrameSink {
   void tcp_connected();
   // Advances the TLS handshake: 1 done (the link is open), 0 not yet, -1 failed (*why).
   int handshake(std::string* why);
+  // Joins two ends that live in this process and thread (the router's link to itself,
+  // router_self.cc): each reads what the other queued straight from where its bytes are (one
+  // copy, from the sender's memory into the receiver's) without a system call. Their sockets
+  // then carry nothing but the end of the stream: when one end goes, the other reads its
+  // socket again and finds the peer closed, as across hosts.
+  static void join(Link& a, Link& b);
+  bool joined() const { return joined_ != nullptr; }
   // Which direction the kernel encrypts (kernel TLS); false in plaintext or user-space TLS.
   bool ktls_send() const { return ktls_send_; }
   bool ktls_recv() const { return ktls_recv_; }
@@ -137,6 +144,7 @@ class Link : private FrameSink {
 
   uint64_t bytes_out = 0, bytes_in = 0;
   uint64_t socket_writes = 0, socket_reads = 0;  // send/recv calls on the socket that moved data
+  // (a joined link makes none)
   uint64_t bytes_queued = 0;  // frame bytes queued by send() since the link opened
   // Queued frame bytes not yet written to the socket (plaintext).
   uint64_t unwritten_bytes() const { return bytes_queued - bytes_out; }
@@ -186,6 +194,9 @@ class Link : private FrameSink {
   // (EAGAIN: nothing now).
   ssize_t read_some(uint8_t* buf, size_t len);
   ssize_t socket_read(const iovec* iov, int n);  // recvmsg, and what it says of rx_ready
+  // A joined link's queued frames, copied into `iov` by the other end's socket_read: the
+  // frames taken whole retire. Bytes copied, 0 when none wait.
+  size_t take(const iovec* iov, int n);
   ssize_t read_vec(const iovec* iov, int n);
 
   uint32_t id_;
@@ -194,6 +205,7 @@ class Link : private FrameSink {
   State state_;
   SSL* ssl_ = nullptr;
   bool ktls_send_ = false, ktls_recv_ = false;
+  Link* joined_ = nullptr;  // the other end in this process (join())
 
   // Allocated when the first frame is queued (an inbound link sends nothing before it is
   // authenticated).

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <climits>
 
 #include "common/address.h"
 #include "common/log.h"
@@ -382,10 +383,18 @@ void Router::on_response(Link& link, const wire::Response& r, uint32_t payload, 
 // while the peer takes what we send, the time those queues take to drain is the transport's,
 // not a silence. Bytes the kernel merely accepted from us are no sign of the peer.
 bool Router::link_silent(Link& l, int64_t now, int64_t bound) {
-  int outq = 0;
-  if (now - l.last_rx_ns > 1'000'000 && ::ioctl(l.fd(), SIOCOUTQ, &outq) == 0) {
-    if (outq < l.last_outq) l.last_outq_ns = now;
-    l.last_outq = outq;
+  if (now - l.last_rx_ns > 1'000'000) {
+    // What the peer has not taken yet: the kernel's send queue, or a joined link's ring.
+    int outq = 0;
+    bool known = true;
+    if (l.joined())
+      outq = static_cast<int>(std::min<uint64_t>(l.unwritten_bytes(), INT_MAX));
+    else
+      known = ::ioctl(l.fd(), SIOCOUTQ, &outq) == 0;
+    if (known) {
+      if (outq < l.last_outq) l.last_outq_ns = now;
+      l.last_outq = outq;
+    }
   }
   return now - l.last_rx_ns > bound && now - l.last_outq_ns > bound;
 }

@@ -1,12 +1,14 @@
 // The link from this router to itself: the mediated path between tenants of one host.
 //
 // Two containers of different tenants that policy lets pair never share memory: instead of
-// mapping each other's queues they are connected as if they were on two hosts. The two ends of
-// a Unix socket pair inside vrdmad are an outbound and an inbound link; the requester gathers
-// the sender's data on one end, the responder on the other checks the connection (source
+// mapping each other's queues they are connected as if they were on two hosts: an outbound and
+// an inbound link of this router, joined in memory (Link::join). The requester queues the
+// sender's frames on one end; the responder on the other checks the connection (source
 // address, destination QP, tenants, consent) and every request (rkey, bounds, access flags)
-// exactly as it checks another host's, and places the data in the destination's memory. No TLS:
-// both ends are this process.
+// exactly as it checks another host's, and its reads copy each payload from the sender's memory
+// into the destination's: one copy, no system call. Each end also has an end of a Unix socket
+// pair, which carries no data: it gives the link a descriptor, and the other end the end of the
+// stream when one goes. No TLS: both ends are this process.
 #include <errno.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -33,12 +35,6 @@ Link* Router::self_link(uint32_t lane, int* err) {
     *err = errno;
     return nullptr;
   }
-  // Large buffers, as a TCP link's: a 64 KiB payload should not take many passes.
-  for (int fd : fds) {
-    int size = 4 << 20;
-    setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &size, sizeof(size));
-    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, sizeof(size));
-  }
   const int64_t now = now_ns();
   const uint32_t out_id = next_link_id_++, in_id = next_link_id_++;
   auto out = std::make_unique<Link>(out_id, UniqueFd(fds[0]), true);
@@ -55,6 +51,7 @@ Link* Router::self_link(uint32_t lane, int* err) {
   }
   out->tcp_connected();  // open at once: no handshake with ourselves
   in->authenticated = true;
+  Link::join(*out, *in);
   watch(*out);
   watch(*in);
   Link* l = out.get();
