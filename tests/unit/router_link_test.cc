@@ -527,8 +527,9 @@ TEST_F(RouterLinkPlain, JoinedEndsCarryFramesWithoutTheSocket) {
   size_t off = 0;
   for (size_t n : sizes) {
     wire::Request r = write_request(n);
-    // Large payloads in two pieces, as a request of two SGEs.
-    shm::Seg segs[2] = {{sent.data() + off, n / 2}, {sent.data() + off + n / 2, n - n / 2}};
+    // In two pieces, as a request of two SGEs (one byte in one).
+    const size_t first = n > 1 ? n / 2 : n;
+    shm::Seg segs[2] = {{sent.data() + off, first}, {sent.data() + off + first, n - first}};
     ASSERT_TRUE(out.send(wire::Type::kRequest, &r, sizeof(r), segs, n > 1 ? 2 : 1, n,
                          /*copy=*/n <= 64));
     off += n;
