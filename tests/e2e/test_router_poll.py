@@ -6,7 +6,7 @@ import time
 import unittest
 
 import conftest_path  # noqa: F401
-from vrdma_py.bench_proc import thread_stats
+from test_router_threads import thread_cpu
 from vrdma_py.sandbox import Sandbox, container_ip, vrdma
 
 POLL_US = 300_000
@@ -17,11 +17,7 @@ tearDownModule = SB.down
 
 def router_ticks():
     """CPU ticks (user + system, 1/100 s) of the router threads of both hosts."""
-    total = 0
-    for host in ("h0", "h1"):
-        for f in thread_stats(SB.daemon_pid(host), "vrdmad-router").values():
-            total += int(f[11]) + int(f[12])
-    return total
+    return sum(sum(thread_cpu(SB.daemon_pid(host)).values()) for host in ("h0", "h1"))
 
 
 class RouterPoll(unittest.TestCase):

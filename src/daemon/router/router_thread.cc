@@ -49,8 +49,8 @@ thread_local RouterThread* current_thread = nullptr;
 // budget and is scheduled as any thread while it does. The latency class's thread, which
 // carries nothing else, also has a higher CFS weight for when it is in the normal class (nice
 // -10, which also needs the capability). Threads sleep whenever they have nothing to do
-// (unless --router-poll-us says to poll on a while), so this buys promptness, not more CPU than the traffic
-// needs.
+// (unless --router-poll-us says to poll on a while), so this buys promptness, not more CPU
+// than the traffic needs.
 constexpr int kLatencyThreadNice = -10;
 
 // epoll_wait's timeout for a wake at `deadline` (ns): whole milliseconds, rounded up, at least 1.

@@ -16,9 +16,9 @@
 //
 // The loop: every pass takes the queued tasks, then Router::poll(); while a pass did work the
 // next one follows at once (after a look at epoll without waiting: a pass reads only the links
-// epoll said have bytes); once a pass finds nothing, the loop keeps polling for RouterConfig::poll_ns,
-// then arms the doorbells and sleeps in epoll until a doorbell, a link, a task or the
-// router's next deadline: an idle router uses no CPU.
+// epoll said have bytes); once a pass finds nothing, the loop keeps polling for
+// RouterConfig::poll_ns, then arms the doorbells and sleeps in epoll until a doorbell, a link,
+// a task or the router's next deadline: an idle router uses no CPU.
 #pragma once
 
 #include <atomic>
