@@ -28,6 +28,7 @@ import datetime
 import json
 import os
 import platform
+import shlex
 import shutil
 import signal
 import subprocess
@@ -771,7 +772,9 @@ def parse_args(argv):
                "and vrdma-bench-memcpy).\n\n"
                "vrdma bench --mediated [--rounds N] [--quick] [--json FILE]: the mediated "
                "path between tenants on one host against the direct path and TCP "
-               "(bench/mediated.py).")
+               "(bench/mediated.py).\n\n"
+               "Docs: docs/performance.md (how to measure, what the report means, the current "
+               "figures; installed in share/doc/vrdma/docs).")
     ap.add_argument("--quick", action="store_true",
                     help="fewer sizes, pairs and iterations: about 3 minutes "
                          "(a full run takes up to 15)")
@@ -781,7 +784,17 @@ def parse_args(argv):
                     help="multiply every part's time budget by X (default 1; a part that "
                          "exceeds its budget skips its remaining steps, recorded as errors)")
     ap.add_argument("--no-plots", action="store_true", help="write JSON and report only")
+    ap.add_argument("--markdown", metavar="FILE",
+                    help="also write the headline table with the run's date, machine and "
+                         "command to FILE (between the markers '%s' and '%s' when FILE has "
+                         "them, the rest of FILE kept; docs/performance.md has them)"
+                         % (bench_report.MARKDOWN_BEGIN, bench_report.MARKDOWN_END))
+    ap.add_argument("--from", dest="from_results", metavar="RESULTS_JSON",
+                    help="with --markdown: take the figures from the results.json of an "
+                         "earlier run instead of measuring")
     args = ap.parse_args(argv)
+    if args.from_results and not args.markdown:
+        ap.error("--from needs --markdown")
     if not args.out:
         args.out = os.path.abspath(datetime.datetime.now().strftime("vrdma-bench-%Y%m%d-%H%M%S"))
     return args
@@ -794,6 +807,15 @@ def main(argv=None):
         mediated.main([a for a in argv if a != "--mediated"])
         return 0
     args = parse_args(argv)
+    if args.from_results:  # the table of an earlier run: nothing is measured
+        try:
+            with open(args.from_results) as f:
+                earlier = json.load(f)
+            bench_report.write_markdown(earlier, args.markdown)
+        except (OSError, ValueError) as e:
+            sys.exit(f"vrdma bench: {e}")
+        sys.stderr.write(f"vrdma bench: wrote {args.markdown} from {args.from_results}\n")
+        return 0
     if os.geteuid() != 0:
         sys.exit("vrdma bench: run as root (it creates network namespaces)")
     for prog in ("ib_write_bw", "ucx_perftest", "iperf3", "sockperf"):
@@ -813,6 +835,7 @@ def main(argv=None):
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGHUP, on_term)
     suite = Suite(args, MODES["quick" if args.quick else "full"])
+    suite.results["command"] = shlex.join(["vrdma", "bench", *argv])
     status = 0
     t0 = time.monotonic()
     try:
@@ -832,8 +855,15 @@ def main(argv=None):
         sys.stderr.write(f"vrdma bench: {e}\n")
         status = 1
     bench_report.finish(suite.results, args.out, plots=not args.no_plots)
+    if args.markdown:
+        try:
+            bench_report.write_markdown(suite.results, args.markdown)
+        except OSError as e:
+            sys.stderr.write(f"vrdma bench: cannot write {args.markdown}: {e}\n")
+            status = status or 1
     sys.stderr.write(f"vrdma bench: wrote {os.path.join(args.out, 'results.json')}, "
-                     f"report.md{'' if args.no_plots else ' and plots'} "
+                     f"report.md{'' if args.no_plots else ' and plots'}"
+                     f"{', ' + args.markdown if args.markdown else ''} "
                      f"({len(suite.results['errors'])} parts with errors)\n")
     return status
 

@@ -692,6 +692,102 @@ def report_md(results, plots):
     return "\n".join(L) + "\n"
 
 
+# ---- the headline as a page of the documentation ---------------------------------------
+
+# A file holding both markers gets the table between them (the rest of the file is kept);
+# any other file is replaced by the table alone.
+MARKDOWN_BEGIN = "<!-- vrdma bench --markdown: begin -->"
+MARKDOWN_END = "<!-- vrdma bench --markdown: end -->"
+
+
+def machine_text(mach):
+    """'AMD EPYC, 2 CPUs, 7 GiB, Debian GNU/Linux 12 (bookworm), kernel 6.1.0 (kvm)'."""
+    cpus = mach.get("usable_cpus") or mach.get("logical_cpus") or "?"
+    mem = mach.get("memory_kib")
+    parts = [mach.get("cpu_model") or "unknown CPU", f"{cpus} CPUs"]
+    if mem:
+        parts.append(f"{round(mem / MIB)} GiB")
+    parts.append(mach.get("os") or "unknown OS")
+    virt = mach.get("virtualization")
+    kernel = f"kernel {mach.get('kernel', '?')}"
+    parts.append(f"{kernel} ({virt})" if virt and virt != "none" else kernel)
+    return ", ".join(parts)
+
+
+def headline_md(results):
+    """The headline table with when, where and how it was measured: what `vrdma bench
+    --markdown FILE` writes (docs/performance.md holds one)."""
+    mach = results.get("machine", {})
+    sw = mach.get("software", {})
+    version = (sw.get("vrdma") or "vrdma ?") + (f" (git {sw['vrdma_git']})"
+                                                   if sw.get("vrdma_git") else "")
+    errs = results.get("errors", [])
+    L = [f"Measured {results.get('started_at', '?')} ({results.get('mode', '?')} run, "
+         f"{results.get('wall_s', '?')} s) on {machine_text(mach)}; {version}, perftest "
+         f"{sw.get('perftest') or '?'}, UCX {sw.get('ucx-utils') or '?'}, iperf3 "
+         f"{sw.get('iperf3') or '?'}, sockperf {sw.get('sockperf') or '?'}. "
+         f"Command: `{results.get('command') or 'vrdma bench'}`.", ""]
+    if results.get("interrupted") or results.get("fatal_error"):
+        L += [f"**The run did not finish ({results.get('interrupted') or results['fatal_error']}); "
+              "figures are missing.**", ""]
+    rows = []
+    for h in results.get("headline", []):
+        if "value" in h or ("error" in h and "better" not in h):
+            value = (f"{fmt(h.get('value'))} {h['unit']}" if "value" in h
+                     else "error: " + short(h["error"], 60))
+            rows.append([h["title"], value, "", ""])
+        elif "error" in h:
+            rows.append([h["title"], h.get("vrdma", ""), h.get("baseline", ""),
+                         "error: " + short(h["error"], 60)])
+        else:
+            rows.append([h["title"], f"{h['vrdma']}: {fmt(h['vrdma_value'])} {h['unit']}",
+                         f"{h['baseline']}: {fmt(h['baseline_value'])} {h['unit']}",
+                         ratio_text(h["ratio"])])
+    L.append(table(["Comparison", "vrdma", "Baseline", "Ratio (>1: vrdma better)"], rows))
+    L.append("")
+    clients = bench_clients.ratios(results)
+    if clients:
+        rows = []
+        for topo, entries in clients.items():
+            where = "Same host" if topo == "same_host" else "Across hosts"
+            for what, v, x, unit, ratio in entries:
+                rows.append([f"{where}: {what}",
+                             f"{fmt(v)} {unit}" if ok(v) else "not measured",
+                             f"{fmt(x)} {unit}" if ok(x) else "not measured",
+                             ratio_text(ratio)])
+        L.append("Real clients: UCX 1.13 (ucx_perftest) over vrdma against UCX's own shared memory "
+                 "and tcp transports, and Open MPI 4.1 ping-pong with pml ucx over vrdma against "
+                 "Open MPI over TCP.")
+        L.append("")
+        L.append(table(["Comparison", "vrdma", "Baseline", "Ratio (>1: vrdma better)"], rows))
+        L.append("")
+    L.append("One run of each figure, on a machine shared with other work: compare figures of "
+             "the same run only. " + (f"{len(errs)} step(s) of the run failed or were skipped "
+                                      "(its report.md lists them)." if errs
+                                      else "No step of the run failed."))
+    return "\n".join(L) + "\n"
+
+
+def write_markdown(results, path):
+    """Writes headline_md() to `path`: between the markers when the file has both, else as
+    the whole file."""
+    block = f"{MARKDOWN_BEGIN}\n{headline_md(results)}{MARKDOWN_END}\n"
+    try:
+        with open(path) as f:
+            old = f.read()
+    except FileNotFoundError:
+        old = ""
+    start, end = old.find(MARKDOWN_BEGIN), old.find(MARKDOWN_END)
+    if 0 <= start < end:
+        rest = old[end + len(MARKDOWN_END):]
+        text = old[:start] + block + (rest[1:] if rest.startswith("\n") else rest)
+    else:
+        text = block
+    with open(path + ".tmp", "w") as f:
+        f.write(text)
+    os.replace(path + ".tmp", path)
+
+
 def _json_safe(x):
     """NaN and infinities become null: results.json stays strict JSON."""
     if isinstance(x, float) and not math.isfinite(x):

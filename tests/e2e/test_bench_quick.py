@@ -1,7 +1,8 @@
 """The evaluation suite, `vrdma bench --quick`: one run, then its output is
 checked for completeness and validity: every section of results.json holds
 numbers (a part that failed shows up here with the error the suite recorded),
-report.md has its tables, and every plot is a real PNG. No timing assertions:
+report.md has its tables, every plot is a real PNG, and --markdown put the headline table with
+the run's date, machine and command between the markers of a page. No timing assertions:
 the suite's time budgets are relaxed (--budget-scale) so a slow machine skips
 nothing."""
 
@@ -25,6 +26,9 @@ SOCKPERF_MAX = 65507  # sockperf's largest message: TCP latency is measured up t
 OUT = None
 RUN = None
 RESULTS = None
+# The page --markdown writes into: text around the markers stays.
+PAGE_BEFORE = "# Figures\n\nBefore the table.\n\n"
+PAGE_AFTER = "\nAfter the table.\n"
 
 
 def setUpModule():
@@ -32,7 +36,11 @@ def setUpModule():
     OUT = tempfile.mkdtemp(prefix="vrdma-bench-test-")
     env = dict(os.environ)
     env.setdefault("VRDMA_DATADIR", REPO)  # this checkout's suite, not an installed one
-    RUN = subprocess.run([VRDMA, "bench", "--quick", "--budget-scale", "3", "--out", OUT],
+    with open(os.path.join(OUT, "page.md"), "w") as f:
+        f.write(PAGE_BEFORE + "<!-- vrdma bench --markdown: begin -->\nold table\n"
+                "<!-- vrdma bench --markdown: end -->\n" + PAGE_AFTER)
+    RUN = subprocess.run([VRDMA, "bench", "--quick", "--budget-scale", "3", "--out", OUT,
+                          "--markdown", os.path.join(OUT, "page.md")],
                          capture_output=True, text=True, timeout=360, env=env)
     try:
         with open(os.path.join(OUT, "results.json")) as f:
@@ -307,6 +315,34 @@ class Sections(Case):
 
 
 class Report(Case):
+    def test_markdown_page(self):
+        with open(os.path.join(OUT, "page.md")) as f:
+            text = f.read()
+        self.assertTrue(text.startswith(PAGE_BEFORE + "<!-- vrdma bench --markdown: begin -->\n"),
+                        text[:300])
+        self.assertTrue(text.endswith("<!-- vrdma bench --markdown: end -->\n" + PAGE_AFTER),
+                        text[-300:])
+        self.assertNotIn("old table", text)
+        m = RESULTS["machine"]
+        # When, where and how: the run's start, the CPU, its cores, the kernel, the command.
+        self.assertIn(f"Measured {RESULTS['started_at']} (quick run", text)
+        for fact in (m["cpu_model"], f"{m['usable_cpus']} CPUs", f"kernel {m['kernel']}"):
+            self.assertIn(fact, text)
+        self.assertRegex(text, r"Command: `vrdma bench --quick --budget-scale 3 --out \S+ "
+                               r"--markdown \S+page\.md`")
+        self.assertRegex(text, r"\| Comparison \| vrdma \| Baseline \| Ratio")
+        self.assertIn("Same host: throughput 64 KiB, vs memcpy", text)
+        self.assertRegex(text, r"\*\*\d+\.\d\dx\*\*", "no ratio in the table")
+        # Written again from results.json alone (--from), the same table.
+        again = os.path.join(OUT, "again.md")
+        p = subprocess.run([VRDMA, "bench", "--markdown", again, "--from",
+                            os.path.join(OUT, "results.json")], capture_output=True, text=True,
+                           timeout=60, env={**os.environ, "VRDMA_DATADIR": REPO})
+        self.assertEqual(p.returncode, 0, p.stderr)
+        with open(again) as f:
+            table = f.read()
+        self.assertIn(table, text)
+
     def test_report_tables(self):
         with open(os.path.join(OUT, "report.md")) as f:
             text = f.read()
