@@ -3,8 +3,8 @@ in a sandbox container on one host: `python3 tests/run_tests.py --dev <device> -
 
 The run must end with no failure and no error, and every skip must be accounted for: either
 vendor-specific (a test module or reason naming mlx5, EFA, CUDA, VFIO or GPU dma-buf) or listed,
-with its reason, in the README's "rdma-core test suite: skips" section, which this test reads
-(a skip that matches no pattern there fails the test). The suite is kept beside the clone
+with its reason, in the section "rdma-core test suite: skips" of docs/programs.md, which this
+test reads (a skip that matches no pattern there fails the test). The suite is kept beside the clone
 (../shared/thirdparty/rdma-core-44-tests, never copied into it); where it is absent, this test
 says so and skips.
 """
@@ -21,7 +21,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.normpath(os.path.join(HERE, "..", ".."))
 SUITE = os.environ.get("VRDMA_RDMA_CORE_TESTS") or os.path.normpath(
     os.path.join(REPO, "..", "shared", "thirdparty", "rdma-core-44-tests"))
-README = os.path.join(REPO, "README.md")
+SKIPS_PAGE = os.path.join(REPO, "docs", "programs.md")
 SECTION = "rdma-core test suite: skips"
 
 # What a test of another vendor's hardware says, or where it lives.
@@ -36,16 +36,17 @@ VERDICT = re.compile(r"(?:\.\.\. |^)(ok|FAIL|ERROR|skipped (['\"])(.*)\2|expecte
                      r"unexpected success)\s*$")
 
 
-def readme_skips():
-    """The README's list: (pattern, reason) from lines "- `pattern`: reason" in the section."""
-    with open(README) as f:
+def listed_skips():
+    """docs/programs.md's list: (pattern, reason) from lines "- `pattern`: reason" in the
+    section."""
+    with open(SKIPS_PAGE) as f:
         text = f.read()
     m = re.search(rf"^#+ {re.escape(SECTION)}\s*$(.*?)(?=^#+ |\Z)", text, re.M | re.S)
     if not m:
-        raise AssertionError(f"README.md has no '{SECTION}' section")
+        raise AssertionError(f"docs/programs.md has no '{SECTION}' section")
     entries = re.findall(r"^- `([^`]+)`[:\s]", m.group(1), re.M)
     if not entries:
-        raise AssertionError(f"README.md's '{SECTION}' section lists nothing")
+        raise AssertionError(f"docs/programs.md's '{SECTION}' section lists nothing")
     return [re.compile(e) for e in entries]
 
 
@@ -82,7 +83,7 @@ class RdmaCoreSuite(unittest.TestCase):
         cls.sb.down()
 
     def test_suite_passes_and_every_skip_is_accounted_for(self):
-        allowed = readme_skips()
+        allowed = listed_skips()
         rc, out, err = self.sb.run("h0c0", "ls", "/sys/class/infiniband", timeout=30)
         self.assertEqual(rc, 0, err)
         dev = out.split()[0]
@@ -113,7 +114,7 @@ class RdmaCoreSuite(unittest.TestCase):
         failures = re.findall(r"^(?:FAIL|ERROR): .*?(?=^(?:FAIL|ERROR): |^Ran |\Z)", text,
                               re.M | re.S)
         self.assertEqual(bad, [], "failures and errors:\n" + "\n".join(failures)[-6000:])
-        self.assertEqual(unlisted, [], "skips whose reason the README does not list:\n" +
+        self.assertEqual(unlisted, [], "skips whose reason docs/programs.md does not list:\n" +
                          "\n".join(unlisted))
         self.assertEqual(rc, 0, text[-3000:])
 
