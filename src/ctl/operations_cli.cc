@@ -22,6 +22,7 @@ OperationsCommands::OperationsCommands(CLI::App& app) : s_(std::make_unique<Stat
       "Run the demo: unmodified ib_write_bw and ib_send_lat between two containers, next to\n"
       "TCP (iperf3, sockperf) between the same containers (needs root)");
   s_->demo->allow_extras();  // passed on to the demo program (vrdma demo --help-demo)
+  s_->demo->footer("Docs: docs/getting-started.md#the-demo");
 
   s_->bench = app.add_subcommand(
       "bench",
@@ -44,7 +45,8 @@ OperationsCommands::OperationsCommands(CLI::App& app) : s_(std::make_unique<Stat
       "from inside the host's namespace, where root sees every client; from a container\n"
       "(vrdma sandbox exec h0c0 -- vrdma status) it shows that container and its tenant only,\n"
       "with the memory keys of that container's own MRs only. Each container's line 'quota:'\n"
-      "shows its use of vrdmad against its quotas (used/limit).");
+      "shows its use of vrdmad against its quotas (used/limit).\n"
+      "Docs: docs/operating.md#watching-a-running-vrdmad");
 
   s_->top = app.add_subcommand(
       "top", "Watch a vrdmad's containers and links: throughput, message rates, errors, QPs");
@@ -64,7 +66,8 @@ OperationsCommands::OperationsCommands(CLI::App& app) : s_(std::make_unique<Stat
       "Per container: processes, QPs (! when one is in ERR), sent and received bytes and\n"
       "messages per second, errors per second and in total; per link to another host: bytes\n"
       "per second each way. From the daemon's status (the same per-QP counters as its\n"
-      "metrics endpoint), chosen as for vrdma status. q quits.");
+      "metrics endpoint), chosen as for vrdma status. q quits.\n"
+      "Docs: docs/operating.md#watching-a-running-vrdmad, docs/metrics.md");
   s_->reload = app.add_subcommand(
       "reload",
       "Make vrdmad re-read its configuration file and apply what can change while it runs;\n"
@@ -79,7 +82,8 @@ OperationsCommands::OperationsCommands(CLI::App& app) : s_(std::make_unique<Stat
       "The daemon is found as for `vrdma status`. Only the host's administrator may reload (root,\n"
       "or vrdmad's user, in vrdmad's network namespace). Exit status 1 when the file was\n"
       "refused: vrdmad then goes on with what it had. SIGHUP to vrdmad does the same (its log\n"
-      "says what changed).");
+      "says what changed).\n"
+      "Docs: docs/configuration.md#reloading");
 }
 
 OperationsCommands::~OperationsCommands() = default;

@@ -39,12 +39,14 @@ PlatformCommands::PlatformCommands(CLI::App& app) : s_(std::make_unique<State>()
   s.edits->footer(
       "The same edits make the sandbox's containers, the CDI spec (vrdma cdi generate) and the\n"
       "device plugin's Allocate answers. The device view under /sys/class/infiniband depends on\n"
-      "the container's address and is built when the container exists (sandbox, CDI hook).");
+      "the container's address and is built when the container exists (sandbox, CDI hook).\n"
+      "Docs: docs/containers.md#the-device-in-a-container");
 
   CLI::App* cdi = app.add_subcommand(
       "cdi", "Container Device Interface: a spec for engines that take --device " +
                  std::string(kCdiKind) + "=vrdma0");
   cdi->require_subcommand(1);
+  cdi->footer("Docs: docs/containers.md#containers-of-an-engine-cdi-and-podman");
   s.cdi_opts.output = kCdiDefaultOutput;
   s.cdi_gen = cdi->add_subcommand("generate", "Write the CDI spec of vrdma's device");
   s.cdi_gen->add_option("--output,-o", s.cdi_opts.output, "Spec file, or - for stdout")
@@ -59,17 +61,20 @@ PlatformCommands::PlatformCommands(CLI::App& app) : s_(std::make_unique<State>()
                       "Leave out the createContainer hook that builds the device view");
   s.cdi_gen->footer("Use: podman run --device " + std::string(kCdiKind) +
                     "=vrdma0 IMAGE ib_write_bw ...\n"
-                    "The hook runs this vrdma as `vrdma cdi hook` when a container is created.");
+                    "The hook runs this vrdma as `vrdma cdi hook` when a container is created.\n"
+                    "Docs: docs/containers.md#containers-of-an-engine-cdi-and-podman");
   s.cdi_list = cdi->add_subcommand("list", "Show the device names of a CDI spec");
   s.cdi_list->add_option("path", s.cdi_list_path, "Spec file or directory (every *.json in it)")
       ->capture_default_str();
+  s.cdi_list->footer("Docs: docs/containers.md#containers-of-an-engine-cdi-and-podman");
   s.cdi_hook = cdi->add_subcommand(
       "hook", "OCI hook (run by the container runtime): build a container's device view");
   s.cdi_hook->add_option("--socket", s.hook_socket, "vrdmad's socket on the host");
   s.cdi_hook->footer(
       "Reads the container's state (OCI runtime spec) on stdin, asks vrdmad from the container's\n"
       "network namespace which device it gets, and shows it under /sys/class/infiniband and\n"
-      "/sys/class/infiniband_verbs in the container's mount namespace. Needs root.");
+      "/sys/class/infiniband_verbs in the container's mount namespace. Needs root.\n"
+      "Docs: docs/containers.md#the-device-in-a-container");
 
   s.device_plugin = app.add_subcommand(
       "device-plugin",

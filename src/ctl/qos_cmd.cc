@@ -87,7 +87,10 @@ CLI::App* add_qos_command(CLI::App& app, QosOptions& o) {
       "The daemon is found as for `vrdma status`; only the host's administrator may use this\n"
       "(root, or vrdmad's user, in vrdmad's network namespace). Numbers take k, M, G (powers\n"
       "of 1000); rate is in bytes per second. vrdmad's --qos option (or the qos key of its\n"
-      "configuration file) gives the rules at start and on reload.");
+      "configuration file) gives the rules at start and on reload.\n"
+      "Docs: docs/qos.md");
+  o.set->footer("Docs: docs/qos.md#between-hosts");
+  o.show->footer("Docs: docs/qos.md#between-hosts");
   return qos;
 }
 

@@ -56,7 +56,8 @@ void add_up(CLI::App* sandbox, SandboxCommands::State& s) {
       "runs without a directory, as always.\n"
       "Tenants: vrdmad gives containers a device each in a tenant of its own; the sandbox\n"
       "declares one tenant for all its containers (--tenant sandbox=<their addresses>) unless\n"
-      "--tenant rules are given. The hosts' own processes get no device.");
+      "--tenant rules are given. The hosts' own processes get no device.\n"
+      "Docs: docs/getting-started.md#what-it-builds");
 }
 
 void add_down_and_list(CLI::App* sandbox, SandboxCommands::State& s) {
@@ -65,10 +66,12 @@ void add_down_and_list(CLI::App* sandbox, SandboxCommands::State& s) {
   s.down->footer(
       "Deletes every namespace named like a sandbox's (vrdma-h<i>, vrdma-h<i>c<j>, vrdma-net),\n"
       "so it works after a crash (no state file), and says so when nothing is up. Stops the\n"
-      "sandbox's etcd (if it still runs) and removes its data.");
+      "sandbox's etcd (if it still runs) and removes its data.\n"
+      "Docs: docs/getting-started.md#commands");
 
   s.list = sandbox->add_subcommand("list", "Show hosts and containers, and what is alive");
   s.list->add_flag("--json", s.list_json, "Print the state file (sandbox.json)");
+  s.list->footer("Docs: docs/getting-started.md#commands");
 }
 
 void add_exec(CLI::App* sandbox, SandboxCommands::State& s) {
@@ -83,7 +86,8 @@ void add_exec(CLI::App* sandbox, SandboxCommands::State& s) {
       "Example: vrdma sandbox exec h0c0 -- ib_write_bw 10.77.0.11\n"
       "Sets VRDMA_SOCKET to the host's vrdmad socket, VRDMA_SANDBOX_NAME to NAME, and puts\n"
       "$VRDMA_LIBDIR (default: lib/vrdma of this vrdma's install prefix, else " VRDMA_LIBDIR
-      ")\nfirst in LD_LIBRARY_PATH. The exit status is the command's (127 if it is not found).");
+      ")\nfirst in LD_LIBRARY_PATH. The exit status is the command's (127 if it is not found).\n"
+      "Docs: docs/getting-started.md#commands");
 }
 
 void add_etcd(CLI::App* sandbox, SandboxCommands::State& s) {
@@ -103,7 +107,11 @@ void add_etcd(CLI::App* sandbox, SandboxCommands::State& s) {
       "and once it is back they publish their entries again. Both are no-ops (exit 0) when\n"
       "etcd is already stopped or running; a sandbox without etcd is an error. etcd takes\n"
       "clients on TLS with certificates of the sandbox's CA only (<run dir>/pki), and its auth\n"
-      "lets each host (vrdma-host-<i>) write only /vrdma/hosts/<i>/; `get` reads as root.");
+      "lets each host (vrdma-host-<i>) write only /vrdma/hosts/<i>/; `get` reads as root.\n"
+      "Docs: docs/getting-started.md#commands, docs/cluster.md#the-directorys-etcd");
+  s.etcd_stop->footer("Docs: docs/getting-started.md#commands");
+  s.etcd_start->footer("Docs: docs/getting-started.md#commands");
+  s.etcd_get->footer("Docs: docs/getting-started.md#commands");
 }
 
 }  // namespace
@@ -121,7 +129,8 @@ SandboxCommands::SandboxCommands(CLI::App& app) : s_(std::make_unique<State>()) 
       "cluster directory (etcd, https://10.76.0.254:2379) runs. State lives in $VRDMA_RUN_DIR\n"
       "(default /run/vrdma); $VRDMA_NETNS_PREFIX replaces the namespaces' \"vrdma-\", so that\n"
       "two sandboxes with different values of both can be up at once. up, down, exec and etcd\n"
-      "must run as root.");
+      "must run as root.\n"
+      "Docs: docs/getting-started.md#the-sandbox");
   add_up(sandbox, *s_);
   add_down_and_list(sandbox, *s_);
   add_exec(sandbox, *s_);

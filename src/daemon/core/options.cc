@@ -374,7 +374,9 @@ DaemonSettings::DaemonSettings()
   app_.footer(std::string("Settings: the command line, then the configuration file (default ") +
               kDefaultConfigFile +
               "; `vrdmad --print-config-template` lists its keys). SIGHUP or `vrdma reload` "
-              "re-reads the file and applies what can change while vrdmad runs.");
+              "re-reads the file and applies what can change while vrdmad runs.\n"
+              "Docs: docs/configuration.md (every option), docs/cluster.md (several hosts), "
+              "docs/operating.md#the-service; installed in share/doc/vrdma/docs. man vrdmad.");
 }
 
 void DaemonSettings::parse(int argc, const char* const* argv) {
