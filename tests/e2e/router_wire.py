@@ -1,4 +1,4 @@
-"""A router of its own for the attack suite: speaks the frames of src/daemon/router/wire.h
+"""A router of its own for the attack suite: speaks the frames of src/transport/wire.h
 with `struct` (host byte order, x86-64), over plain TCP or mutual TLS (the `ssl` module), from
 inside a namespace of the sandbox (netns()). It does what a hostile host (or anything on the
 underlay) could: any Hello, any Connect, requests with any field, rdma_cm messages for any

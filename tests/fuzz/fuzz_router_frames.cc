@@ -12,16 +12,16 @@
 #include <cstring>
 #include <vector>
 
-#include "daemon/router/frame_check.h"
-#include "daemon/router/frame_parser.h"
+#include "transport/frame_check.h"
+#include "transport/frame_parser.h"
 #include "shm/work_request.h"
 
 namespace {
 
-using vrdma::daemon::FrameParser;
-using vrdma::daemon::FrameSink;
-using vrdma::daemon::PayloadDest;
-namespace wire = vrdma::daemon::wire;
+using vrdma::transport::FrameParser;
+using vrdma::transport::FrameSink;
+using vrdma::transport::PayloadDest;
+namespace wire = vrdma::wire;
 
 void check(bool ok) {
   if (!ok) __builtin_trap();

@@ -5,7 +5,7 @@
 
 #include <set>
 
-#include "daemon/router/wire.h"
+#include "transport/wire.h"
 #include "router_fake.h"
 
 namespace vrdma::daemon::testing {

@@ -4,8 +4,8 @@
 #include <arpa/inet.h>
 #include <string.h>
 
-#include "daemon/router/frame_check.h"
-#include "daemon/router/wire.h"
+#include "transport/frame_check.h"
+#include "transport/wire.h"
 #include "router_fake.h"
 
 namespace vrdma::daemon::testing {

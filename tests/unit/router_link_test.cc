@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "daemon/router/frame_check.h"
-#include "daemon/router/frame_parser.h"
+#include "transport/frame_check.h"
+#include "transport/frame_parser.h"
 #include "daemon/router/link.h"
 #include "daemon/router/tls.h"
 

@@ -12,7 +12,7 @@
 #include <cstring>
 
 #include "common/protocol.h"
-#include "daemon/router/frame_check.h"
+#include "transport/frame_check.h"
 #include "router_fake.h"
 
 namespace vrdma::daemon::testing {

@@ -11,7 +11,7 @@
 
 #include "common/protocol.h"
 #include "daemon/cm/cm_table.h"
-#include "daemon/router/wire.h"
+#include "transport/wire.h"
 
 namespace vrdma::daemon {
 

@@ -13,7 +13,7 @@
 #include "daemon/identity/tenant_policy.h"
 #include "daemon/identity/tenants.h"
 #include "daemon/qos/rules.h"
-#include "daemon/router/wire.h"
+#include "transport/wire.h"
 
 namespace vrdma::daemon {
 

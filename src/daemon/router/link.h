@@ -19,11 +19,15 @@
 
 #include "common/address.h"
 #include "common/unique_fd.h"
-#include "daemon/router/frame_parser.h"
-#include "daemon/router/wire.h"
+#include "transport/frame_parser.h"
+#include "transport/wire.h"
 #include "shm/respond.h"
 
 namespace vrdma::daemon {
+
+using transport::FrameParser;
+using transport::FrameSink;
+using transport::PayloadDest;
 
 class Link;
 

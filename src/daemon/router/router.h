@@ -58,7 +58,7 @@
 #include "daemon/router/link.h"
 #include "daemon/router/router_config.h"
 #include "daemon/router/tls.h"
-#include "daemon/router/wire.h"
+#include "transport/wire.h"
 #include "shm/peer.h"
 #include "shm/respond.h"
 #include "shm/work_request.h"

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "daemon/qos/rules.h"
-#include "daemon/router/wire.h"
+#include "transport/wire.h"
 #include "daemon/router/tls.h"
 
 namespace vrdma::daemon {

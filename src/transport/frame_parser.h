@@ -14,10 +14,10 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "daemon/router/wire.h"
+#include "transport/wire.h"
 #include "shm/respond.h"
 
-namespace vrdma::daemon {
+namespace vrdma::transport {
 
 // Where an incoming frame's payload goes.
 struct PayloadDest {
@@ -77,4 +77,4 @@ class FrameParser {
   uint64_t frames_ = 0;
 };
 
-}  // namespace vrdma::daemon
+}  // namespace vrdma::transport

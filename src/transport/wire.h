@@ -20,7 +20,7 @@
 
 #include "common/protocol.h"
 
-namespace vrdma::daemon::wire {
+namespace vrdma::wire {
 
 inline constexpr uint32_t kMagic = 0x52445256;  // "VRDR"
 inline constexpr uint32_t kVersion = 4;  // 3: requests carry an XRC SRQ number; 4: and flags
@@ -210,4 +210,4 @@ T read(const uint8_t* body) {
   return value;
 }
 
-}  // namespace vrdma::daemon::wire
+}  // namespace vrdma::wire

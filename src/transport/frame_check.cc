@@ -1,10 +1,10 @@
-#include "daemon/router/frame_check.h"
+#include "transport/frame_check.h"
 
 #include <infiniband/verbs.h>
 
 #include "shm/work_request.h"
 
-namespace vrdma::daemon::wire {
+namespace vrdma::wire {
 
 namespace {
 
@@ -86,4 +86,4 @@ bool check_frame(Type type, const uint8_t* body, uint32_t payload, const char** 
   return fail(why, "unknown frame type");
 }
 
-}  // namespace vrdma::daemon::wire
+}  // namespace vrdma::wire

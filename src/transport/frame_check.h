@@ -5,9 +5,9 @@
 
 #include <cstdint>
 
-#include "daemon/router/wire.h"
+#include "transport/wire.h"
 
-namespace vrdma::daemon::wire {
+namespace vrdma::wire {
 
 // The header: a known type, a payload only where the type has one, within RDMA's largest
 // message. False with *why set otherwise.
@@ -15,4 +15,4 @@ bool check_header(const Header& h, const char** why);
 // The body of a frame whose header passed, with its payload length.
 bool check_frame(Type type, const uint8_t* body, uint32_t payload, const char** why);
 
-}  // namespace vrdma::daemon::wire
+}  // namespace vrdma::wire

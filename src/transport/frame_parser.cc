@@ -1,13 +1,13 @@
-#include "daemon/router/frame_parser.h"
+#include "transport/frame_parser.h"
 
 #include <infiniband/verbs.h>
 #include <string.h>
 
 #include <algorithm>
 
-#include "daemon/router/frame_check.h"
+#include "transport/frame_check.h"
 
-namespace vrdma::daemon {
+namespace vrdma::transport {
 
 bool FrameParser::feed(const uint8_t* data, size_t len, FrameSink& sink, const char** why) {
   size_t pos = 0;
@@ -120,4 +120,4 @@ void FrameParser::direct_done(uint64_t n, FrameSink& sink) {
   if (payload_left_ == 0) end_payload(sink);
 }
 
-}  // namespace vrdma::daemon
+}  // namespace vrdma::transport
