@@ -215,7 +215,7 @@ class Pki {
 struct Collect : LinkHandler {
   std::vector<uint8_t> data;
   int frames = 0;
-  bool on_frame(Link&, wire::Type, const uint8_t*, uint32_t payload, PayloadDest& dest,
+  bool on_frame(transport::Link&, wire::Type, const uint8_t*, uint32_t payload, PayloadDest& dest,
                 const char**) override {
     ++frames;
     if (payload) {
@@ -227,8 +227,8 @@ struct Collect : LinkHandler {
     }
     return true;
   }
-  void on_payload_data(Link&, const uint8_t*, size_t) override {}
-  void on_payload(Link&) override {}
+  void on_payload_data(transport::Link&, const uint8_t*, size_t) override {}
+  void on_payload(transport::Link&) override {}
 };
 
 // An inbound link reads nothing but its Hello until that authenticated it: what follows stays

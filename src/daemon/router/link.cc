@@ -12,7 +12,6 @@
 namespace vrdma::daemon {
 
 namespace {
-constexpr int kIovBatch = 1024;  // IOV_MAX: what one sendmsg takes
 constexpr int kTlsWritesPerFlush = 64;  // SSL_write calls per flush(): bounded work per pass
 // A BIO of the link's own buffers (one direction each): flushing is a no-op, there is nothing
 // to set up.
@@ -34,42 +33,28 @@ BIO_METHOD* sink_method(const char* name, int (*write)(BIO*, const char*, int),
 }  // namespace
 
 Link::Link(uint32_t id, UniqueFd fd, bool outbound)
-    : id_(id),
-      fd_(std::move(fd)),
-      outbound_(outbound),
-      state_(outbound ? State::kConnecting : State::kOpen),
-      rbuf_(new uint8_t[kRecvBuffer]) {}
+    : transport::Link(id, std::move(fd), outbound, transport::LinkSizes{kRing, kOwnedBytes}) {}
 
 Link::~Link() {
   if (ssl_) SSL_free(ssl_);
-  if (joined_) {
-    // The other end reads its socket from now on: the end of the stream is there.
-    joined_->joined_ = nullptr;
-    joined_->rx_ready = true;
-  }
-}
-
-void Link::join(Link& a, Link& b) {
-  a.joined_ = &b;
-  b.joined_ = &a;
 }
 
 void Link::use_tls(SSL* ssl) {
   ssl_ = ssl;
-  if (!outbound_) state_ = State::kHandshake;
+  if (!outbound()) set_state(State::kHandshake);
 }
 
 void Link::tcp_connected() {
-  state_ = ssl_ ? State::kHandshake : State::kOpen;
+  set_state(ssl_ ? State::kHandshake : State::kOpen);
 }
 
 int Link::handshake(std::string* why) {
-  if (state_ != State::kHandshake) return state_ == State::kOpen ? 1 : 0;
+  if (state() != State::kHandshake) return state() == State::kOpen ? 1 : 0;
   ERR_clear_error();
   int rc = SSL_do_handshake(ssl_);
   if (rc == 1) {
     ERR_clear_error();  // reads and writes from now on expect an empty error queue
-    state_ = State::kOpen;
+    set_state(State::kOpen);
     ktls_send_ = BIO_get_ktls_send(SSL_get_wbio(ssl_)) > 0;
     ktls_recv_ = BIO_get_ktls_recv(SSL_get_rbio(ssl_)) > 0;
     if (!ktls_send_) {
@@ -112,126 +97,10 @@ int Link::handshake(std::string* why) {
 }
 
 bool Link::rx_pending() const {
-  return ssl_ && state_ == State::kOpen && (SSL_has_pending(ssl_) || tls_in_pos_ < tls_in_len_);
+  return ssl_ && open() && (SSL_has_pending(ssl_) || tls_in_pos_ < tls_in_len_);
 }
 
-bool Link::send(wire::Type type, const void* body, uint32_t body_len, const shm::Seg* payload,
-                int nseg, uint64_t payload_len, bool copy) {
-  if (!ring_) {
-    ring_.reset(new Out[kRing]);
-    owned_.reset(new uint8_t[size_t(kRing) * kOwnedBytes]);
-  }
-  if (!has_room() || body_len > sizeof(Out::hdr) - sizeof(wire::Header) ||
-      (copy && payload_len > kOwnedBytes) || nseg > static_cast<int>(shm::kMaxSendSge))
-    return false;
-  uint32_t slot = static_cast<uint32_t>(head_ % kRing);
-  Out& o = ring_[slot];
-  wire::Header h{};
-  h.type = static_cast<uint8_t>(type);
-  h.payload = static_cast<uint32_t>(payload_len);
-  memcpy(o.hdr, &h, sizeof(h));
-  memcpy(o.hdr + sizeof(h), body, body_len);
-  o.hdr_len = sizeof(h) + body_len;
-  o.iov[0] = iovec{o.hdr, o.hdr_len};
-  o.niov = 1;
-  if (payload_len) {
-    if (copy) {
-      uint8_t* buf = owned_.get() + size_t(slot) * kOwnedBytes;
-      uint64_t off = 0;
-      for (int i = 0; i < nseg && off < payload_len; ++i) {
-        uint64_t n = std::min(payload[i].len, payload_len - off);
-        memcpy(buf + off, payload[i].p, n);
-        off += n;
-      }
-      o.iov[o.niov++] = iovec{buf, payload_len};
-    } else {
-      uint64_t left = payload_len;
-      for (int i = 0; i < nseg && left; ++i) {
-        uint64_t n = std::min(payload[i].len, left);
-        if (n) o.iov[o.niov++] = iovec{payload[i].p, n};
-        left -= n;
-      }
-    }
-  }
-  bytes_queued += o.hdr_len + payload_len;
-  ++head_;
-  return true;
-}
-
-bool Link::flush(int64_t now) {
-  if (state_ != State::kOpen || !tx_pending()) return true;
-  if (joined_) {
-    // Nothing to write: the other end takes the frames from the ring when it reads.
-    joined_->rx_ready = true;
-    tx_stalled_ns = 0;
-    return true;
-  }
-  uint64_t before = bytes_out;
-  bool ok = ssl_ && !ktls_send_ ? flush_tls() : flush_plain();
-  if (bytes_out != before || !tx_pending()) tx_stalled_ns = 0;
-  // Refused (part of) this write: the clock runs until the socket has room and takes more
-  // (a peer that reads on frees room within moments; one that reads nothing never does).
-  if (tx_pending() && (tx_blocked || bytes_out == before) && !tx_stalled_ns) tx_stalled_ns = now;
-  return ok;
-}
-
-bool Link::flush_plain() {
-  while (tail_ != head_) {
-    iovec iov[kIovBatch];
-    int n = 0;
-    uint64_t skip = tail_off_;
-    for (uint64_t f = tail_; f != head_ && n < kIovBatch; ++f) {
-      const Out& o = ring_[f % kRing];
-      if (n + o.niov > kIovBatch) break;
-      for (int i = 0; i < o.niov; ++i) {
-        iovec v = o.iov[i];
-        if (skip) {
-          if (skip >= v.iov_len) {
-            skip -= v.iov_len;
-            continue;
-          }
-          v.iov_base = static_cast<uint8_t*>(v.iov_base) + skip;
-          v.iov_len -= skip;
-          skip = 0;
-        }
-        iov[n++] = v;
-      }
-    }
-    msghdr mh{};
-    mh.msg_iov = iov;
-    mh.msg_iovlen = static_cast<size_t>(n);
-    ssize_t w = ::sendmsg(fd_.get(), &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
-    if (w < 0) {
-      if (errno == EAGAIN || errno == EWOULDBLOCK) {
-        tx_blocked = true;
-        return true;
-      }
-      if (errno == EINTR) continue;
-      return false;
-    }
-    bytes_out += static_cast<uint64_t>(w);
-    ++socket_writes;
-    // Retire whole frames.
-    uint64_t left = static_cast<uint64_t>(w) + tail_off_;
-    tail_off_ = 0;
-    while (tail_ != head_) {
-      const Out& o = ring_[tail_ % kRing];
-      uint64_t size = 0;
-      for (int i = 0; i < o.niov; ++i) size += o.iov[i].iov_len;
-      if (left < size) {
-        tail_off_ = left;
-        break;
-      }
-      left -= size;
-      ++tail_;
-    }
-    if (tail_off_) {  // the socket is full
-      tx_blocked = true;
-      return true;
-    }
-  }
-  return true;
-}
+bool Link::flush_out() { return ssl_ && !ktls_send_ ? flush_tls() : transport::Link::flush_out(); }
 
 BIO_METHOD* Link::out_method() {
   static BIO_METHOD* m = sink_method("vrdma link", &Link::out_write, nullptr);
@@ -290,7 +159,7 @@ bool Link::next_plain() {
   if (!stage_) stage_.reset(new uint8_t[kStage]);
   size_t staged = 0;
   while (tail_ != head_) {
-    const Out& o = ring_[tail_ % kRing];
+    const Out& o = out_at(tail_);
     uint64_t skip = tail_off_;
     int i = 0;
     while (i < o.niov && skip >= o.iov[i].iov_len) skip -= o.iov[i++].iov_len;
@@ -325,7 +194,7 @@ bool Link::next_plain() {
 
 bool Link::drain_tls_out() {
   while (tls_out_pos_ < tls_out_len_) {
-    ssize_t w = ::send(fd_.get(), tls_out_.get() + tls_out_pos_, tls_out_len_ - tls_out_pos_,
+    ssize_t w = ::send(fd(), tls_out_.get() + tls_out_pos_, tls_out_len_ - tls_out_pos_,
                        MSG_DONTWAIT | MSG_NOSIGNAL);
     if (w < 0) {
       if (errno == EAGAIN || errno == EWOULDBLOCK) {
@@ -374,71 +243,8 @@ bool Link::flush_tls() {
   return drain_tls_out();
 }
 
-ssize_t Link::socket_read(const iovec* iov, int n) {
-  if (!rx_ready) {  // nothing since the socket was last found empty
-    errno = EAGAIN;
-    return -1;
-  }
-  if (joined_) {
-    const size_t got = joined_->take(iov, n);
-    rx_ready = joined_->tx_pending();  // its next flush says when more comes
-    if (!got) {
-      errno = EAGAIN;
-      return -1;
-    }
-    return static_cast<ssize_t>(got);
-  }
-  msghdr mh{};
-  mh.msg_iov = const_cast<iovec*>(iov);
-  mh.msg_iovlen = static_cast<size_t>(n);
-  ssize_t got = ::recvmsg(fd_.get(), &mh, MSG_DONTWAIT);
-  if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) rx_ready = false;
-  if (got > 0) {
-    ++socket_reads;
-    size_t asked = 0;
-    for (int i = 0; i < n; ++i) asked += iov[i].iov_len;
-    // It had no more, and little: more is not on its way.
-    if (static_cast<size_t>(got) < asked && static_cast<size_t>(got) < kFlowing) rx_ready = false;
-  }
-  return got;
-}
-
-size_t Link::take(const iovec* iov, int n) {
-  size_t got = 0;
-  int i = 0;
-  size_t at = 0;  // into iov[i]
-  while (tail_ != head_) {
-    const Out& o = ring_[tail_ % kRing];
-    uint64_t skip = tail_off_;
-    int k = 0;
-    while (k < o.niov && skip >= o.iov[k].iov_len) skip -= o.iov[k++].iov_len;
-    if (k == o.niov) {  // taken whole
-      tail_off_ = 0;
-      ++tail_;
-      continue;
-    }
-    if (i == n) break;
-    const size_t m = std::min<size_t>(o.iov[k].iov_len - skip, iov[i].iov_len - at);
-    // (memmove: the two ends' memory could be one client's mapped twice.)
-    memmove(static_cast<uint8_t*>(iov[i].iov_base) + at,
-            static_cast<const uint8_t*>(o.iov[k].iov_base) + skip, m);
-    got += m;
-    tail_off_ += m;
-    at += m;
-    if (at == iov[i].iov_len) {
-      ++i;
-      at = 0;
-    }
-  }
-  bytes_out += got;
-  return got;
-}
-
 ssize_t Link::read_some(uint8_t* buf, size_t len) {
-  if (!ssl_ || (ktls_recv_ && !SSL_has_pending(ssl_))) {
-    iovec v{buf, len};
-    return socket_read(&v, 1);
-  }
+  if (!ssl_ || (ktls_recv_ && !SSL_has_pending(ssl_))) return transport::Link::read_some(buf, len);
   // (The error queue is empty: every failure below clears it, so no call per read does.)
   errno = 0;
   int n = SSL_read(ssl_, buf, static_cast<int>(std::min<size_t>(len, INT32_MAX)));
@@ -463,63 +269,6 @@ ssize_t Link::read_vec(const iovec* iov, int n) {
   if (!ssl_ || (ktls_recv_ && !SSL_has_pending(ssl_))) return socket_read(iov, n);
   // SSL_read fills one buffer at a time.
   return read_some(static_cast<uint8_t*>(iov[0].iov_base), iov[0].iov_len);
-}
-
-bool Link::on_frame(wire::Type type, const uint8_t* body, uint32_t payload, PayloadDest& dest,
-                    const char** why) {
-  return handler_->on_frame(*this, type, body, payload, dest, why);
-}
-
-void Link::on_payload_data(const uint8_t* data, size_t len) {
-  handler_->on_payload_data(*this, data, len);
-}
-
-void Link::on_payload() {
-  handler_->on_payload(*this);
-}
-
-bool Link::receive(LinkHandler& h, size_t budget, const char** why, size_t direct_budget) {
-  if (state_ != State::kOpen) return true;
-  handler_ = &h;
-  // An inbound link yields nothing but its Hello until the Hello authenticated it: what
-  // follows may be for another router thread, the one its lane belongs to (router_pool.h),
-  // which takes the link with those bytes still unread.
-  constexpr size_t kHelloFrame = sizeof(wire::Header) + sizeof(wire::Hello);
-  const bool hello_only = !outbound_ && !authenticated;
-  if (hello_only && bytes_in >= kHelloFrame) return true;
-  if (hello_only) budget = std::min<size_t>(budget, kHelloFrame - bytes_in);
-  size_t got = 0, total = 0;
-  while (got < budget && total < direct_budget) {
-    iovec iov[shm::kMaxRecvSge + 1];
-    int k = parser_.direct_iov(iov, shm::kMaxRecvSge + 1, kDirectRead);
-    ssize_t n;
-    if (k) {
-      // Large payload: straight from the socket (or the TLS layer) into its destination.
-      n = read_vec(iov, k);
-      if (n > 0) parser_.direct_done(static_cast<uint64_t>(n), *this);
-    } else {
-      // At most what is left of the budget: the caller bounds how many frames one call
-      // dispatches.
-      n = read_some(rbuf_.get(), std::min(kRecvBuffer, budget - got));
-      if (n > 0 && !parser_.feed(rbuf_.get(), static_cast<size_t>(n), *this, why)) return false;
-      if (n > 0) got += static_cast<size_t>(n);
-    }
-    if (n > 0) {
-      total += static_cast<size_t>(n);
-      bytes_in += static_cast<uint64_t>(n);
-      if (hello_only) return true;
-      continue;
-    }
-    if (n == 0) {
-      *why = "closed by the peer";
-      return false;
-    }
-    if (errno == EAGAIN || errno == EWOULDBLOCK) return true;
-    if (errno == EINTR) continue;
-    *why = strerror(errno);
-    return false;
-  }
-  return true;
 }
 
 }  // namespace vrdma::daemon

@@ -232,10 +232,19 @@ class Router : public LinkHandler {
   bool tls() const { return tls_ != nullptr; }
 
   // LinkHandler.
+  bool on_frame(transport::Link& link, wire::Type type, const uint8_t* body, uint32_t payload,
+                PayloadDest& dest, const char** why) override {
+    return on_frame(static_cast<Link&>(link), type, body, payload, dest, why);
+  }
+  void on_payload_data(transport::Link& link, const uint8_t* data, size_t len) override {
+    on_payload_data(static_cast<Link&>(link), data, len);
+  }
+  void on_payload(transport::Link& link) override { on_payload(static_cast<Link&>(link)); }
+  // (Every link of the router is a daemon::Link.)
   bool on_frame(Link& link, wire::Type type, const uint8_t* body, uint32_t payload,
-                PayloadDest& dest, const char** why) override;
-  void on_payload_data(Link& link, const uint8_t* data, size_t len) override;
-  void on_payload(Link& link) override;
+                PayloadDest& dest, const char** why);
+  void on_payload_data(Link& link, const uint8_t* data, size_t len);
+  void on_payload(Link& link);
 
  private:
   class ClientFds;
@@ -338,7 +347,6 @@ class Router : public LinkHandler {
                 proto::FatalReason why = proto::FatalReason::kRouted);
   void on_response(Link& link, const wire::Response& r, uint32_t payload, PayloadDest& dest);
   void check_timeouts(int64_t now);
-  bool link_silent(Link& l, int64_t now, int64_t bound);
   Link* ud_link(Outbound& o, const uint8_t* dgid);
   // Multicast (router_multicast.cc).
   bool send_multicast(Outbound& o, const Wqe& w, int64_t now);

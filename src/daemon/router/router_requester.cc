@@ -1,8 +1,6 @@
 // The requester side of the router: work requests of local QPs whose destination is on
 // another host, from their SendQueue to a link, and their completions.
 #include <string.h>
-#include <linux/sockios.h>
-#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -377,28 +375,6 @@ void Router::on_response(Link& link, const wire::Response& r, uint32_t payload, 
   o.oldest_ns = now_;
 }
 
-// Whether the link has heard nothing from its peer lately: no frame received (responses,
-// pongs), and nothing of what this host sent acknowledged by the peer's TCP (the kernel's send
-// queue not shrinking). A request waiting behind others in this host's queues has not left it;
-// while the peer takes what we send, the time those queues take to drain is the transport's,
-// not a silence. Bytes the kernel merely accepted from us are no sign of the peer.
-bool Router::link_silent(Link& l, int64_t now, int64_t bound) {
-  if (now - l.last_rx_ns > 1'000'000) {
-    // What the peer has not taken yet: the kernel's send queue, or a joined link's ring.
-    int outq = 0;
-    bool known = true;
-    if (l.joined())
-      outq = static_cast<int>(std::min<uint64_t>(l.unwritten_bytes(), INT_MAX));
-    else
-      known = ::ioctl(l.fd(), SIOCOUTQ, &outq) == 0;
-    if (known) {
-      if (outq < l.last_outq) l.last_outq_ns = now;
-      l.last_outq = outq;
-    }
-  }
-  return now - l.last_rx_ns > bound && now - l.last_outq_ns > bound;
-}
-
 void Router::check_timeouts(int64_t now) {
   std::vector<uint32_t> silent;
   // QPs with outstanding requests are on the work list.
@@ -416,7 +392,7 @@ void Router::check_timeouts(int64_t now) {
     if (t == 0) continue;  // infinite
     int64_t bound = shm::ack_timeout_ns(t) * (int64_t(o.qp->retry_cnt.load() & 7) + 1);
     bound = std::max(bound, kMinSilenceNs);
-    if (now - o.oldest_ns > bound && link_silent(*l, now, bound)) {
+    if (now - o.oldest_ns > bound && l->silent(now, bound)) {
       LOG_WARN("router: QP 0x%x: no answer from host %u for %lld ms (timeout %u, retry_cnt %u)",
                o.qpn, l->host_id, static_cast<long long>((now - l->last_rx_ns) / 1000000), t,
                o.qp->retry_cnt.load() & 7);
