@@ -1,22 +1,27 @@
 # The Debian package: `cpack -G DEB` in the build directory writes vrdma_<version>_<arch>.deb.
 #
-# It holds what `cmake --install` installs (programs, drop-in libraries, helpers, scripts),
-# under /usr, and the files only the package installs (component "package", left out of a plain
-# `cmake --install`, so that a source install into /usr/local never shadows them): vrdmad's
-# systemd unit, its configuration file (a conffile), the maintainer scripts' service and CDI
-# handling (deploy/debian), the README, and the Grafana dashboards of deploy/grafana.
+# It holds what `cmake --install` installs (programs, drop-in libraries, helpers, scripts, the
+# manual pages of cmake/manpages.cmake, the README and docs/), under /usr, and the files only the
+# package installs (component "package", left out of a plain `cmake --install`, so that a source
+# install into /usr/local never shadows them): vrdmad's systemd unit, its configuration file (a
+# conffile), the maintainer scripts' service and CDI handling (deploy/debian), and the Grafana
+# dashboards of deploy/grafana.
 #
 # CPack rather than debian/ and dpkg-buildpackage: the package is made from the build the tests
 # have just run, in seconds, with CMake's install rules as the one list of what is installed
 # (the same as a source install's), and dpkg-shlibdeps for the libraries' dependencies.
 set(VRDMA_PACKAGE_ONLY package)
 
+include(${CMAKE_CURRENT_LIST_DIR}/manpages.cmake)  # man vrdma, man vrdmad (help2man)
+
 install(FILES ${PROJECT_SOURCE_DIR}/deploy/systemd/vrdmad.service
         DESTINATION /lib/systemd/system COMPONENT ${VRDMA_PACKAGE_ONLY} EXCLUDE_FROM_ALL)
 install(FILES ${PROJECT_SOURCE_DIR}/deploy/config/vrdmad.yaml
         DESTINATION /etc/vrdma COMPONENT ${VRDMA_PACKAGE_ONLY} EXCLUDE_FROM_ALL)
-install(FILES ${PROJECT_SOURCE_DIR}/README.md
-        DESTINATION share/doc/vrdma COMPONENT ${VRDMA_PACKAGE_ONLY} EXCLUDE_FROM_ALL)
+# The documentation, with its links intact: share/doc/vrdma/README.md and share/doc/vrdma/docs/.
+install(FILES ${PROJECT_SOURCE_DIR}/README.md DESTINATION share/doc/vrdma)
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/docs/ DESTINATION share/doc/vrdma/docs
+        FILES_MATCHING PATTERN "*.md")
 # Grafana dashboards (JSON), when there are any: /usr/share/vrdma/grafana.
 file(GLOB vrdma_dashboards CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/deploy/grafana/*.json)
 if(vrdma_dashboards)

@@ -1,7 +1,8 @@
 """The Debian package, installed and removed on this machine (root).
 
 Builds vrdma_<version>_<arch>.deb from the build directory (cpack), installs it with dpkg -i,
-checks its files, its dependencies, its configuration file and CDI spec, checks the systemd unit
+checks its files (the manual pages among them: `man -w vrdma vrdmad` finds them), its
+dependencies, its configuration file and CDI spec, checks the systemd unit
 with systemd-analyze verify. Where systemd is PID 1 it starts the service, which serves, and
 restarts after a kill. Elsewhere (containers, CI) systemd does not run it, and the test says so:
 tests/e2e/service_harness.py runs vrdmad with the unit's command, capability bounding set and
@@ -157,9 +158,12 @@ class PackageTest(unittest.TestCase):
                      "/usr/libexec/vrdma/vrdma-bench-conn", "/usr/libexec/vrdma/vrdma-bench-memcpy",
                      "/usr/share/vrdma/bench/demo.py",
                      "/usr/share/vrdma/python/vrdma_py/sandbox.py",
-                     UNIT, CONFIG, "/usr/share/doc/vrdma/README.md"):
+                     UNIT, CONFIG, "/usr/share/doc/vrdma/README.md",
+                     "/usr/share/doc/vrdma/docs/README.md",
+                     "/usr/share/doc/vrdma/docs/configuration.md"):
             self.assertIn(path, self.listed)
             self.assertTrue(os.path.exists(path), path)
+        self.check_manual_pages()
         # mpirun starts the benchmark's MPI ranks with it (plm_rsh_agent): it must be executable.
         agent = "/usr/share/vrdma/python/vrdma_py/mpi_launch_agent"
         self.assertIn(agent, self.listed)
@@ -183,6 +187,27 @@ class PackageTest(unittest.TestCase):
             spec = f.read()
         self.assertIn('"/usr/lib/vrdma"', spec)
         self.assertIn('"/usr/bin/vrdma"', spec)
+
+    def check_manual_pages(self):
+        """man vrdma and man vrdmad: installed, found by man, and holding the programs' help."""
+        pages = ["/usr/share/man/man1/vrdma.1.gz", "/usr/share/man/man8/vrdmad.8.gz"]
+        excluded = sh("sh", "-c", "cat /etc/dpkg/dpkg.cfg.d/* 2>/dev/null | "
+                      "grep -E '^path-exclude.*/usr/share/man' || true").stdout
+        for page in pages:
+            self.assertIn(page, self.listed)
+            self.assertTrue(os.path.exists(page),
+                            f"{page} not installed" + (f" (dpkg excludes: {excluded})"
+                                                       if excluded else ""))
+        # The package's pages, not a source install's (/usr/local/share/man comes first).
+        env = dict(os.environ, MANPATH="/usr/share/man", MANWIDTH="100", MANPAGER="cat")
+        found = sh("man", "-w", "vrdma", "vrdmad", env=env).stdout.split()
+        self.assertEqual(found, pages)
+        vrdma_page = sh("man", "-P", "cat", "vrdma", env=env).stdout
+        for text in ("sandbox up", "status", "cdi generate", "docs/getting-started.md"):
+            self.assertIn(text, vrdma_page, "man vrdma")
+        vrdmad_page = sh("man", "-P", "cat", "8", "vrdmad", env=env).stdout
+        for text in ("--router-listen", "--print-config-template", "docs/configuration.md"):
+            self.assertIn(text, vrdmad_page, "man vrdmad")
 
     # ---- 3. the unit ----
     def test_3_unit_verifies(self):
