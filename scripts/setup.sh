@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Installs what vrdma needs on Debian 12, builds it, installs `vrdma` and
-# `vrdmad` on PATH (and the drop-in libraries under /usr/local/lib/vrdma), and
-# with --demo runs the demo. Run as root.
+# Installs what vrdma needs on Debian 12, builds the product (not the tests:
+# scripts/test.sh builds those), installs `vrdma` and `vrdmad` on PATH (the
+# drop-in libraries under /usr/local/lib/vrdma, the manual pages, the docs), and
+# with --demo runs the demo. Run as root. Docs: docs/getting-started.md
 #
 #   scripts/setup.sh            install dependencies, build, install
 #   scripts/setup.sh --demo     ... then run `vrdma demo`
-#   scripts/setup.sh --deps     install dependencies only
+#   scripts/setup.sh --deps     install dependencies only (the tests' too)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -25,8 +26,8 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 
 packages=(
-  # build
-  build-essential cmake pkg-config libgtest-dev
+  # build; the manual pages (help2man) and man itself
+  build-essential cmake pkg-config libgtest-dev help2man man-db
   libibverbs-dev librdmacm-dev libcli11-dev nlohmann-json3-dev
   # TLS between routers and the sandbox's PKI (OpenSSL)
   libssl-dev openssl
@@ -71,7 +72,8 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 [ "$deps_only" = 1 ] && exit 0
 
-cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+# The product only: the tests are scripts/test.sh's to build (in the same directory).
+cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DVRDMA_TESTS=OFF >/dev/null
 cmake --build build -j"$(nproc)"
 cmake --install build >/dev/null
 ldconfig

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds vrdma and runs every test: the unit suites under AddressSanitizer and
 # UndefinedBehaviorSanitizer, then the whole suite (unit and end-to-end, which
-# create network namespaces and so need root) in the normal build.
+# create network namespaces and so need root) in the normal build. Docs:
+# docs/testing.md
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc)
@@ -34,7 +35,8 @@ for target in fuzz_decode fuzz_directory fuzz_router_frames fuzz_http_request; d
 done
 
 echo "== release build: all tests"
-cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+# With the tests, also where scripts/setup.sh configured this directory without them.
+cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DVRDMA_TESTS=ON >/dev/null
 cmake --build build -j"$jobs"
 build/src/ctl/vrdma sandbox down >/dev/null 2>&1 || true
 cd build && ctest --output-on-failure

@@ -37,14 +37,14 @@ def ucx(b, test, size, iters, tls, server, client, timeout=None):
 
 
 def find_mpi_check():
-    """mpi_check (tests/tools, built when mpicc is present): $VRDMA_MPI_CHECK, PATH, next to
-    the vrdma binary in use as a source install puts it (<prefix>/libexec/vrdma), or in its
-    build tree."""
+    """mpi_check (bench/CMakeLists.txt, built when mpicc is present): $VRDMA_MPI_CHECK, PATH,
+    next to the vrdma binary in use as a source install puts it (<prefix>/libexec/vrdma), or in
+    its build tree (<build>/bench)."""
     cands = [os.environ.get("VRDMA_MPI_CHECK"), shutil.which("mpi_check")]
     vr = os.path.realpath(shutil.which(VRDMA) or VRDMA)
     cands.append(os.path.join(os.path.dirname(os.path.dirname(vr)), "libexec", "vrdma", "mpi_check"))
     build = os.path.dirname(os.path.dirname(os.path.dirname(vr)))
-    cands.append(os.path.join(build, "tests", "tools", "mpi_check"))
+    cands.append(os.path.join(build, "bench", "mpi_check"))
     for c in cands:
         if c and os.access(c, os.X_OK):
             return c
