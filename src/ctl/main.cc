@@ -48,10 +48,10 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.footer(
       "Docs: docs/README.md, by task (in the source tree; installed in share/doc/vrdma/docs of\n"
-      "vrdma's prefix). Each command's --help names its page; `man vrdma` holds them all.\n"
-      "  sandbox, demo: docs/getting-started.md    bench: docs/performance.md\n"
-      "  status, top, reload: docs/operating.md    qos: docs/qos.md\n"
-      "  edits, cdi, device-plugin: docs/containers.md    vrdmad: man vrdmad");
+      "vrdma's prefix): sandbox and demo in docs/getting-started.md, bench in\n"
+      "docs/performance.md, status, top and reload in docs/operating.md, qos in docs/qos.md,\n"
+      "edits, cdi and device-plugin in docs/containers.md. Each command's --help names its page;\n"
+      "man vrdma holds them all, man vrdmad the daemon's options.");
   app.failure_message([&app](const CLI::App*, const CLI::Error& e) {
     std::string path = command_path(app);
     std::string what = e.what();
