@@ -1,11 +1,13 @@
 #include "shm/settle.h"
 
 #include <sched.h>
+#include <string.h>
 #include <time.h>
 
 #include <atomic>
 
 #include "common/clock.h"
+#include "common/log.h"
 
 namespace vrdma::shm {
 
@@ -43,6 +45,26 @@ int64_t translate_again(Peer& peer, uint32_t via_qpn, uint32_t pd, const Placeme
     if (!out[i].p) return -1;
   }
   return m;
+}
+
+void settle(Peer& peer, uint32_t via_qpn, uint32_t pd, const Placement& pl, uint64_t placed) {
+  // The placement's stores before the look at moves (the owner increments it, then copies).
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (wait_for_moves(peer, now_ns() + kMoveWaitNs) < 0) {
+    LOG_WARN("client %u is moving registered pages for over %lld ms: data placed meanwhile may "
+             "not reach them",
+             peer.client_id(), static_cast<long long>(kMoveWaitNs / 1'000'000));
+    return;
+  }
+  for (int i = 0; i < pl.nsegs && placed; ++i) {
+    const Seg& s = pl.segs[i];
+    const uint64_t n = s.len < placed ? s.len : placed;
+    placed -= n;
+    if (!n) continue;
+    const auto& src = pl.src[i];
+    uint8_t* now = peer.translate(via_qpn, pd, src.key, src.addr, n, src.access);
+    if (now && now != s.p) memmove(now, s.p, n);
+  }
 }
 
 }  // namespace vrdma::shm

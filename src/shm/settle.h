@@ -54,4 +54,11 @@ int64_t wait_while_odd(Count count, int64_t deadline_ns) {
 int64_t translate_again(Peer& peer, uint32_t via_qpn, uint32_t pd, const Placement& pl, Seg* out,
                         int64_t deadline_ns);
 
+// Data placed through a mapping translated before the owner moved those pages to another file
+// (a registration next to them split or replaced their backing) went to the old file, which the
+// placer still maps (Peer::defer_retire), not to the owner's pages: placed again where the pages
+// are now, the first `placed` bytes of pl's segments. A move in progress is waited for (it only
+// copies pages and republishes).
+void settle(Peer& peer, uint32_t via_qpn, uint32_t pd, const Placement& pl, uint64_t placed);
+
 }  // namespace vrdma::shm

@@ -35,7 +35,16 @@ Router::Router(const RouterConfig& cfg, Directory& dir, Hooks hooks, uint64_t bo
       boot_(boot),
       bells_(shared.bells ? std::move(shared.bells) : std::make_shared<DoorbellTable>()),
       limits_(shared.limits ? std::move(shared.limits) : std::make_shared<qos::LimitTable>()),
-      fd_source_(std::make_unique<ClientFds>(*this)) {}
+      fd_source_(std::make_unique<ClientFds>(*this)),
+      req_env_(std::make_unique<ReqEnv>(*this)),
+      resp_env_(std::make_unique<RespEnv>(*this)),
+      requester_(*req_env_, lim_.wqes_per_pump),
+      responder_(*resp_env_,
+                 transport::ResponderLimits{lim_.max_connections_per_link,
+                                            lim_.held_requests_per_connection,
+                                            lim_.held_bytes_per_connection,
+                                            lim_.held_requests_per_link,
+                                            lim_.held_bytes_per_link}) {}
 
 Router::~Router() {
   for (auto& [client, fd] : doorbells_) bells_->release(client);
@@ -160,8 +169,7 @@ void Router::reclaim_mappings() {
   if (!graveyard_.empty()) return;
   for (auto& [id, l] : links_)
     if (l->tx_pending()) return;  // frames may send from clients' memory
-  for (auto& [id, f] : rx_)
-    if (f->kind == RxFrame::Kind::kPlace || f->kind == RxFrame::Kind::kReadData) return;
+  if (requester_.placing() || responder_.placing()) return;
   for (auto& [client, p] : peers_) p->reclaim();
   if (hooks_.reclaimed) hooks_.reclaimed();
 }
@@ -180,7 +188,7 @@ bool Router::poll(int64_t now) {
     if (l->lane != wire::kLatencyLane) work |= serve_link(*l, now);
   close_doomed();
   if (!handed_links_.empty()) hand_over_links();
-  if (held_count_) retry_held(now);
+  responder_.retry_held(now, [this](uint32_t id) { return find_link(id); });
   if (!graveyard_.empty()) {
     bool idle = true;
     for (auto& [id, l] : links_) idle &= !l->tx_pending();
@@ -249,7 +257,7 @@ bool Router::serve_link(Link& link, int64_t now) {
 int64_t Router::next_deadline(int64_t now) const {
   // Outstanding work, held requests, links being set up and pending connects need the clock;
   // open links need it now and then (idle links, hosts that left the directory).
-  bool busy = held_count_ || !connects_.empty();
+  bool busy = responder_.held_count() || !connects_.empty();
   for (auto& [id, l] : links_)
     busy |= !l->open() || (!l->outbound() && !l->authenticated) || l->tx_pending();
   for (const Outbound* o = work_head_; o; o = o->work_next) busy |= o->done != o->sent;
@@ -330,9 +338,9 @@ void Router::qp_freed(uint32_t qpn) {
 void Router::client_gone(uint32_t client) {
   // Its QPs that sent to other hosts: their peers there fail, as a same-host peer would.
   for (auto it = outbound_.begin(); it != outbound_.end();) {
-    if (it->second->info.owner == client) {
+    if (it->second->owner == client) {
       Link* l = find_link(it->second->link_id);
-      if (l && it->second->info.type != IBV_QPT_UD) {
+      if (l && it->second->type != IBV_QPT_UD) {
         wire::PeerGone g{it->second->qpn, 0};
         l->send(wire::Type::kPeerGone, &g, sizeof(g));
       }
@@ -343,8 +351,9 @@ void Router::client_gone(uint32_t client) {
     }
   }
   // Its QPs that other hosts sent to: the senders' QPs fail.
-  for (auto it = inbound_.begin(); it != inbound_.end();) {
-    Inbound& in = *it->second;
+  auto& inbound = responder_.conns();
+  for (auto it = inbound.begin(); it != inbound.end();) {
+    InConn& in = *it->second;
     if (in.owner != client) {
       ++it;
       continue;
@@ -354,8 +363,8 @@ void Router::client_gone(uint32_t client) {
       wire::PeerGone g{in.src_qpn, 0};
       l->send(wire::Type::kPeerGone, &g, sizeof(g));
     }
-    release_held(in, l);
-    it = inbound_.erase(it);
+    responder_.release_held(in, l);
+    it = inbound.erase(it);
   }
   for (auto it = ud_targets_.begin(); it != ud_targets_.end();)
     it = it->second.peer->client_id() == client ? ud_targets_.erase(it) : std::next(it);
@@ -405,7 +414,7 @@ std::vector<Router::LinkInfo> Router::links() const {
 
 std::map<uint32_t, std::pair<uint64_t, uint64_t>> Router::held_by_owner() const {
   std::map<uint32_t, std::pair<uint64_t, uint64_t>> out;
-  for (const auto& [key, in] : inbound_) {
+  for (const auto& [key, in] : responder_.conns()) {
     if (in->held.empty()) continue;
     auto& [n, bytes] = out[in->owner];
     n += in->held.size();
@@ -467,11 +476,16 @@ bool Router::on_frame(Link& link, wire::Type type, const uint8_t* body, uint32_t
     case wire::Type::kConnectRep:
       on_connect_rep(link, wire::read<wire::ConnectRep>(body));
       return true;
-    case wire::Type::kRequest:
-      on_request(link, wire::read<wire::Request>(body), payload, dest);
+    case wire::Type::kRequest: {
+      const auto r = wire::read<wire::Request>(body);
+      if (r.qp_type == IBV_QPT_UD && is_multicast_request(r))
+        on_mcast_datagram(link, r, payload, dest);
+      else
+        responder_.on_request(link, r, payload, dest, now_);
       return true;
+    }
     case wire::Type::kResponse:
-      on_response(link, wire::read<wire::Response>(body), payload, dest);
+      requester_.on_response(link, wire::read<wire::Response>(body), payload, dest, now_);
       return true;
     case wire::Type::kPeerGone:
       on_peer_gone(link, wire::read<wire::PeerGone>(body));
@@ -521,21 +535,34 @@ void Router::on_peer_gone(Link& link, const wire::PeerGone& g) {
     auto it = outbound_.find(g.qpn);
     if (it != outbound_.end() && it->second->link_id == link.id()) {
       LOG_INFO("router: QP 0x%x: its peer on host %u is gone", g.qpn, link.host_id);
-      abort_qp(*it->second, IBV_WC_WR_FLUSH_ERR, true, proto::FatalReason::kPeerGone);
+      requester_.abort(*it->second, IBV_WC_WR_FLUSH_ERR, true, proto::FatalReason::kPeerGone);
     }
     return;
   }
   // A QP of the other host that sent to ours died.
-  auto it = inbound_.find(inbound_key(link.id(), g.qpn));
-  if (it == inbound_.end()) return;
+  auto& inbound = responder_.conns();
+  auto it = inbound.find(inbound_key(link.id(), g.qpn));
+  if (it == inbound.end()) return;
   // Its QP, if it agreed to that source (and no other link of that host carries it), failed.
   if (agreed_and_alone(*it->second)) {
     LocalQp q;
     if (hooks_.find_qp(it->second->dst_qpn, &q))
       hooks_.qp_fatal(q.owner, it->second->dst_qpn, proto::FatalReason::kPeerGone);
   }
-  release_held(*it->second, &link);
-  inbound_.erase(it);
+  responder_.release_held(*it->second, &link);
+  inbound.erase(it);
+}
+
+void Router::on_payload_data(Link& link, const uint8_t* data, size_t len) {
+  responder_.on_payload_data(link, data, len);
+}
+
+void Router::on_payload(Link& link) {
+  if (responder_.on_payload(link) || requester_.on_payload(link, now_)) return;
+  auto it = mcast_rx_.find(link.id());
+  if (it == mcast_rx_.end() || !it->second->active) return;
+  it->second->active = false;
+  deliver_multicast(it->second->req, it->second->data.data());
 }
 
 }  // namespace vrdma::daemon

@@ -58,8 +58,10 @@
 #include "daemon/router/link.h"
 #include "daemon/router/router_config.h"
 #include "daemon/router/tls.h"
-#include "transport/wire.h"
 #include "shm/peer.h"
+#include "transport/requester.h"
+#include "transport/responder.h"
+#include "transport/wire.h"
 #include "shm/respond.h"
 #include "shm/work_request.h"
 
@@ -248,11 +250,10 @@ class Router : public LinkHandler {
 
  private:
   class ClientFds;
-  struct Wqe;       // a RouteWqe copied out of shared memory and validated
-  struct Outbound;  // requester state of one local QP
-  struct Inbound;   // responder state of one remote source QP (a connection)
-  struct HeldRequest;
-  struct RxFrame;  // what the payload being received on a link is for
+  struct Outbound;  // a routed QP: the requester's state and the router's
+  struct McastRx;   // a datagram to a multicast group being received on a link
+  class ReqEnv;     // what the requester and the responder ask of the router
+  class RespEnv;
   struct PendingConnect {
     uint32_t link_id;
     uint32_t dst_ipv4;
@@ -304,10 +305,6 @@ class Router : public LinkHandler {
   void hand_over_links();
   // Unmaps the clients' deregistered MRs once no frame in flight can point into one.
   void reclaim_mappings();
-  // After data was placed through pl.segs (placed bytes of them): places it again where the
-  // owner's pages are now if it moved them meanwhile (router_settle.cc).
-  void settle(shm::Peer& peer, uint32_t via_qpn, uint32_t pd, const shm::Placement& pl,
-              uint64_t placed);
   void set_rx_paused(Link& link, bool paused);
   // What epoll watches a link's socket for: reads unless paused, room while tx_blocked.
   void update_watch(Link& link);
@@ -324,39 +321,25 @@ class Router : public LinkHandler {
   bool owns_address(const Link& link, uint32_t ipv4) const;
   // Whether the connection's destination QP agreed to its source, and no other link carries
   // the same connection: its end is the QP's peer's end.
-  bool agreed_and_alone(const Inbound& in) const;
+  bool agreed_and_alone(const transport::InConn& in) const;
 
-  // Requester (router_requester.cc).
+  // Requester (router_requester.cc, transport/requester.h).
   int attach_outbound(const PendingConnect& pc, std::unique_ptr<Outbound>* out);
-  // The QP's state changes and flushes, then at most max_wqes of its requests sent.
-  bool pump(Outbound& o, int64_t now, uint32_t max_wqes);
-  bool tail_of(Outbound& o, uint64_t* tail);  // false: nonsense, the QP fails
-  bool read_wqe(const Outbound& o, uint64_t pos, Wqe& w) const;
-  bool send_wqe(Outbound& o, const Wqe& w, int64_t now);
   // Whether a link takes no more requests now: its ring is full or link_window_bytes of them
   // wait for its socket.
   bool link_full(const Link& link) const;
   // Whether a (connected) QP's requests wait for room in its link's full socket.
   bool waits_for_room(const Outbound& o);
-  bool gather(Outbound& o, const Wqe& w, shm::Seg* data, int& nseg, uint64_t& total);
-  void complete(Outbound& o, const Wqe& w, ibv_wc_status st, uint32_t byte_len);
-  // Moves the QP to error: its oldest outstanding request completes with `first`, the rest
-  // with WR_FLUSH_ERR. The owner is told `why` (kRouted: its work failed, as a completion error
-  // on a fabric; kPeerGone: its peer went away).
-  void abort_qp(Outbound& o, ibv_wc_status first, bool tell_owner,
-                proto::FatalReason why = proto::FatalReason::kRouted);
-  void on_response(Link& link, const wire::Response& r, uint32_t payload, PayloadDest& dest);
   void check_timeouts(int64_t now);
   Link* ud_link(Outbound& o, const uint8_t* dgid);
   // Multicast (router_multicast.cc).
-  bool send_multicast(Outbound& o, const Wqe& w, int64_t now);
+  bool send_multicast(Outbound& o, const transport::Wqe& w, int64_t now);
   // A UD QP being released: what it posted and the router has not sent yet goes out now
   // (router_retire.cc). Returns how many datagrams found no room (lost).
   uint64_t send_posted(Outbound& o);
   static bool is_multicast_request(const wire::Request& r);
-  void on_mcast_datagram(Link& link, const wire::Request& r, uint32_t payload, PayloadDest& dest,
-                         RxFrame& f);
-  void deliver_multicast(RxFrame& f);
+  void on_mcast_datagram(Link& link, const wire::Request& r, uint32_t payload, PayloadDest& dest);
+  void deliver_multicast(const wire::Request& r, const uint8_t* data);
   // QoS (router_qos.cc): a new routed QP joins its container's flows; one pass of sending
   // in the scheduler's order.
   void qos_attach(Outbound& o);
@@ -384,32 +367,10 @@ class Router : public LinkHandler {
   std::map<uint32_t, std::unique_ptr<Outbound>>::iterator erase_outbound(
       std::map<uint32_t, std::unique_ptr<Outbound>>::iterator it);
 
-  // Responder (router_responder.cc, router_hold.cc).
-  void on_request(Link& link, const wire::Request& r, uint32_t payload, PayloadDest& dest);
-  void on_datagram(Link& link, const wire::Request& r, uint32_t payload, PayloadDest& dest,
-                   RxFrame& f);
-  // The request fails (or is dropped, UC) with `st`, once its payload has passed.
-  void discard_and_reply(Link& link, RxFrame& f, ibv_wc_status st, uint32_t payload);
-  // Keeps the request (its payload stored as it arrives) until `next_ns`: RNR, or not ready
-  // yet; `expiry` is the status it fails with when it cannot be kept (over a bound) or expires.
-  void hold(Link& link, Inbound& ib, const wire::Request& r, uint32_t payload, PayloadDest& dest,
-            RxFrame& f, int64_t next_ns, ibv_wc_status expiry);
-  void release_held(Inbound& ib, Link* link);  // forgets every held request of the connection
-  void drop_inbound(uint64_t key, const char* why);
+  // Responder (router_responder.cc, transport/responder.h).
   void on_connect(Link& link, const wire::Connect& c);
   bool target(uint32_t qpn, shm::PeerQp& out);
   const shm::PeerQp* ud_target(Link& link, const wire::Request& r);
-  RxFrame& frame(uint32_t link_id);
-  void respond(Link& link, const wire::Request& r, ibv_wc_status st, uint64_t byte_len,
-               uint64_t atomic_old, const shm::Seg* data, int nseg);
-  // Admission of a request of a connection: consent, then the responder's routine. The
-  // destination it was admitted to (the QP, or an XRC SRQ through it), or null.
-  const shm::PeerQp* admit(Inbound& ib, const wire::Request& r, shm::Placement& pl);
-  // XRC (router_xrc.cc): the SRQ `srqn` as reached through the connection's XRC_RECV QP, or
-  // null with `st` the requester's status (not an SRQ of that QP's domain and tenant).
-  const shm::PeerQp* xrc_dest(Inbound& ib, uint32_t srqn, ibv_wc_status& st);
-  bool execute_held(Link& link, Inbound& in, int64_t now);
-  void retry_held(int64_t now);
 
   RouterConfig cfg_;
   const RouterLimits& lim_;
@@ -447,8 +408,11 @@ class Router : public LinkHandler {
   std::unordered_map<uint32_t, Outbound*> client_qps_;  // client id -> the first of them
   uint64_t qp_visits_ = 0;
   std::map<uint32_t, uint64_t> link_connects_;                 // peer host -> links that came up
-  std::map<uint64_t, std::unique_ptr<Inbound>> inbound_;       // link id << 32 | src qpn ->
-  std::unordered_map<uint32_t, std::unique_ptr<RxFrame>> rx_;  // link id -> frame in progress
+  std::unique_ptr<ReqEnv> req_env_;
+  std::unique_ptr<RespEnv> resp_env_;
+  transport::Requester requester_;
+  transport::Responder responder_;  // its connections: link id << 32 | src qpn ->
+  std::unordered_map<uint32_t, std::unique_ptr<McastRx>> mcast_rx_;  // link id ->
   std::map<uint64_t, PendingConnect> connects_;
   std::map<uint32_t, uint64_t> host_held_;  // host id -> payload bytes held for it
   // QoS: the scheduler, its containers (by address and tenant: an address given again to a
@@ -471,8 +435,6 @@ class Router : public LinkHandler {
   std::vector<QosQueue> qos_queues_;  // per flow
   int64_t qos_ready_ns_ = -1;  // when a flow held by its limit may send again (-1: none held)
   uint64_t next_req_ = 1;
-  uint64_t next_hold_token_ = 1;
-  size_t held_count_ = 0;
   // Connections refused at accept (a container, an unknown address, over a limit): counted,
   // and logged at most every few seconds.
   uint64_t refused_accepts_ = 0;

@@ -310,7 +310,9 @@ void Router::hand_over_links() {
     if (it == links_.end()) continue;  // closed meanwhile
     std::unique_ptr<Link> link = std::move(it->second);
     links_.erase(it);
-    rx_.erase(id);
+    responder_.forget_link(*link);
+    requester_.forget_link(id);
+    mcast_rx_.erase(id);
     ::epoll_ctl(epoll_, EPOLL_CTL_DEL, link->fd(), nullptr);
     LOG_DEBUG("router: link %u from host %u (%s lane) goes to router thread %u", id,
               link->host_id, wire::lane_label(link->lane).c_str(), cfg_.thread_of(link->lane));
@@ -341,7 +343,7 @@ void Router::take_link(std::unique_ptr<Link> link, int64_t now) {
 
 bool Router::link_in_use(const Link& link) const {
   if (link.routed_qps || link.tx_pending() || link.held_bytes) return true;
-  for (auto& [key, in] : inbound_)
+  for (auto& [key, in] : responder_.conns())
     if (in->link_id == link.id()) return true;
   for (auto& [id, pc] : connects_)
     if (pc.link_id == link.id()) return true;
@@ -390,13 +392,13 @@ void Router::check_links(int64_t now) {
   }
 }
 
-bool Router::agreed_and_alone(const Inbound& in) const {
+bool Router::agreed_and_alone(const InConn& in) const {
   LocalQp q;
   if (!hooks_.find_qp(in.dst_qpn, &q) || q.owner != in.owner ||
       !hooks_.names_peer(in.dst_qpn, in.src_ipv4, in.src_qpn))
     return false;
   // The same source on another link (a second link of that host): that one carries on.
-  for (const auto& [key, other] : inbound_)
+  for (const auto& [key, other] : responder_.conns())
     if (other.get() != &in && other->dst_qpn == in.dst_qpn && other->src_qpn == in.src_qpn &&
         other->src_ipv4 == in.src_ipv4 && !other->failed)
       return false;
@@ -443,30 +445,23 @@ void Router::close_link(Link& link, const char* why) {
     bool uses = o->link_id == id;
     for (auto& [ip, lid] : o->ud_links) uses |= lid == id;
     if (!uses || o->failed) continue;
-    if (o->info.type == IBV_QPT_UD) {
+    if (o->type == IBV_QPT_UD) {
       for (auto it = o->ud_links.begin(); it != o->ud_links.end();)
         it = it->second == id ? o->ud_links.erase(it) : std::next(it);
       continue;
     }
     const bool outstanding = o->done < o->sent;
-    abort_qp(*o, outstanding ? IBV_WC_RETRY_EXC_ERR : IBV_WC_WR_FLUSH_ERR, true,
-             outstanding ? proto::FatalReason::kRouted : proto::FatalReason::kPeerGone);
+    requester_.abort(*o, outstanding ? IBV_WC_RETRY_EXC_ERR : IBV_WC_WR_FLUSH_ERR, true,
+                     outstanding ? proto::FatalReason::kRouted : proto::FatalReason::kPeerGone);
   }
   // Remote QPs that sent to ours: our QPs that agreed to them lost their peer.
-  for (auto it = inbound_.begin(); it != inbound_.end();) {
-    Inbound& in = *it->second;
-    if (in.link_id != id) {
-      ++it;
-      continue;
-    }
-    if (agreed_and_alone(in)) {
-      LocalQp q;
-      if (hooks_.find_qp(in.dst_qpn, &q))
-        hooks_.qp_fatal(q.owner, in.dst_qpn, proto::FatalReason::kPeerGone);
-    }
-    release_held(in, &link);
-    it = inbound_.erase(it);
+  for (auto& [key, in] : responder_.conns()) {
+    if (in->link_id != id || !agreed_and_alone(*in)) continue;
+    LocalQp q;
+    if (hooks_.find_qp(in->dst_qpn, &q))
+      hooks_.qp_fatal(q.owner, in->dst_qpn, proto::FatalReason::kPeerGone);
   }
+  responder_.forget_link(link);
   for (auto it = connects_.begin(); it != connects_.end();) {
     if (it->second.link_id != id) {
       ++it;
@@ -476,7 +471,8 @@ void Router::close_link(Link& link, const char* why) {
     it = connects_.erase(it);
     done(EHOSTUNREACH, 0);
   }
-  rx_.erase(id);
+  requester_.forget_link(id);
+  mcast_rx_.erase(id);
   if (auto h = host_links_.find(lane_key(host, lane)); h != host_links_.end() && h->second == id)
     host_links_.erase(h);
   ::epoll_ctl(epoll_, EPOLL_CTL_DEL, link.fd(), nullptr);

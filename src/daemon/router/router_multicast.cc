@@ -47,7 +47,7 @@ bool Router::is_multicast_request(const wire::Request& r) {
 bool Router::send_multicast(Outbound& o, const Wqe& w, int64_t now) {
   uint32_t group = 0;
   if (!gid_to_ipv4(w.dgid, &group)) {  // an IPv6 group: members on this host only
-    complete(o, w, IBV_WC_SUCCESS, 0);
+    requester_.complete(o, w, IBV_WC_SUCCESS, 0);
     ++o.sent;
     return true;
   }
@@ -57,7 +57,7 @@ bool Router::send_multicast(Outbound& o, const Wqe& w, int64_t now) {
   for (const auto& [host, ip] : mcast_hosts_) {
     if (host == cfg_.host_id) continue;
     // Address 0: a host that may have members (the directory does not know its containers).
-    if (ip && hooks_.tenant_of(ip) != o.info.tenant) continue;
+    if (ip && hooks_.tenant_of(ip) != o.tenant) continue;
     int err;
     Link* l = outbound_link(host, o.lane, &err);
     if (!l) continue;  // unreachable now: its members miss the datagram, as on a fabric
@@ -69,7 +69,7 @@ bool Router::send_multicast(Outbound& o, const Wqe& w, int64_t now) {
   shm::Seg data[shm::kMaxSendSge];
   int nseg = 0;
   uint64_t total = 0;
-  if (!gather(o, w, data, nseg, total)) return false;
+  if (!requester_.gather(o, w, data, nseg, total)) return false;
   wire::Request r{};
   r.src_qpn = o.qpn;
   r.dst_qpn = kMcastQpn;
@@ -77,7 +77,7 @@ bool Router::send_multicast(Outbound& o, const Wqe& w, int64_t now) {
   r.qp_type = IBV_QPT_UD;
   r.imm_data = w.imm_data;
   r.qkey = w.ud_qkey;
-  r.src_ipv4 = o.info.ipv4;
+  r.src_ipv4 = o.ipv4;
   r.dst_ipv4 = group;
   r.solicited = (w.send_flags & IBV_SEND_SOLICITED) != 0;
   r.length = total;
@@ -87,7 +87,7 @@ bool Router::send_multicast(Outbound& o, const Wqe& w, int64_t now) {
     l->send(wire::Type::kRequest, &r, sizeof(r), data, nseg, total, true);
     l->last_used_ns = now;
   }
-  complete(o, w, IBV_WC_SUCCESS, static_cast<uint32_t>(total));
+  requester_.complete(o, w, IBV_WC_SUCCESS, static_cast<uint32_t>(total));
   ++o.sent;
   return true;
 }
@@ -95,7 +95,7 @@ bool Router::send_multicast(Outbound& o, const Wqe& w, int64_t now) {
 // Responder: a datagram to a group. Its payload is read into the frame's own buffer, then
 // copied to each member (deliver_multicast).
 void Router::on_mcast_datagram(Link& link, const wire::Request& r, uint32_t payload,
-                               PayloadDest& dest, RxFrame& f) {
+                               PayloadDest& dest) {
   if (!owns_address(link, r.src_ipv4) || r.length > kMaxUdPayload || payload > kMaxUdPayload)
     return;
   uint8_t gid[16];
@@ -104,16 +104,17 @@ void Router::on_mcast_datagram(Link& link, const wire::Request& r, uint32_t payl
   const std::vector<uint32_t> members =
       hooks_.mcast_members ? hooks_.mcast_members(tenant, gid) : std::vector<uint32_t>{};
   if (members.empty()) return;
-  f.reply = false;
-  if (!payload) return deliver_multicast(f);
-  f.kind = RxFrame::Kind::kMcast;
+  auto& f = mcast_rx_[link.id()];
+  if (!f) f = std::make_unique<McastRx>();
+  f->req = r;
+  if (!payload) return deliver_multicast(f->req, f->data.data());
+  f->active = true;
   dest.kind = PayloadDest::Kind::kPlace;
-  dest.segs[0] = shm::Seg{f.mcast_data.data(), payload};
+  dest.segs[0] = shm::Seg{f->data.data(), payload};
   dest.nsegs = 1;
 }
 
-void Router::deliver_multicast(RxFrame& f) {
-  const wire::Request& r = f.req;
+void Router::deliver_multicast(const wire::Request& r, const uint8_t* data) {
   uint8_t gid[16];
   ipv4_to_gid(r.dst_ipv4, gid);
   const std::string tenant = hooks_.tenant_of(r.src_ipv4);
@@ -130,7 +131,7 @@ void Router::deliver_multicast(RxFrame& f) {
   in.qkey = r.qkey;
   in.src_ipv4 = r.src_ipv4;
   in.dst_ipv4 = r.dst_ipv4;
-  const shm::Seg src{f.mcast_data.data(), r.length};
+  const shm::Seg src{const_cast<uint8_t*>(data), r.length};
   for (uint32_t qpn : members) {
     auto it = ud_targets_.find(qpn);
     if (it == ud_targets_.end() || !shm::peer_qp_ready(it->second)) {

@@ -53,7 +53,7 @@ uint32_t Router::qos_container(uint32_t ipv4, const std::string& tenant) {
 }
 
 void Router::qos_attach(Outbound& o) {
-  o.qos_container = qos_container(o.info.ipv4, o.info.tenant);
+  o.qos_container = qos_container(o.ipv4, o.tenant);
 }
 
 void Router::qos_hold(uint32_t container) {
@@ -117,7 +117,7 @@ bool Router::pump_all(int64_t now) {
   for (Outbound* op = work_head_; op; op = op->work_next) {
     Outbound& o = *op;
     ++qp_visits_;
-    work |= pump(o, now, 0);
+    work |= requester_.pump(o, now, 0);
     o.qos_next = nullptr;
     o.qos_pass_sent = 0;
     o.qos_held = false;
@@ -161,7 +161,7 @@ bool Router::pump_all(int64_t now) {
     if (!q.head) q.tail = nullptr;
     o.qos_next = nullptr;
     const uint64_t pos = o.sent, bytes = o.sent_bytes;
-    work |= pump(o, now, 1);
+    work |= requester_.pump(o, now, 1);
     if (o.sent == pos && !turned_away && !o.failed &&
         o.sent < o.sq->tail.load(std::memory_order_relaxed))
       turned_away = &o;

@@ -25,14 +25,14 @@ constexpr int kRetireRounds = 8;
 }  // namespace
 
 uint64_t Router::send_posted(Outbound& o) {
-  if (o.info.type != IBV_QPT_UD) return 0;
+  if (o.type != IBV_QPT_UD) return 0;
   uint64_t left = 0;
   for (int round = 0; round < kRetireRounds; ++round) {
     const int64_t now = now_ns();
-    pump(o, now, UINT32_MAX);
+    requester_.pump(o, now, UINT32_MAX);
     uint64_t tail;
     if (o.failed || o.qp->gone.load(std::memory_order_relaxed) ||
-        o.qp->state.load(std::memory_order_acquire) == IBV_QPS_RESET || !tail_of(o, &tail))
+        o.qp->state.load(std::memory_order_acquire) == IBV_QPS_RESET || !requester_.tail_of(o, &tail))
       return 0;
     left = tail - o.sent;
     if (!left) return 0;

@@ -4,8 +4,11 @@
 
 #include <array>
 
+#include "common/address.h"
 #include "daemon/router/router.h"
 #include "shm/rings.h"
+#include "transport/requester.h"
+#include "transport/responder.h"
 
 namespace vrdma::daemon {
 
@@ -31,43 +34,17 @@ class Router::ClientFds : public shm::FdSource {
   Router& r_;
 };
 
-struct Router::Wqe {
-  uint64_t wr_id;
-  uint32_t opcode, send_flags, imm_data, num_sge, rkey, status;
-  uint64_t remote_addr, compare_add, swap;
-  uint32_t ud_qpn, ud_qkey;
-  uint8_t dgid[16];
-  uint32_t inline_len;
-  uint32_t xrc_srqn;           // XRC_SEND: the destination SRQ
-  const uint8_t* inline_data;  // inside the SendQueue entry
-  ibv_sge sge[shm::kMaxSendSge];
-};
+using transport::InConn;
+using transport::SendQp;
+using transport::Wqe;
 
-struct Router::Outbound {
-  uint32_t qpn = 0;
-  LocalQp info;
-  uint32_t dst_qpn = 0;
+// A routed QP: the requester's state (transport/requester.h) and what the router adds.
+struct Router::Outbound : SendQp {
+  std::string tenant;  // its owner's
   // Its QoS class, fixed when it connected (its address's), and so its lane: every frame of
   // the QP goes on that lane's link, in order.
   int cls = qos::kBulk;
   uint32_t lane = wire::kMainLane;
-  uint32_t link_id = 0;  // RC, UC: the link to the destination's host (in its lane)
-  std::shared_ptr<shm::Peer> peer;
-  shm::QpShared* qp = nullptr;
-  shm::SendQueue* sq = nullptr;
-  uint32_t sq_mask = 0, esz = 0, max_sge = 0, max_inline = 0;
-  shm::CqView cq;
-  int cq_efd = -1;
-  uint64_t sent = 0;      // next entry to send
-  uint64_t done = 0;      // next entry to complete (mirrors sq->done)
-  // The owner writes the tail: it may be anything. A sane one lies between what completed and
-  // a full queue; posted work is a sane tail beyond what was sent.
-  bool sane_tail(uint64_t t) const { return t >= done && t - done <= uint64_t(sq_mask) + 1; }
-  bool has_posted(uint64_t t) const { return t != sent && sane_tail(t); }
-  uint64_t base = 0;      // the entry whose request is number 0 of the connection
-  int64_t oldest_ns = 0;  // when the oldest outstanding request was sent
-  bool failed = false;
-  uint32_t last_state = 0;
   std::map<uint32_t, uint32_t> ud_links;  // UD: destination address -> link id
   // QoS (router_qos.cc): its container in the scheduler, its place in its flow's list of QPs
   // with work this pass, the payload bytes it sent, and when its queued entries were first
@@ -79,7 +56,6 @@ struct Router::Outbound {
   // Its requests wait for room in its link's full socket (prepare_sleep): its doorbell stays
   // unarmed, as the router wakes for that room and serves it then.
   bool waits_room = false;
-  uint64_t sent_bytes = 0;
   static constexpr int kStamps = 8;
   uint64_t stamp_end[kStamps] = {};
   int64_t stamp_ns[kStamps] = {};
@@ -95,56 +71,73 @@ struct Router::Outbound {
   Outbound* client_next = nullptr;
 };
 
-struct Router::HeldRequest {
-  wire::Request req;
-  uint64_t token = 0;     // which held request a payload in flight is for
-  bool complete = true;   // its payload has all arrived
-  uint64_t reserved = 0;  // payload bytes counted against the bounds (its length)
-  uint64_t received = 0;  // payload bytes stored so far
-  // The payload, stored as it arrives, in pieces of at most kHeldChunk bytes.
-  std::vector<std::vector<uint8_t>> chunks;
-  int64_t next_ns = 0;
-  int64_t deadline_ns = 0;  // not ready: give up after this
-  int rnr_left = 0;
-  ibv_wc_status expiry = IBV_WC_RETRY_EXC_ERR;  // what it fails with when it cannot wait
-};
-inline constexpr size_t kHeldChunk = 64 * 1024;
-
-struct Router::Inbound {
-  uint32_t link_id = 0;
-  uint32_t host_id = 0;   // the sending host (authenticated)
-  uint32_t src_ipv4 = 0;  // the source QP's address, which that host owns
-  uint32_t src_qpn = 0;
-  uint32_t dst_qpn = 0;
-  uint32_t type = 0;   // the destination QP's type: what every request is taken as
-  uint32_t owner = 0;  // the destination QP's client
-  uint64_t next_seq = 0;
-  shm::PeerQp target;
-  bool failed = false;  // a request failed: later ones are dropped as the requester flushes
-  uint64_t held_bytes = 0;
-  std::deque<HeldRequest> held;
-  // XRC (router_xrc.cc): the SRQs of the XRC_RECV QP's domain reached so far, by number, and
-  // the last one as a destination (the SRQ's rings and PD with the QP's attributes).
-  std::unordered_map<uint32_t, shm::PeerQp> xrc_srqs;
-  shm::PeerQp xrc_target;
-};
-
-// The frame whose payload a link is receiving.
-struct Router::RxFrame {
-  enum class Kind { kNone, kPlace, kHold, kDiscardReply, kReadData, kMcast } kind = Kind::kNone;
+// The frame whose payload a link is receiving, for the router itself: a datagram to a
+// multicast group (requests and responses are its requester's and responder's).
+struct Router::McastRx {
+  bool active = false;
   wire::Request req{};
-  shm::PeerQp target;                     // kPlace
-  shm::Placement pl;                      // kPlace
-  ibv_wc_status status = IBV_WC_SUCCESS;  // kDiscardReply
-  bool reply = true;
-  uint64_t hold_key = 0;  // kHold: the connection and the held request it goes to
-  uint64_t hold_token = 0;
-  // kReadData (requester side): the READ response being scattered.
-  uint32_t qpn = 0;
-  uint64_t seq = 0;
-  uint64_t byte_len = 0;
-  // kMcast: a datagram to a multicast group, copied to each member once it is all here.
-  std::array<uint8_t, 4096> mcast_data{};
+  std::array<uint8_t, 4096> data{};
+};
+
+// What the requester asks of the router.
+class Router::ReqEnv : public transport::RequesterEnv {
+ public:
+  explicit ReqEnv(Router& r) : r_(r) {}
+  SendQp* find(uint32_t qpn) override {
+    auto it = r_.outbound_.find(qpn);
+    return it == r_.outbound_.end() ? nullptr : it->second.get();
+  }
+  transport::Link* link_for(SendQp& q, const Wqe& w) override {
+    auto& o = static_cast<Outbound&>(q);
+    return o.type == IBV_QPT_UD ? r_.ud_link(o, w.dgid) : r_.find_link(o.link_id);
+  }
+  bool link_full(const transport::Link& l) const override {
+    return r_.link_full(static_cast<const Link&>(l));
+  }
+  bool send_special(SendQp& q, const Wqe& w, int64_t now, bool* handled) override {
+    *handled = q.type == IBV_QPT_UD && gid_is_multicast(w.dgid);
+    return *handled ? r_.send_multicast(static_cast<Outbound&>(q), w, now) : true;
+  }
+  void failed(SendQp& q, proto::FatalReason why) override {
+    r_.hooks_.qp_fatal(q.owner, q.qpn, why);
+  }
+
+ private:
+  Router& r_;
+};
+
+// What the responder asks of the router.
+class Router::RespEnv : public transport::ResponderEnv {
+ public:
+  explicit RespEnv(Router& r) : r_(r) {}
+  bool names_peer(uint32_t qpn, uint32_t ipv4, uint32_t peer_qpn) override {
+    return r_.hooks_.names_peer(qpn, ipv4, peer_qpn);
+  }
+  bool target(uint32_t qpn, shm::PeerQp& out) override { return r_.target(qpn, out); }
+  bool xrc_srq(const InConn& c, uint32_t srqn, shm::PeerQp& out) override;  // router_xrc.cc
+  const shm::PeerQp* ud_target(transport::Link& link, const wire::Request& r) override {
+    return r_.ud_target(static_cast<Link&>(link), r);
+  }
+  bool take_held(uint32_t host, uint64_t bytes, const char** over) override {
+    uint64_t& held = r_.host_held_[host];
+    if (held + bytes > r_.lim_.held_bytes_per_host) {
+      if (!held) r_.host_held_.erase(host);
+      *over = "bytes held for the host";
+      return false;
+    }
+    held += bytes;
+    return true;
+  }
+  void give_held(uint32_t host, uint64_t bytes) override {
+    auto it = r_.host_held_.find(host);
+    if (it == r_.host_held_.end()) return;
+    it->second -= bytes;
+    if (!it->second) r_.host_held_.erase(it);
+  }
+  const char* who() const override { return "router: host"; }
+
+ private:
+  Router& r_;
 };
 
 // The QoS class of a QP by its address (QpShared::traffic_class: SL << 8 | GRH traffic class):
@@ -166,7 +159,7 @@ inline uint64_t lane_key(uint32_t host_id, uint32_t lane) {
 }
 
 inline uint64_t inbound_key(uint32_t link_id, uint32_t src_qpn) {
-  return uint64_t(link_id) << 32 | src_qpn;
+  return transport::conn_key(link_id, src_qpn);
 }
 
 }  // namespace vrdma::daemon

@@ -112,7 +112,7 @@ void Router::work_sweep() {
 }
 
 void Router::client_link(Outbound& o) {
-  Outbound*& first = client_qps_[o.info.owner];
+  Outbound*& first = client_qps_[o.owner];
   o.client_prev = nullptr;
   o.client_next = first;
   if (first) first->client_prev = &o;
@@ -124,9 +124,9 @@ void Router::client_unlink(Outbound& o) {
   if (o.client_prev) {
     o.client_prev->client_next = o.client_next;
   } else if (o.client_next) {
-    client_qps_[o.info.owner] = o.client_next;
+    client_qps_[o.owner] = o.client_next;
   } else {
-    client_qps_.erase(o.info.owner);
+    client_qps_.erase(o.owner);
   }
   o.client_prev = o.client_next = nullptr;
 }
