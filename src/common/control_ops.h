@@ -42,7 +42,8 @@ inline constexpr char kHello[] = "Hello", kPutFd[] = "PutFd", kGetFd[] = "GetFd"
                       kQpFatal[] = "QpFatal",
                       kCmRequest[] = "CmRequest", kCmReply[] = "CmReply",
                       kCmRejected[] = "CmRejected", kCmEstablished[] = "CmEstablished",
-                      kCmDisconnected[] = "CmDisconnected", kOdpFault[] = "OdpFault";
+                      kCmDisconnected[] = "CmDisconnected", kOdpFault[] = "OdpFault",
+                      kDirectAccepted[] = "DirectAccepted";
 }  // namespace op_names
 
 // Requests (client -> daemon).
@@ -123,6 +124,9 @@ template <>
 struct OpSpec<Op::kCmDisconnected> : Spec<CmEvent, 0, op_names::kCmDisconnected> {};
 template <>
 struct OpSpec<Op::kOdpFault> : Spec<OdpFaultEvent, 0, op_names::kOdpFault> {};
+template <>
+struct OpSpec<Op::kDirectAccepted>
+    : Spec<DirectAcceptedEvent, 1, op_names::kDirectAccepted> {};
 
 template <Op... ops>
 struct OpList {};
@@ -135,7 +139,8 @@ using RequestOps =
            Op::kCloseXrcd, Op::kSetQpXrcd, Op::kMcastAttach, Op::kMcastDetach,
            Op::kMcastMembers, Op::kQos, Op::kOpenXrcQp, Op::kPacing, Op::kCloseXrcQp>;
 using EventOps = OpList<Op::kQpFatal, Op::kCmRequest, Op::kCmReply, Op::kCmRejected,
-                        Op::kCmEstablished, Op::kCmDisconnected, Op::kOdpFault>;
+                        Op::kCmEstablished, Op::kCmDisconnected, Op::kOdpFault,
+                        Op::kDirectAccepted>;
 
 namespace detail {
 template <Op... ops>

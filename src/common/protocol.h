@@ -18,7 +18,7 @@
 namespace vrdma::proto {
 
 inline constexpr uint32_t kMagic = 0x31445256;  // "VRD1"
-inline constexpr uint32_t kVersion = 1;
+inline constexpr uint32_t kVersion = 2;  // 2: the direct path (ConnectQpRep::direct)
 inline constexpr size_t kMaxMessage = 64 * 1024;  // largest packet either side sends
 inline constexpr size_t kMaxStatusText = kMaxMessage - 64;
 inline constexpr int kMaxFdsPerMessage = 8;
@@ -71,6 +71,9 @@ enum class Op : uint16_t {
   // daemon -> client, seq 0: a peer wants a range of an implicit ODP MR that no registration
   // covers yet: the owner registers it (OdpFaultEvent).
   kOdpFault = 110,
+  // daemon -> client, seq 0, with one descriptor: a direct connection from a QP of another
+  // host's container to one of the receiving client's QPs (DirectAcceptedEvent).
+  kDirectAccepted = 111,
 };
 
 inline constexpr bool is_cm_event(uint16_t op) {
@@ -231,12 +234,26 @@ struct ConnectQpReq {
 };
 // A destination on another host is `routed`: the local QP hands its work to this host's router
 // (the QP's SendQueue) and the reply carries the router's doorbell eventfd; peer_client and
-// peer_object_fd_id are 0.
+// peer_object_fd_id are 0. `direct` too (a container of another host, on the direct path): the
+// reply's descriptor is a TCP connection from the client's container to the destination's,
+// which the destination's vrdmad accepted for exactly this pair of QPs; the QP's requests go on
+// it (from its SendQueue), executed by the destination's process.
 struct ConnectQpRep {
   uint32_t peer_client;
   uint32_t peer_object_fd_id;  // the destination QP's object (GetFd over the local QP)
   uint32_t peer_qp_type;
   uint32_t routed;
+  uint32_t direct;
+  uint32_t reserved;
+};
+// The other end of a direct connection (the one descriptor of kDirectAccepted): requests of QP
+// `src_qpn` at `src_ipv4` (another host's container) to the client's QP `dst_qpn`, which the
+// client's library executes. The connection's first frame (its DirectHello) was read already.
+struct DirectAcceptedEvent {
+  uint32_t dst_qpn;
+  uint32_t src_ipv4;  // network order
+  uint32_t src_qpn;
+  uint32_t qp_type;   // the destination QP's
 };
 
 // ---- XRC ----------------------------------------------------------------------------------
@@ -488,7 +505,8 @@ static_assert(sizeof(AllocQpnReq) == 24 && sizeof(AllocQpnRep) == 4 && sizeof(Fr
 static_assert(sizeof(SetQpObjectReq) == 16);
 static_assert(sizeof(OpenXrcdReq) == 8 && sizeof(OpenXrcdRep) == 4 && sizeof(CloseXrcdReq) == 4 &&
               sizeof(SetQpXrcdReq) == 8 && sizeof(OpenXrcQpReq) == 8);
-static_assert(sizeof(ConnectQpReq) == 24 && sizeof(ConnectQpRep) == 16);
+static_assert(sizeof(ConnectQpReq) == 24 && sizeof(ConnectQpRep) == 24 &&
+              sizeof(DirectAcceptedEvent) == 16);
 static_assert(sizeof(AllocKeyReq) == 24 && sizeof(AllocKeyRep) == 4 && sizeof(FreeKeyReq) == 4);
 static_assert(sizeof(QpFatalEvent) == 8 && sizeof(OdpFaultEvent) == 24 && sizeof(CmParams) == 4);
 static_assert(sizeof(CmListenReq) == 16 && sizeof(CmListenRep) == 4 && sizeof(CmUnlistenReq) == 8);

@@ -1,6 +1,8 @@
 #include "engine/control.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <string.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -41,8 +43,39 @@ void Control::mark_lost() {
   if (on_lost_) on_lost_();
 }
 
+int Control::dup_handed(uint32_t fd_id) const {
+  std::lock_guard lock(handed_mu_);
+  auto it = handed_.find(fd_id);
+  return it == handed_.end() ? -1 : ::fcntl(it->second, F_DUPFD_CLOEXEC, 0);
+}
+
+void Control::handed(const void* req, size_t len, const int* fds, int nfds) {
+  if (len != sizeof(proto::PutFdReq) || nfds != 1) return;
+  proto::PutFdReq r;
+  memcpy(&r, req, sizeof(r));
+  std::lock_guard lock(handed_mu_);
+  handed_[r.fd_id] = fds[0];
+}
+
+void Control::dropped(const void* req, size_t len) {
+  if (len != sizeof(proto::DropFdReq)) return;
+  proto::DropFdReq r;
+  memcpy(&r, req, sizeof(r));
+  std::lock_guard lock(handed_mu_);
+  handed_.erase(r.fd_id);
+}
+
 int Control::call(proto::Op op, const void* req, size_t len, Packet* reply, const int* fds,
                   int nfds) {
+  // The owner closes a descriptor after it dropped its id: forgotten first.
+  if (op == proto::Op::kDropFd) dropped(req, len);
+  int status = call_locked(op, req, len, reply, fds, nfds);
+  if (op == proto::Op::kPutFd && status == 0) handed(req, len, fds, nfds);
+  return status;
+}
+
+int Control::call_locked(proto::Op op, const void* req, size_t len, Packet* reply,
+                         const int* fds, int nfds) {
   std::lock_guard lock(mu_);
   if (lost_) return ENODEV;
   uint32_t seq = ++seq_;

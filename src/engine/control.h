@@ -8,6 +8,7 @@
 #include <functional>
 #include <mutex>
 #include <string>
+#include <unordered_map>
 
 #include "common/protocol.h"
 #include "common/unix_socket.h"
@@ -47,8 +48,18 @@ class Control {
   int fd() const { return fd_; }
   bool lost() const { return lost_; }
 
+  // The descriptors this process handed to vrdmad (PutFd) and still has: a new descriptor for
+  // `fd_id` (the caller owns it), or -1. What the process's own direct connections map of
+  // itself comes from here (engine/self_source.h).
+  int dup_handed(uint32_t fd_id) const;
+
  private:
   void mark_lost();  // requires mu_
+  int call_locked(proto::Op op, const void* req, size_t len, Packet* reply, const int* fds,
+                  int nfds);
+  // PutFd succeeded: fd_id names `fd` (the caller's, which keeps it until it drops the id).
+  void handed(const void* req, size_t len, const int* fds, int nfds);
+  void dropped(const void* req, size_t len);  // DropFd: the id is forgotten before the call
 
   int fd_ = -1;
   uint32_t seq_ = 0;
@@ -56,6 +67,8 @@ class Control {
   std::mutex mu_;  // one reader and one writer at a time
   EventHandler on_event_;
   LostHandler on_lost_;
+  mutable std::mutex handed_mu_;
+  std::unordered_map<uint32_t, int> handed_;  // fd id -> the owner's descriptor (borrowed)
 };
 
 // Peers' descriptors through GetFd (vrdmad checks that the caller may have them).

@@ -1,6 +1,7 @@
 #include "engine/device.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/eventfd.h>
@@ -9,8 +10,11 @@
 
 #include <cstdio>
 
+#include "common/log.h"
+#include "engine/direct.h"
 #include "engine/objects.h"
 #include "engine/qp.h"
+#include "engine/self_source.h"
 #include "engine/write_hold.h"
 #include "engine/xrc_shared_qp.h"
 #include "shm/shared_file.h"
@@ -18,6 +22,9 @@
 namespace vrdma {
 
 namespace {
+// The progress thread's epoll tags below the descriptors of direct connections (>= 0).
+constexpr uint64_t kWakeEvent = ~0ull;
+constexpr uint64_t kControlEvent = ~0ull - 1;
 std::mutex g_mu;
 std::shared_ptr<Device> g_device;
 std::mutex g_cm_mu;
@@ -55,6 +62,7 @@ Device::~Device() {
   for (auto* p : pacing_)
     if (p) ::munmap(p, shm::kPacingPageSize);
   if (wake_fd_ >= 0) ::close(wake_fd_);
+  if (epoll_fd_ >= 0) ::close(epoll_fd_);
   if (router_doorbell_ >= 0) ::close(router_doorbell_);
 }
 
@@ -88,11 +96,26 @@ int Device::init() {
   if (int e = control_.call(proto::Op::kPutFd, req, nullptr, &afd, 1)) return e;
   memory_ = std::make_unique<MemoryRegistry>(control_, arena_.mr_table());
   if (int e = memory_->init()) return e;
+  self_source_ = std::make_unique<SelfSource>(control_, *memory_);
   map_pacing();
   control_.on_event([this](const Packet& p) { handle_event(p); });
   control_.on_lost([this] { lost_ = true; });
   wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (wake_fd_ < 0) return errno;
+  epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
+  if (epoll_fd_ < 0) return errno;
+  epoll_event wev{};
+  wev.events = EPOLLIN;
+  wev.data.u64 = kWakeEvent;
+  epoll_event cev{};
+  cev.events = EPOLLIN;
+  cev.data.u64 = kControlEvent;
+  if (::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, wake_fd_, &wev) < 0 ||
+      ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, control_.fd(), &cev) < 0)
+    return errno;
+  // The library's own lines (the transport's) go to the program's stderr: errors only.
+  set_log_program("vrdma");
+  set_log_level(LogLevel::kError);
   // The progress thread must not take signals meant for the application.
   sigset_t all, old;
   sigfillset(&all);
@@ -130,6 +153,30 @@ void Device::map_pacing() {
   }
   for (void* b : base)
     if (b) ::munmap(b, shm::kPacingPageSize);
+}
+
+std::shared_ptr<shm::Peer> Device::self_peer() {
+  auto p = std::make_shared<shm::Peer>(*self_source_, info_.client_id);
+  p->use_arena(arena_.base(), shm::kArenaSize);
+  // What a frame in flight points into stays mapped until the connection reclaims it.
+  p->defer_retire();
+  return p;
+}
+
+void Device::watch_direct(std::shared_ptr<DirectConn> c) {
+  {
+    std::lock_guard lock(direct_mu_);
+    new_direct_.push_back(std::move(c));
+  }
+  wake();
+}
+
+void Device::queue_fatal(uint32_t qpn, proto::FatalReason why) {
+  {
+    std::lock_guard lock(fatal_mu_);
+    fatal_qpns_.push_back({qpn, static_cast<uint32_t>(why)});
+  }
+  wake();
 }
 
 std::shared_ptr<shm::Peer> Device::peer(uint32_t client_id, int& err) {
@@ -208,6 +255,20 @@ void Device::handle_event(const Packet& pkt) {
       memory_->request_fault(ev->key, ev->addr, ev->length);
     return;
   }
+  if (pkt.header.op == static_cast<uint16_t>(proto::Op::kDirectAccepted)) {
+    // The other end of a direct connection to one of our QPs: taken in by the progress thread
+    // (the caller may hold locks of the QP).
+    const auto* ev = pkt.as<proto::DirectAcceptedEvent>();
+    if (!ev || pkt.nfds != 1) return;
+    UniqueFd fd(::fcntl(pkt.fds[0], F_DUPFD_CLOEXEC, 0));
+    if (!fd) return;
+    {
+      std::lock_guard lock(direct_mu_);
+      inbound_.push_back(Inbound{std::move(fd), *ev});
+    }
+    wake();
+    return;
+  }
   if (pkt.header.op != static_cast<uint16_t>(proto::Op::kQpFatal)) return;
   auto* ev = pkt.as<proto::QpFatalEvent>();
   if (!ev) return;
@@ -272,13 +333,84 @@ void Device::remove_context(Context* c) {
   contexts_.erase(c);
 }
 
+void Device::adopt_direct() {
+  std::vector<std::shared_ptr<DirectConn>> fresh;
+  std::vector<Inbound> inbound;
+  {
+    std::lock_guard lock(direct_mu_);
+    fresh.swap(new_direct_);
+    inbound.swap(inbound_);
+  }
+  for (Inbound& in : inbound) {
+    // Its QP takes it (and hands it back through watch_direct); a QP that is gone meanwhile
+    // lets it close.
+    std::lock_guard lock(qps_mu_);
+    auto it = qps_.find(in.ev.dst_qpn);
+    if (it != qps_.end()) it->second->attach_direct_in(std::move(in.fd), in.ev);
+  }
+  {
+    std::lock_guard lock(direct_mu_);
+    for (auto& c : new_direct_) fresh.push_back(std::move(c));
+    new_direct_.clear();
+  }
+  for (auto& c : fresh) {
+    const int fd = c->fd();
+    if (c->over() || watched_.count(fd)) continue;
+    epoll_event ev{};
+    ev.events = EPOLLIN | EPOLLRDHUP;
+    ev.data.u64 = static_cast<uint64_t>(fd);
+    if (::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev) < 0) continue;
+    watched_.emplace(fd, Watched{std::move(c), ev.events});
+    // What arrived before it was watched: the first drive reads it.
+    watched_[fd].conn->drive(now_ns(), false);
+  }
+}
+
+int64_t Device::progress_direct(const epoll_event* events, int n) {
+  const int64_t now = now_ns();
+  for (int i = 0; i < n; ++i) {
+    const uint64_t tag = events[i].data.u64;
+    if (tag == kWakeEvent || tag == kControlEvent) continue;
+    auto it = watched_.find(static_cast<int>(tag));
+    if (it != watched_.end()) it->second.conn->drive(now, false);
+  }
+  int64_t next = -1;
+  for (auto it = watched_.begin(); it != watched_.end();) {
+    DirectConn& c = *it->second.conn;
+    int64_t due = c.deadline();
+    if (due >= 0 && due <= now) {
+      c.drive(now, false);
+      due = c.deadline();
+    }
+    if (c.over() || !c.live()) {
+      ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, it->first, nullptr);
+      it = watched_.erase(it);
+      continue;
+    }
+    // Room in a full socket is waited for only while frames wait for it.
+    const uint32_t want = EPOLLIN | EPOLLRDHUP | (c.wants_room() ? EPOLLOUT : 0u);
+    if (want != it->second.events) {
+      epoll_event ev{};
+      ev.events = want;
+      ev.data.u64 = static_cast<uint64_t>(it->first);
+      ::epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, it->first, &ev);
+      it->second.events = want;
+    }
+    if (due >= 0 && (next < 0 || due < next)) next = due;
+    ++it;
+  }
+  return next;
+}
+
 void Device::progress_loop() {
   constexpr int64_t kLinger = 100'000'000;  // ns of timed sleeps after the last blocked QP
   constexpr int64_t kTick = 1'000'000;
   bool lost_handled = false;
   int64_t busy_until = 0;
+  int64_t direct_next = -1;
+  epoll_event events[64];
   for (;;) {
-    if (stop_) return;
+    if (stop_) break;
     int64_t now = now_ns();
     int64_t next = has_blocked() ? retry_blocked(true) : -1;
     if (next >= 0) {
@@ -286,11 +418,10 @@ void Device::progress_loop() {
     } else if (now < busy_until) {
       next = now + kTick;
     }
+    if (direct_next >= 0 && (next < 0 || direct_next < next)) next = direct_next;
     sleeping_forever_.store(next < 0);
     // A QP blocked between the check above and the store must not be missed.
     if (next < 0 && blocked_count_.load() != 0) continue;
-    pollfd fds[2] = {{wake_fd_, POLLIN, 0}, {control_.fd(), POLLIN, 0}};
-    int nfds = lost_handled ? 1 : 2;
     timespec ts, *tsp = nullptr;
     if (next >= 0) {
       int64_t wait = next - now_ns();
@@ -299,22 +430,31 @@ void Device::progress_loop() {
       ts.tv_nsec = wait % 1000000000;
       tsp = &ts;
     }
-    int n = ::ppoll(fds, nfds, tsp, nullptr);
-    if (n < 0 && errno != EINTR) return;
-    if (fds[0].revents & POLLIN) {
-      uint64_t v;
-      [[maybe_unused]] ssize_t r = ::read(wake_fd_, &v, sizeof(v));
+    int n = ::epoll_pwait2(epoll_fd_, events, 64, tsp, nullptr);
+    if (n < 0) {
+      if (errno != EINTR) break;
+      n = 0;
     }
-    if (nfds == 2 && fds[1].revents) control_.drain();
-    handle_fatal_qps();
-    {
-      if (control_.lost() && !lost_handled) {
-        lost_handled = true;
-        lost_ = true;
-        handle_lost();
+    for (int i = 0; i < n; ++i) {
+      if (events[i].data.u64 == kWakeEvent) {
+        uint64_t v;
+        [[maybe_unused]] ssize_t r = ::read(wake_fd_, &v, sizeof(v));
+      } else if (events[i].data.u64 == kControlEvent) {
+        if (!lost_handled) control_.drain();
+        if (control_.lost())  // its end of the socket keeps saying so
+          ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, control_.fd(), nullptr);
       }
     }
+    adopt_direct();
+    direct_next = progress_direct(events, n);
+    handle_fatal_qps();
+    if (control_.lost() && !lost_handled) {
+      lost_handled = true;
+      lost_ = true;
+      handle_lost();
+    }
   }
+  watched_.clear();
 }
 
 }  // namespace vrdma

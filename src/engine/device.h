@@ -3,6 +3,7 @@
 // deferred work (RNR and retry waits) and the daemon's notifications.
 #pragma once
 
+#include <sys/epoll.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -19,6 +20,7 @@
 
 #include "common/clock.h"
 #include "common/protocol.h"
+#include "common/unique_fd.h"
 #include "engine/arena.h"
 #include "engine/control.h"
 #include "engine/memory.h"
@@ -30,6 +32,8 @@ namespace vrdma {
 class Qp;
 class SharedRecvQp;
 class Context;
+class DirectConn;
+class SelfSource;
 
 class Device {
  public:
@@ -48,6 +52,16 @@ class Device {
 
   // Slow path: maps (once) and returns a peer client.
   std::shared_ptr<shm::Peer> peer(uint32_t client_id, int& err);
+  // This process as its direct connections reach it (self_source.h): a Peer of its own, for
+  // one connection (translations it hands out stay valid until it reclaims them).
+  std::shared_ptr<shm::Peer> self_peer();
+
+  // The direct path (direct.h): the progress thread watches the connection's socket and timers
+  // from now on, until it is over.
+  void watch_direct(std::shared_ptr<DirectConn> c);
+  // A QP's failure found on a thread that may hold locks of the QP's data path: told to the QP
+  // by the progress thread (as vrdmad's QpFatal).
+  void queue_fatal(uint32_t qpn, proto::FatalReason why);
 
   // QP bookkeeping for notifications.
   void add_qp(Qp* qp);
@@ -105,6 +119,11 @@ class Device {
   Device() = default;
   int init();
   void progress_loop();
+  // The progress thread's direct connections: new ones and the other ends vrdmad handed over
+  // are taken in, those with events or due timers driven, the finished let go. Returns the
+  // earliest timer (-1: none).
+  int64_t progress_direct(const epoll_event* events, int n);
+  void adopt_direct();
   void handle_event(const Packet& pkt);
   void handle_lost();
   void handle_fatal_qps();
@@ -117,6 +136,7 @@ class Device {
   ControlFdSource fd_source_{control_};
   Arena arena_;
   std::unique_ptr<MemoryRegistry> memory_;
+  std::unique_ptr<SelfSource> self_source_;
   shm::PacingPage* pacing_[2] = {};  // the container's and the tenant's; none: no limits
   std::mutex peers_mu_;
   std::unordered_map<uint32_t, std::shared_ptr<shm::Peer>> peers_;
@@ -135,6 +155,21 @@ class Device {
   std::atomic<bool> stop_{false};
   std::atomic<bool> sleeping_forever_{false};
   int wake_fd_ = -1;
+  int epoll_fd_ = -1;  // the progress thread's: wake-ups, vrdmad, direct connections
+  // Direct connections: handed to the progress thread (new_direct_, and the other ends of
+  // direct connections vrdmad handed over, inbound_), and those it watches (its own).
+  std::mutex direct_mu_;
+  std::vector<std::shared_ptr<DirectConn>> new_direct_;
+  struct Inbound {
+    UniqueFd fd;
+    proto::DirectAcceptedEvent ev;
+  };
+  std::vector<Inbound> inbound_;
+  struct Watched {
+    std::shared_ptr<DirectConn> conn;
+    uint32_t events = 0;  // what epoll watches its socket for
+  };
+  std::unordered_map<int, Watched> watched_;  // by descriptor; the progress thread's
   std::atomic<int> router_doorbell_{-1};
   std::atomic<bool> yield_{false};
   std::thread thread_;

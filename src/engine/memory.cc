@@ -349,6 +349,75 @@ int MemoryRegistry::extra_segments_if_split(uint64_t x) const {
   return it->first < x && x < it->second.end ? 1 : 0;
 }
 
+int MemoryRegistry::grant(uint32_t key, uint32_t access, uint64_t addr, uint64_t length,
+                          shm::MrGrant& out) {
+  constexpr uint32_t kRemote =
+      IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC;
+  out = shm::MrGrant{};
+  if (is_implicit(key)) {
+    // As vrdmad grants a range of an implicit MR: a registration of the process's with the
+    // implicit MR's rights and PD that covers it.
+    if (!(access & kRemote)) return EACCES;
+    int err = 0;
+    const uint32_t child = fault_in(key, addr, length ? length : 1, err);
+    if (!child) return err ? err : EACCES;
+    key = child;
+    out.implicit = true;
+  }
+  std::lock_guard lock(mu_);
+  const int slot = index_.find(key);
+  if (slot < 0 || local_[slot].key != key) return ENOENT;
+  const LocalMr& m = local_[slot];
+  const shm::MrEntry& e = table_[slot];
+  const uint64_t kg = e.key_gen.load(std::memory_order_acquire);
+  if (static_cast<uint32_t>(kg) != key || e.nseg == 0 || e.nseg > shm::kMaxMrSegments)
+    return ENOENT;
+  // A window's rights are those of its binding; an MR's, its own.
+  const bool window = windows_.count(static_cast<uint32_t>(slot)) != 0;
+  const uint32_t rights = window ? e.access & kRemote : m.access;
+  if (access & kRemote) {
+    if ((rights & access) != access) return EACCES;
+    out.writable = (rights & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) != 0;
+  } else {
+    // The process's own use (what it sends, where READ data and receives land).
+    if (window || ((access & IBV_ACCESS_LOCAL_WRITE) && !(m.access & IBV_ACCESS_LOCAL_WRITE)))
+      return EACCES;
+    out.writable = (m.access & IBV_ACCESS_LOCAL_WRITE) != 0;
+  }
+  out.slot = static_cast<uint32_t>(slot);
+  out.gen = static_cast<uint32_t>(kg >> 32);
+  out.access = rights;
+  out.pd = m.pd;
+  out.nseg = e.nseg;
+  out.iova = e.iova;
+  out.length = e.length;
+  out.va_offset = e.va - e.map_start;
+  out.map_length = e.map_length;
+  for (uint32_t i = 0; i < e.nseg; ++i) {
+    const shm::MrSegment& g = e.seg[i];
+    out.seg[i] = shm::MrGrant::Seg{g.fd_id, g.fd_offset, g.length};
+    out.fds[i] = control_.dup_handed(g.fd_id);
+    if (out.fds[i] < 0) {
+      for (uint32_t j = 0; j < i; ++j) {
+        ::close(out.fds[j]);
+        out.fds[j] = -1;
+      }
+      return ENOENT;
+    }
+  }
+  return 0;
+}
+
+uint8_t* MemoryRegistry::own_mapping(uint32_t fd_id, uint64_t& size) const {
+  std::lock_guard lock(mu_);
+  for (const auto& [start, b] : backings_) {
+    if (b.fd_id != fd_id) continue;
+    size = b.offset + (b.end - start);
+    return reinterpret_cast<uint8_t*>(start - b.offset);
+  }
+  return nullptr;
+}
+
 // The descriptor vrdmad reads for the MR in `slot`, from its backings, under a new generation:
 // peers holding the old one see at once that it changed.
 void MemoryRegistry::publish(uint32_t slot) {

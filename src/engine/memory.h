@@ -30,6 +30,7 @@
 
 #include "shm/key_index.h"
 #include "shm/layout.h"
+#include "shm/peer.h"
 
 namespace vrdma {
 
@@ -130,6 +131,16 @@ class MemoryRegistry {
   // registry's fault thread (the caller may be inside a control call). Bounded queue: a request
   // that does not fit is dropped (the peer asks again).
   void request_fault(uint32_t key, uint64_t addr, uint64_t length);
+
+  // The process's own direct connections (engine/self_source.h) reach its memory as a peer
+  // would, through its backings: the MR (or bound window) `key` described as vrdmad describes
+  // a grant, for `access` (remote rights, or LOCAL_WRITE for a receive buffer), with new
+  // descriptors of its backings (the caller closes them). An implicit ODP MR's key gives a
+  // registration covering [addr, addr+length), registered now if none does. 0 or an errno.
+  int grant(uint32_t key, uint32_t access, uint64_t addr, uint64_t length, shm::MrGrant& out);
+  // The process's own mapping of backing `fd_id` (the pages where they are used), as a base
+  // that file offset 0 would have, and the file size it covers; nullptr when none.
+  uint8_t* own_mapping(uint32_t fd_id, uint64_t& size) const;
 
   // Memory windows (window.cc). A window takes an MR slot of its own, whose key family vrdmad
   // reserves (the key with its low byte 0 and the 255 variants a bind may pick); a bound

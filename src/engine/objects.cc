@@ -12,6 +12,7 @@
 #include <chrono>
 
 #include "common/clock.h"
+#include "engine/direct.h"
 #include "engine/implicit_odp.h"
 #include "engine/poll_backoff.h"
 #include "engine/xrc.h"
@@ -324,6 +325,10 @@ int Cq::poll(int n, ibv_wc* wc) {
     return got;
   };
   int got = take();
+  if (!got && has_direct_.load(std::memory_order_relaxed)) {
+    drive_direct();
+    got = take();
+  }
   if (!got && ctx_.device().has_blocked()) {
     ctx_.device().progress_blocked();
     got = take();
@@ -345,6 +350,25 @@ int Cq::poll(int n, ibv_wc* wc) {
       sched_yield();
   }
   return 0;
+}
+
+void Cq::attach_direct(std::shared_ptr<DirectConn> c) {
+  std::lock_guard lock(direct_lock_);
+  direct_.push_back(std::move(c));
+  has_direct_.store(true, std::memory_order_relaxed);
+}
+
+void Cq::detach_direct(const DirectConn* c) {
+  std::lock_guard lock(direct_lock_);
+  std::erase_if(direct_, [c](const auto& p) { return p.get() == c; });
+  has_direct_.store(!direct_.empty(), std::memory_order_relaxed);
+}
+
+void Cq::drive_direct() {
+  if (!direct_lock_.try_lock()) return;  // another poller drives them
+  const int64_t now = now_ns();
+  for (auto& c : direct_) c->drive(now, false);
+  direct_lock_.unlock();
 }
 
 int Cq::arm(bool solicited_only) {

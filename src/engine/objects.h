@@ -24,6 +24,7 @@ namespace vrdma {
 class Cq;
 class Qp;
 class Srq;
+class DirectConn;
 
 // A tiny lock for per-queue serialisation; uncontended in the common case.
 class SpinLock {
@@ -143,6 +144,11 @@ class Cq {
   // A QP whose send CQ this is: its routed work completes here (poll_backoff.h).
   void attach(const shm::SendQueue* sq);
   void detach(const shm::SendQueue* sq);
+  // A direct connection of a QP that completes here (direct.h): a poll that finds nothing
+  // drives it, so that a polling program takes what arrived without waiting for the progress
+  // thread.
+  void attach_direct(std::shared_ptr<DirectConn> c);
+  void detach_direct(const DirectConn* c);
   // The receive completions reported for `src` and not polled yet move to the CQ's own ring, in
   // their order and checked as a poll checks them: whatever is pushed after them (a flush) is
   // polled after them.
@@ -175,6 +181,7 @@ class Cq {
 
  private:
   int take_recv(RecvSource& src, int max, ibv_wc* out);  // requires poll_lock_
+  void drive_direct();
   // Whether work streams to this CQ: a router thread awake working on a deep queue of its QPs'
   // routed requests (`deepest`: the deepest such queue, which paces the poller's naps), or the
   // last message received said more were queued behind it.
@@ -191,6 +198,9 @@ class Cq {
   uint32_t event_fd_id_ = 0;
   std::atomic<uint32_t> armed_{0};
   SpinLock poll_lock_;
+  SpinLock direct_lock_;
+  std::vector<std::shared_ptr<DirectConn>> direct_;  // guarded by direct_lock_
+  std::atomic<bool> has_direct_{false};
   std::vector<RecvSource*> sources_;  // guarded by poll_lock_
   std::vector<const shm::SendQueue*> sqs_;  // guarded by poll_lock_
   poll_backoff::MoreHint more_coming_;  // the last receive report's kRecvMore; poll_lock_

@@ -6,6 +6,8 @@
 
 #include <algorithm>
 
+#include "common/address.h"
+#include "engine/direct.h"
 #include "engine/implicit_odp.h"
 #include "engine/xrc.h"
 
@@ -28,6 +30,7 @@ Qp::Qp(const QpConfig& cfg)
 Qp::~Qp() {
   Device& dev = context().device();
   dev.remove_qp(this);
+  close_direct();
   if (qpn_ && !handed_) {
     proto::FreeQpnReq req{qpn_};
     dev.control().call(proto::Op::kFreeQpn, req);
@@ -321,11 +324,18 @@ void Qp::connect_destination(const ibv_qp_attr& attr) {
   shared_->traffic_class.store(uint32_t(attr.ah_attr.sl & 15) << 8 |
                                (attr.ah_attr.is_global ? attr.ah_attr.grh.traffic_class : 0));
   memset(dest_gid_, 0, sizeof(dest_gid_));
-  if (attr.ah_attr.is_global) memcpy(dest_gid_, attr.ah_attr.grh.dgid.raw, 16);
+  uint32_t ip = 0;
+  if (attr.ah_attr.is_global) {
+    memcpy(dest_gid_, attr.ah_attr.grh.dgid.raw, 16);
+    gid_to_ipv4(dest_gid_, &ip);
+  }
+  dest_ipv4_.store(ip, std::memory_order_relaxed);
   shm::PeerQp p;
   peer_wanted_ = true;
-  if (connect_peer(attr.dest_qp_num, dest_gid_, p) == 0) {
+  UniqueFd direct;
+  if (connect_peer(attr.dest_qp_num, dest_gid_, p, &direct) == 0) {
     std::lock_guard lock(lock_);
+    if (direct && attach_direct_out(std::move(direct), attr.dest_qp_num) != 0) return;
     peer_ = std::move(p);
     routed_ = peer_.routed;
   }
@@ -341,8 +351,9 @@ int Qp::modify(const ibv_qp_attr& attr, int mask) {
   if (next == IBV_QPS_RESET && cur != IBV_QPS_RESET) {
     // Whoever reached the old QP reaches nothing of what comes next: a new object, in which the
     // posted receives are dropped silently, as a reset does. Without a new object the QP stays
-    // as it was.
+    // as it was. Its direct connections end.
     set_state(IBV_QPS_RESET);
+    close_direct();
     if (int e = new_object()) return e;
     proto::SetQpObjectReq req{qpn_, object_->fd_id(), object_->notify_fd_id(), 0};
     if (int e = context().device().control().call(proto::Op::kSetQpObject, req)) return e;
@@ -387,7 +398,7 @@ void Qp::query(ibv_qp_attr& attr, ibv_qp_init_attr& init) const {
   init.sq_sig_all = sq_sig_all_;
 }
 
-int Qp::connect_peer(uint32_t dest_qpn, const uint8_t* gid, shm::PeerQp& out) {
+int Qp::connect_peer(uint32_t dest_qpn, const uint8_t* gid, shm::PeerQp& out, UniqueFd* direct) {
   Device& dev = context().device();
   proto::ConnectQpReq req{qpn_, dest_qpn, {}};
   memcpy(req.dest_gid, gid, 16);
@@ -397,6 +408,20 @@ int Qp::connect_peer(uint32_t dest_qpn, const uint8_t* gid, shm::PeerQp& out) {
   if (!rep) {
     reply->close_fds();
     return EPROTO;
+  }
+  if (rep->direct) {
+    // A container of another host: the connection vrdmad opened to it is the reply's.
+    if (!direct || reply->nfds != 1) {
+      reply->close_fds();
+      return EPROTO;
+    }
+    direct->reset(reply->fds[0]);
+    reply->nfds = 0;
+    out = shm::PeerQp{};
+    out.routed = true;
+    out.qpn = dest_qpn;
+    out.type = rep->peer_qp_type;
+    return 0;
   }
   if (rep->routed) {
     if (reply->nfds == 1) {
@@ -517,6 +542,11 @@ void Qp::enqueue(const ibv_send_wr& wr) {
 
 int Qp::post_send(ibv_send_wr* wr, ibv_send_wr** bad) {
   std::lock_guard lock(lock_);
+  // What went to the direct connection leaves once the whole list is queued.
+  struct Kick {
+    Qp& qp;
+    ~Kick() { qp.kick_direct(); }
+  } kick{*this};
   ibv_qp_state st = state();
   if (st == IBV_QPS_RESET || st == IBV_QPS_INIT || st == IBV_QPS_RTR) {
     *bad = wr;
@@ -582,6 +612,7 @@ int64_t Qp::retry(int64_t now, bool wait_for_lock) {
     return now;  // someone else is working on it; look again soon
   }
   int64_t r = retry_locked(now);
+  kick_direct();
   lock_.unlock();
   return r;
 }

@@ -13,12 +13,16 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "common/unique_fd.h"
 #include "engine/objects.h"
 #include "shm/peer.h"
 #include "shm/respond.h"
 #include "shm/work_request.h"
 
 namespace vrdma {
+
+class DirectOut;
+class DirectIn;
 
 // Who provides the memory of a QP's send queue in the process (the requests waiting their turn
 // and copies of their inline data): the library's heap by default, or a parent domain's
@@ -83,6 +87,17 @@ class Qp {
   // number and object to that process (xrc_shared_qp.cc).
   void hand_over() { handed_ = true; }
 
+  // The direct path (direct.h). Whether the QP's RTR named (ipv4, qpn) as its destination (its
+  // consent to requests from there); the object senders reach; the other end of a direct
+  // connection from a QP of another host to this one, which vrdmad handed over.
+  bool names_peer(uint32_t ipv4, uint32_t qpn) const {
+    return peer_wanted_.load(std::memory_order_acquire) &&
+           dest_ipv4_.load(std::memory_order_relaxed) == ipv4 &&
+           recv_source_.peer_qpn.load(std::memory_order_relaxed) == qpn;
+  }
+  uint32_t object_fd_id() const { return object_ ? object_->fd_id() : 0; }
+  void attach_direct_in(UniqueFd fd, const proto::DirectAcceptedEvent& ev);
+
   void* user = nullptr;
 
  private:
@@ -118,7 +133,16 @@ class Qp {
   const shm::PeerQp* connected_peer();
   const shm::PeerQp* xrc_peer(const ibv_send_wr& wr, ibv_wc_status& status);  // xrc.cc
   const shm::PeerQp* ud_peer(const ibv_send_wr& wr);
-  int connect_peer(uint32_t dest_qpn, const uint8_t* gid, shm::PeerQp& out);
+  // `direct`: where the reply's direct connection goes (a destination of another host's
+  // container); without it such a reply is refused (EPROTO).
+  int connect_peer(uint32_t dest_qpn, const uint8_t* gid, shm::PeerQp& out,
+                   UniqueFd* direct = nullptr);
+  // The QP sends on a direct connection from now on (requires lock_).
+  int attach_direct_out(UniqueFd fd, uint32_t dst_qpn);
+  // Its direct connections end (the QP is destroyed or reset): the other ends are told.
+  void close_direct();
+  // Sends what route() queued for the direct connection (requires lock_).
+  void kick_direct();
   int validate(const ibv_send_wr& wr) const;
   void complete(const ibv_send_wr& wr, const Result& r);
   void enqueue(const ibv_send_wr& wr);
@@ -154,7 +178,14 @@ class Qp {
 
   // Destination (RC/UC) or destinations (UD).
   shm::PeerQp peer_;
-  bool peer_wanted_ = false;
+  std::atomic<bool> peer_wanted_{false};
+  std::atomic<uint32_t> dest_ipv4_{0};  // the address its RTR named (0: none, or no GID)
+  // The direct path: the connection its requests go on, and those of the other host's QPs that
+  // send to it (direct_lock_).
+  std::shared_ptr<DirectOut> direct_out_;
+  bool kick_ = false;  // route() queued work for direct_out_
+  SpinLock direct_lock_;
+  std::vector<std::shared_ptr<DirectIn>> direct_in_;
   uint8_t dest_gid_[16] = {};
   std::unordered_map<uint64_t, shm::PeerQp> ud_peers_;
   // XRC_SEND: the SRQs reached so far (by number), and the last request's destination.

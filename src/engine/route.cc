@@ -5,6 +5,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "engine/direct.h"
 #include "engine/qp.h"
 
 namespace vrdma {
@@ -81,14 +82,71 @@ Qp::Result Qp::route(const ibv_send_wr& wr, const shm::PeerQp& peer) {
     memcpy(e->sge, wr.sg_list, sizeof(ibv_sge) * wr.num_sge);
   }
   sq_->tail.store(tail + 1, std::memory_order_release);
+  res.block = Block::kRouted;
+  if (direct_out_) {
+    // This process's requester carries it (direct.h): sent when the list is queued.
+    kick_ = true;
+    return res;
+  }
   std::atomic_thread_fence(std::memory_order_seq_cst);
   if (sq_->doorbell.load(std::memory_order_relaxed) &&
       sq_->doorbell.exchange(0, std::memory_order_relaxed)) {
     uint64_t one = 1;
     [[maybe_unused]] ssize_t n = ::write(context().device().router_doorbell(), &one, sizeof(one));
   }
-  res.block = Block::kRouted;
   return res;
+}
+
+int Qp::attach_direct_out(UniqueFd fd, uint32_t dst_qpn) {
+  Device& dev = context().device();
+  int err = 0;
+  auto c = DirectOut::make(dev, std::move(fd), qpn_, type_, offset_, dst_qpn, &err);
+  if (!c) return err;
+  if (direct_out_) direct_out_->close();  // an earlier connection (before a reset)
+  direct_out_ = c;
+  send_cq_->attach_direct(c);
+  if (recv_cq_ != send_cq_) recv_cq_->attach_direct(c);
+  dev.watch_direct(std::move(c));
+  return 0;
+}
+
+void Qp::attach_direct_in(UniqueFd fd, const proto::DirectAcceptedEvent& ev) {
+  Device& dev = context().device();
+  int err = 0;
+  auto c = DirectIn::make(dev, std::move(fd), *this, ev.src_ipv4, ev.src_qpn, &err);
+  if (!c) return;
+  {
+    std::lock_guard lock(direct_lock_);
+    direct_in_.push_back(c);
+  }
+  recv_cq_->attach_direct(c);
+  if (send_cq_ != recv_cq_) send_cq_->attach_direct(c);
+  dev.watch_direct(std::move(c));
+}
+
+void Qp::close_direct() {
+  std::vector<std::shared_ptr<DirectIn>> in;
+  {
+    std::lock_guard lock(direct_lock_);
+    in.swap(direct_in_);
+  }
+  for (auto& c : in) {
+    c->close();
+    recv_cq_->detach_direct(c.get());
+    send_cq_->detach_direct(c.get());
+  }
+  if (direct_out_) {
+    direct_out_->close();
+    send_cq_->detach_direct(direct_out_.get());
+    recv_cq_->detach_direct(direct_out_.get());
+    direct_out_.reset();
+  }
+}
+
+void Qp::kick_direct() {
+  if (!kick_) return;
+  kick_ = false;
+  if (direct_out_) direct_out_->drive(now_ns(), true);
 }
 
 }  // namespace vrdma

@@ -56,7 +56,7 @@ Peer::~Peer() {
   for (auto& [p, len] : retired_) ::munmap(p, len);
   for (uint32_t i = 0; i < kMrSlots; ++i)
     if (views_[i].area) ::munmap(views_[i].area, views_[i].map_len);
-  if (base_) ::munmap(base_, size_);
+  if (base_ && !arena_borrowed_) ::munmap(base_, size_);
   if (const KeyTable* k = keys_.load()) ::munmap(const_cast<KeyTable*>(k), keys_size_);
   for (auto& [id, o] : objects_) ::munmap(o.base, o.size);
   for (auto& [id, e] : event_fds_) ::close(e.fd);
@@ -66,6 +66,7 @@ void Peer::reclaim() {
   std::lock_guard lock(mu_);
   for (auto& [p, len] : retired_) ::munmap(p, len);
   retired_.clear();
+  has_retired_.store(false, std::memory_order_relaxed);
 }
 
 void Peer::release(uint32_t fd_id) {
@@ -215,6 +216,7 @@ uint8_t* Peer::translate(uint32_t via_qpn, uint32_t pd, uint32_t key, uint64_t a
 void Peer::retire(void* area, uint64_t len, bool same_registration) {
   if (!same_registration && defer_retire_) {
     retired_.emplace_back(area, len);  // still the owner's pages until reclaim()
+    has_retired_.store(true, std::memory_order_relaxed);
     return;
   }
   if (!same_registration &&

@@ -74,6 +74,13 @@ class Peer {
 
   // The owner's arena, for a trusted user (vrdmad's router): mapped at the size of the file.
   int attach_arena();
+  // The owner's arena where the caller maps it already (the owner itself: its own direct
+  // connections), not unmapped by the Peer.
+  void use_arena(uint8_t* base, uint64_t size) {
+    base_ = base;
+    size_ = size;
+    arena_borrowed_ = true;
+  }
   uint8_t* base() const { return base_; }
   uint64_t size() const { return size_; }
   // Whether vrdmad marked the owner dead (only known with the arena attached).
@@ -98,6 +105,8 @@ class Peer {
   // Unmaps the areas of registrations that are gone. Only for a user that knows no pointer
   // translate() returned before is still in use (vrdmad's router, between frames).
   void reclaim();
+  // Whether reclaim() has anything to unmap (one relaxed load).
+  bool has_retired() const { return has_retired_.load(std::memory_order_relaxed); }
   // For a user that calls reclaim() only when nothing it translated is in use (vrdmad's
   // router): an area a view no longer uses stays mapped as it was until reclaim(), so that
   // data still being placed into it or sent from it (a frame in flight) reaches the owner's
@@ -136,6 +145,7 @@ class Peer {
   uint32_t client_id_;
   uint8_t* base_ = nullptr;  // arena (trusted users)
   uint64_t size_ = 0;
+  bool arena_borrowed_ = false;  // use_arena(): the caller's mapping
   std::atomic<const KeyTable*> keys_{nullptr};
   uint64_t keys_size_ = 0;
   KeyIndex index_;
@@ -160,6 +170,7 @@ class Peer {
   // reclaim().
   std::vector<std::pair<void*, size_t>> kept_, retired_;
   bool defer_retire_ = false;
+  std::atomic<bool> has_retired_{false};
   int64_t odp_wait_us_ = 1000000;
 };
 

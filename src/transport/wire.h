@@ -1,9 +1,11 @@
-// Frames between the routers of two hosts, over TCP (inside TLS 1.3 unless the cluster runs
-// with --router-plaintext). Each host opens its own links to every host it sends to, one per
-// lane (the main link, and one for the latency class once a QP of that class connects); a QP's
-// requests all travel on the link of its lane and their responses come back on it, so per-QP
-// order is the link's byte order. Hosts of one cluster run the same vrdmad build on the same architecture:
-// fields are in host byte order.
+// Frames between two ends of a link, over TCP: the routers of two hosts (inside TLS 1.3 unless
+// the cluster runs with --router-plaintext), or two containers' processes on the direct path
+// (one connection per QP and direction, between the two containers' own addresses). Each host
+// opens its own links to every host it sends to, one per lane (the main link, and one for the
+// latency class once a QP of that class connects); a QP's requests all travel on the link of
+// its lane (or its direct connection) and their responses come back on it, so per-QP order is
+// the link's byte order. Hosts of one cluster run the same vrdma build on the same
+// architecture: fields are in host byte order.
 //
 //   Frame header (8 bytes), then the type's body, then `payload` bytes of data.
 //
@@ -23,8 +25,13 @@
 namespace vrdma::wire {
 
 inline constexpr uint32_t kMagic = 0x52445256;  // "VRDR"
-inline constexpr uint32_t kVersion = 4;  // 3: requests carry an XRC SRQ number; 4: and flags
+inline constexpr uint32_t kVersion = 5;  // 3: requests carry an XRC SRQ number; 4: and flags;
+                                         // 5: the direct path
 inline constexpr uint16_t kDefaultPort = 7471;
+// The direct path: the TCP port of every container's address where its QPs' connections from
+// containers of other hosts arrive (vrdmad listens there, inside the container's network
+// namespace). RoCEv2 uses the same number over UDP.
+inline constexpr uint16_t kDirectPort = 4791;
 inline constexpr uint32_t kMaxPayload = 1u << 31;  // RDMA's largest message
 
 enum class Type : uint8_t {
@@ -37,6 +44,14 @@ enum class Type : uint8_t {
   kResponse = 7,  // the outcome of a request; payload: READ data
   kCm = 8,        // an rdma_cm message, forwarded between the two hosts' daemons
   kPeerGone = 9,  // the program owning a connected QP died: its peer's QP fails
+  // The direct path. Between routers: a QP on the sender's host will connect straight to a QP
+  // here, presenting a ticket (kDirect), and the answer (kDirectRep). On the direct connection
+  // itself: the first frame, from the source's process to the destination's vrdmad
+  // (kDirectHello), and the source QP's end of the connection, which is no failure (kClose).
+  kDirect = 10,
+  kDirectRep = 11,
+  kDirectHello = 12,
+  kClose = 13,
 };
 
 struct Header {
@@ -150,6 +165,55 @@ struct Cm {
   uint8_t body[256];
 };
 
+// Body of kDirect (router to router, on the link the sending host opened): source QP `src_qpn`
+// at `src_ipv4` (an address of the sending host's) will connect to QP `dst_qpn` at `dst_ipv4`
+// over the pod network, and will present `ticket` there. The receiving host checks it as a
+// Connect and keeps the ticket for that one connection.
+struct Direct {
+  uint64_t req_id;
+  uint32_t src_ipv4;
+  uint32_t dst_ipv4;
+  uint32_t src_qpn;
+  uint32_t dst_qpn;
+  uint32_t qp_type;  // the requesting QP's
+  uint32_t reserved;
+  uint8_t ticket[16];
+};
+
+struct DirectRep {
+  uint64_t req_id;
+  // 0; kRefused (as ConnectRep); or kNoDirect: the destination's host takes no direct
+  // connection for this pair (it is off there, or the pair needs its router): connect routed.
+  int32_t status;
+  uint32_t qp_type;
+  uint16_t port;  // where the destination's vrdmad listens (kDirectPort unless configured)
+  uint16_t reserved[3];
+};
+inline constexpr int32_t kNoDirect = EPROTONOSUPPORT;
+
+// Body of kDirectHello: the first frame of a direct connection, read by the destination's vrdmad
+// before it hands the connection to the destination QP's process. Everything in it must match
+// what the ticket was issued for, and the TCP peer must be `src_ipv4`.
+inline constexpr uint32_t kDirectMagic = 0x44445256;  // "VRDD"
+struct DirectHello {
+  uint32_t magic;
+  uint32_t version;
+  uint8_t ticket[16];
+  uint32_t src_ipv4;
+  uint32_t dst_ipv4;
+  uint32_t src_qpn;
+  uint32_t dst_qpn;
+  uint32_t qp_type;  // the requesting QP's
+  uint32_t reserved;
+};
+
+// Body of kClose: the QP `qpn` at this end was destroyed; its connection ends without failing
+// the other end's QP (a connection that ends without it is a peer that died).
+struct Close {
+  uint32_t qpn;
+  uint32_t reserved;
+};
+
 // Whether a QP of type `src` may connect to one of type `dst` across hosts: the same type
 // (RC, UC, UD), or an XRC_SEND QP to an XRC_RECV QP.
 constexpr bool connects_to(uint32_t src, uint32_t dst) {
@@ -174,6 +238,8 @@ static_assert(sizeof(Hello) == 24 && sizeof(Ping) == 8);
 static_assert(sizeof(Connect) == 32 && sizeof(ConnectRep) == 16);
 static_assert(sizeof(Request) == 88 && sizeof(Response) == 32);
 static_assert(sizeof(PeerGone) == 8 && sizeof(Cm) == 264);
+static_assert(sizeof(Direct) == 48 && sizeof(DirectRep) == 24 && sizeof(DirectHello) == 48);
+static_assert(sizeof(Close) == 8);
 
 // The size of a frame type's body, or 0 for a type that does not exist: what a receiver
 // checks before it reads a body.
@@ -196,6 +262,14 @@ constexpr uint32_t body_size(Type t) {
       return sizeof(Cm);
     case Type::kPeerGone:
       return sizeof(PeerGone);
+    case Type::kDirect:
+      return sizeof(Direct);
+    case Type::kDirectRep:
+      return sizeof(DirectRep);
+    case Type::kDirectHello:
+      return sizeof(DirectHello);
+    case Type::kClose:
+      return sizeof(Close);
   }
   return 0;
 }

@@ -36,6 +36,7 @@ import time
 
 MAGIC = 0x31445256
 HEADER = struct.Struct("<IHHIiI")
+PROTOCOL_VERSION = 2  # common/protocol.h: proto::kVersion
 OP = {"hello": 1, "putfd": 2, "get_fd": 3, "alloc_qpn": 4, "connect_qp": 6, "alloc_key": 7,
       "status": 9, "cm_listen": 11, "get_mr": 20}
 KIND_VERBS, KIND_CLI = 1, 2
@@ -101,7 +102,7 @@ class Conn:
             return None, b""
 
     def hello(self, kind=KIND_VERBS):
-        status, rep = self.call(OP["hello"], struct.pack("<II", 1, kind))
+        status, rep = self.call(OP["hello"], struct.pack("<II", PROTOCOL_VERSION, kind))
         info = {}
         if status == 0 and len(rep) >= 128:
             version, cid, ip, host = struct.unpack("<IIII", rep[:16])

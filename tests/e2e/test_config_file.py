@@ -297,6 +297,15 @@ def check_router_poll(d, t):
     t.assertEqual(d.status()["daemon"]["router"]["poll_us"], 250)
 
 
+def check_no_direct_path(d, t):
+    t.assertFalse(d.status()["daemon"]["direct"]["enabled"])
+
+
+def check_direct_port(d, t):
+    t.assertTrue(d.status()["daemon"]["direct"]["enabled"])
+    t.assertEqual(d.status()["daemon"]["direct"]["port"], 4792)
+
+
 def check_qos(d, t):
     out = subprocess.run([VRDMA, "qos", "show", "--socket", d.socket, "--json"],
                          capture_output=True, text=True, timeout=30)
@@ -353,6 +362,8 @@ ROWS = [
     ("router-threads", 2, dict(ROUTER), check_router_threads),
     ("router-cpus", "0", dict(ROUTER), check_router_cpus),
     ("router-poll-us", 250, dict(ROUTER), check_router_poll),
+    ("no-direct-path", True, {}, check_no_direct_path),
+    ("direct-port", 4792, {}, check_direct_port),
     ("pod-cidr", ["10.99.8.0/24"], dict(ROUTER), None),
     ("qos", ["container=10.99.8.5:weight=3,rate=100M"], dict(ROUTER), check_qos),
     ("directory", "etcd://127.0.0.1:1", {"@PKI@": True}, check_directory),

@@ -95,8 +95,10 @@ TEST(DaemonDecode, ProtocolErrors) {
 }
 
 TEST(DaemonDecode, FieldValidation) {
-  EXPECT_EQ(dec(Op::kHello, proto::HelloReq{2, 1}).error, EPROTONOSUPPORT);
-  EXPECT_EQ(dec(Op::kHello, proto::HelloReq{1, 3}).verdict, DecodeVerdict::kInvalid);
+  EXPECT_EQ(dec(Op::kHello, proto::HelloReq{proto::kVersion + 1, 1}).error, EPROTONOSUPPORT);
+  EXPECT_EQ(dec(Op::kHello, proto::HelloReq{proto::kVersion - 1, 1}).error, EPROTONOSUPPORT);
+  EXPECT_EQ(dec(Op::kHello, proto::HelloReq{proto::kVersion, 3}).verdict,
+            DecodeVerdict::kInvalid);
   EXPECT_EQ(dec(Op::kPutFd, proto::PutFdReq{0, 2, 10}, 1).verdict, DecodeVerdict::kInvalid);
   EXPECT_EQ(dec(Op::kPutFd, proto::PutFdReq{1, 1, 4096}, 1).verdict, DecodeVerdict::kInvalid);
   EXPECT_EQ(dec(Op::kPutFd, proto::PutFdReq{0, 1, shm::kMaxArenaSize + 1}, 1).verdict,

@@ -63,6 +63,7 @@ struct Client {
   bool pacing = false;
   uint32_t pacing_ipv4 = 0;
   std::string pacing_tenant;
+  bool direct_port = false;  // counted among its container's direct port's clients
   std::map<uint32_t, ClientFd> fds;
   ArenaView arena;
 };

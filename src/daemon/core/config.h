@@ -95,6 +95,12 @@ struct DaemonConfig {
   uint32_t router_threads = 2;    // router threads (RouterConfig::threads, router_pool.h)
   std::vector<uint32_t> router_cpus;  // the CPUs router threads run on (RouterConfig::cpus)
   uint32_t router_poll_us = 0;  // polling on after work, in us (RouterConfig::poll_ns)
+  // The direct path: connections between containers of this host and containers of other
+  // hosts (same tenant, no QoS rule of vrdmad's) go straight between the two containers over
+  // the pod network, to `direct_port` of the destination's address. Off: every such
+  // connection goes through the routers (their TLS, their QoS).
+  bool direct_path = true;
+  uint16_t direct_port = wire::kDirectPort;
   std::vector<Ipv4Cidr> pod_cidrs;      // container networks this host owns
   qos::RuleSet qos;  // weights and rate limits of containers and tenants on the router's links
   std::string directory = "embedded";   // "embedded" or "etcd://host:port[,host:port...]"

@@ -32,7 +32,8 @@ constexpr uint64_t kListenTag = 1ull << 32;
 constexpr uint64_t kWakeTag = 2ull << 32;
 constexpr uint64_t kReloadTag = 4ull << 32;
 constexpr uint64_t kRouterTasksTag = 6ull << 32;
-static_assert(Router::kTagBase == 3ull << 32 && metrics::MetricsServer::kTagBase == 5ull << 32,
+static_assert(Router::kTagBase == 3ull << 32 && metrics::MetricsServer::kTagBase == 5ull << 32 &&
+                  DirectPort::kTagBase == 7ull << 32,
               "each source of the event loop has a tag of its own");
 constexpr int kPacketsPerWakeup = 64;  // then let other clients have a turn
 constexpr int kAcceptsPerWakeup = 64;
@@ -87,6 +88,10 @@ int Daemon::start() {
   ev.data.u64 = kReloadTag;
   if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, reload_.get(), &ev) < 0) return errno;
   spare_.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+  // Every container with a device gets its direct port (direct.cc): the pod network carries
+  // the set-up of its connections, to other hosts and on this one.
+  direct_ = std::make_unique<DirectPort>(epoll_.get(), DirectPortLimits{},
+                                         [this](DirectPort::Arrival& a) { direct_arrival(a); });
   if (int err = start_services()) return err;
   started_at_ = std::chrono::steady_clock::now();
   if (int err = start_metrics()) return err;
@@ -200,6 +205,10 @@ int Daemon::run() {
       timeout = timeout < 0 ? idle_ms : std::min(timeout, idle_ms);
     }
     if (metrics_) timeout = metrics_timeout(timeout);
+    if (int64_t dl = direct_->expire(now_ns()); dl >= 0) {
+      const int ms = static_cast<int>(std::max<int64_t>(1, (dl - now_ns() + 999999) / 1000000));
+      timeout = timeout < 0 ? ms : std::min(timeout, ms);
+    }
     state_gen_.fetch_add(1, std::memory_order_release);  // even: free
     state.unlock();
     int n = ::epoll_wait(epoll_.get(), events, 64, timeout);
@@ -229,12 +238,15 @@ int Daemon::run() {
         if (router_) router_->run_control_tasks();
       } else if (metrics::MetricsServer::is_tag(tag)) {
         if (metrics_) metrics_->on_event(tag, events[i].events, now_ns());
+      } else if (DirectPort::is_tag(tag)) {
+        direct_->on_event(tag, events[i].events, now_ns());
       } else {
         on_client_event(static_cast<uint32_t>(tag), events[i].events);
       }
       reap();
     }
     check_idle_addresses(now_ns());
+    tickets_.expire(now_ns());
     if (metrics_) metrics_->expire(now_ns());
     if (router_) {
       int64_t now = now_ns();
@@ -254,6 +266,7 @@ int Daemon::run() {
   if (router_) router_->run_control_tasks();  // what it left for this loop
   metrics_.reset();
   shutdown_all();
+  direct_.reset();
   router_.reset();
   if (directory_) directory_->stop();
   return result;
@@ -456,6 +469,8 @@ void Daemon::drop(Client& c, const std::string& why, bool notify_peers) {
   }
   if (router_) router_->client_gone(id);
   if (cm_) cm_->client_gone(id, notify_peers);
+  direct_port_release(c);
+  for (uint32_t q : qpns) direct_qp_freed(q);
   // 4. The last verbs client of a container's address gone: the address is withdrawn when the
   // container goes (published again when a client comes back).
   if (notify_peers && c.hello && c.kind == static_cast<uint32_t>(proto::ClientKind::kVerbs) &&

@@ -42,6 +42,8 @@
 #include "daemon/core/pacing_table.h"
 #include "daemon/core/locked_directory.h"
 #include "daemon/core/quotas.h"
+#include "daemon/direct/direct_port.h"
+#include "daemon/direct/tickets.h"
 #include "daemon/directory/directory.h"
 #include "daemon/identity/client_identity.h"
 #include "daemon/metrics/metrics_server.h"
@@ -204,6 +206,29 @@ class Daemon : private CmPort {
   // (mediated.cc), never through shared memory.
   void connect_routed(Client& c, const Decoded& d, const proto::ConnectQpReq& r, uint32_t dest_ipv4,
                       bool mediated = false);
+  // The direct path (direct.cc). A ConnectQp to a container of another host of the client's
+  // tenant: the destination's host keeps a ticket (the router's kDirect), this daemon opens a
+  // TCP connection from the client's container to the destination's direct port, and the reply
+  // hands it over once the far end's vrdmad took the ticket. Why a connection to `dst_ipv4`
+  // goes through the routers instead (nullptr: it goes direct).
+  const char* routed_why(const Client& c, const QpRecord& local, uint32_t dst_ipv4);
+  void connect_direct(Client& c, const Decoded& d, const proto::ConnectQpReq& r,
+                      uint32_t dst_ipv4);
+  void dial_direct(Client& c, const Decoded& d, const proto::ConnectQpReq& r, uint32_t dst_ipv4,
+                   uint16_t port, const TicketId& ticket, uint32_t dst_type);
+  // A connection between two containers of this host first crosses the pod network (the
+  // policy's say, as across hosts): false when the ConnectQp waits for that (it is handled
+  // again once the probe is answered) or was answered (EAGAIN: not reachable).
+  bool probe_local(Client& c, const Decoded& d, const proto::ConnectQpReq& r,
+                   const QpRecord& local, const Client& owner);
+  // The direct port of a container: opened with its first device, closed with its last client.
+  void direct_port_open(Client& c);
+  void direct_port_release(Client& c);
+  bool has_direct_port(const NetnsId& ns) const;
+  void direct_qp_freed(uint32_t qpn);
+  void direct_arrival(DirectPort::Arrival& a);
+  // The router's hook: another host asks for a ticket (router thread, under state_mu_).
+  int keep_remote_ticket(const wire::Direct& d, const LocalQp& dst, uint16_t* port);
   // The router for the mediated path: the cluster's, or one made for this host alone (null
   // when it cannot be made).
   RouterPool* mediation_router();
@@ -266,6 +291,19 @@ class Daemon : private CmPort {
   // With cfg_.router_listen, or made for the mediated path (mediation_router()).
   std::unique_ptr<RouterPool> router_;
   TenantPolicy allow_;  // cfg_.allow
+  // The direct path (direct.cc): its sockets in this loop, the tickets this host keeps, each
+  // container's direct port (by namespace, with its clients), and the pairs of QPs whose
+  // connection on this host crossed the pod network (or failed to, until when).
+  std::unique_ptr<DirectPort> direct_;
+  TicketTable tickets_;
+  struct DirectListener {
+    uint32_t id = 0;  // DirectPort's; 0 when the port could not be had
+    size_t clients = 0;
+  };
+  std::map<NetnsId, DirectListener> direct_ports_;
+  std::map<std::pair<uint32_t, uint32_t>, int64_t> probes_;  // (qpn, dest qpn) -> 0: passed
+  std::set<std::pair<uint32_t, uint32_t>> probing_;
+  std::map<uint32_t, int64_t> direct_failed_;  // qpn -> until when a dial is not tried again
   std::unique_ptr<metrics::MetricsServer> metrics_;  // only with cfg_.metrics_listen
   metrics::CounterLedger metrics_ledger_;
   std::map<uint32_t, NetnsId> idle_addresses_;  // address -> its container's namespace

@@ -222,6 +222,16 @@ void add_options(CLI::App& app, DaemonOptions& opts) {
                  "core, a polling router takes time from them")
       ->default_val(cfg.router_poll_us)
       ->check(CLI::Range(0u, 1'000'000u));
+  app.add_flag("--no-direct-path", opts.no_direct_path,
+               "Keep every connection between this host's containers and other hosts' on the "
+               "routers (TLS between hosts, vrdmad's QoS), none on the direct path (by default "
+               "containers of one tenant exchange their traffic straight over the pod network)");
+  app.add_option("--direct-port", cfg.direct_port,
+                 "TCP port of every container's address where its direct connections arrive, "
+                 "inside its network namespace (the port a NetworkPolicy or firewall rule names "
+                 "to govern RDMA between containers; give the same port on every host)")
+      ->default_val(cfg.direct_port)
+      ->check(CLI::Range(1, 65535));
   app.add_option("--qos", opts.qos,
                  "Quality of service between hosts: the share and limits of a container "
                  "(container=IPV4:...) or a tenant (tenant=NAME:...) on the router's links, as "
@@ -292,6 +302,7 @@ std::string check_metrics_listen(const DaemonConfig& cfg) {
 std::string check_options(DaemonOptions* opts) {
   DaemonConfig& cfg = opts->cfg;
   cfg.peer_pidfd = !opts->no_peer_pidfd;
+  cfg.direct_path = !opts->no_direct_path;
   if (!cfg.socket_group.empty()) {
     gid_t gid;
     std::string why;

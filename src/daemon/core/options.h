@@ -25,6 +25,7 @@ struct DaemonOptions {
   std::string router_cpus;             // CPU list (common/cpu_list.h); "": any
   std::string log_level = "info";
   bool no_peer_pidfd = false;
+  bool no_direct_path = false;
   bool operator==(const DaemonOptions&) const = default;
 };
 

@@ -73,14 +73,19 @@ json build(const StatusInput& in, size_t list_cap, size_t client_cap, bool trunc
     json qps = json::array();
     for (size_t j = 0; j < c.qps.size() && j < list_cap; ++j) {
       const StatusQp& q = c.qps[j];
-      qps.push_back({{"qpn", q.qpn},
-                     {"type", qp_type_name(q.type)},
-                     {"state", q.have_state ? qp_state_name(q.state) : "UNKNOWN"},
-                     {"tx_ops", q.tx_ops},
-                     {"tx_bytes", q.tx_bytes},
-                     {"rx_ops", q.rx_ops},
-                     {"rx_bytes", q.rx_bytes},
-                     {"errors", q.errors}});
+      json qp = {{"qpn", q.qpn},
+                 {"type", qp_type_name(q.type)},
+                 {"state", q.have_state ? qp_state_name(q.state) : "UNKNOWN"},
+                 {"tx_ops", q.tx_ops},
+                 {"tx_bytes", q.tx_bytes},
+                 {"rx_ops", q.rx_ops},
+                 {"rx_bytes", q.rx_bytes},
+                 {"errors", q.errors}};
+      if (!q.path.empty()) {
+        qp["path"] = q.path;
+        qp["path_why"] = q.path_why;
+      }
+      qps.push_back(std::move(qp));
     }
     json mrs = json::array();
     for (size_t j = 0; j < c.mrs.size() && j < list_cap; ++j) {
@@ -160,6 +165,11 @@ json build(const StatusInput& in, size_t list_cap, size_t client_cap, bool trunc
                     {"realtime", in.bulk_threads_realtime},
                     {"realtime_demotions", in.bulk_threads_demotions}}},
                   {"links", links}}},
+                {"direct",
+                 {{"enabled", in.direct_path},
+                  {"port", in.direct_port},
+                  {"containers", in.direct_ports},
+                  {"tickets", in.direct_tickets}}},
                 {"allow", in.allow}}},
               {"scope", in.scope},
               {"clients", std::move(clients)},

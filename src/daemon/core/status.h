@@ -17,6 +17,8 @@ struct StatusQp {
   bool have_state = false;  // false when the arena could not be read
   uint32_t state = 0;
   uint64_t tx_ops = 0, tx_bytes = 0, rx_ops = 0, rx_bytes = 0, errors = 0;
+  std::string path;      // how it reaches its destination ("" before it connects)
+  std::string path_why;  // and why that way
 };
 
 struct StatusMr {
@@ -66,6 +68,11 @@ struct StatusInput {
   uint32_t router_threads = 0;  // --router-threads
   std::string router_cpus;      // --router-cpus as a CPU list; "": any CPU
   uint32_t router_poll_us = 0;  // --router-poll-us
+  // The direct path: on or off (--no-direct-path), its port, the containers that have one,
+  // and the tickets kept for connections not made yet.
+  bool direct_path = false;
+  uint32_t direct_port = 0;
+  size_t direct_ports = 0, direct_tickets = 0;
   std::string latency_thread;   // RouterPool::latency_thread
   uint64_t latency_thread_demotions = 0;
   uint32_t bulk_threads = 0, bulk_threads_realtime = 0;  // RouterPool::bulk_threads

@@ -62,6 +62,10 @@ std::string Daemon::status_text(const Client& viewer) {
                         f.counters.delay_ns_sum, f.counters.delay_ns_max, f.counters.holds});
     }
   }
+  in.direct_path = cfg_.direct_path;
+  in.direct_port = cfg_.direct_port;
+  for (const auto& [ns, l] : direct_ports_) in.direct_ports += l.id != 0;
+  in.direct_tickets = tickets_.size();
   if (all)
     for (const auto& a : cfg_.allow) in.allow.push_back(a.from + "->" + a.to);
   in.scope = all                     ? "all"
@@ -90,6 +94,10 @@ std::string Daemon::status_text(const Client& viewer) {
       StatusQp q;
       q.qpn = qpn;
       q.type = rec->type;
+      if (rec->path != ConnectPath::kNone) {
+        q.path = path_name(rec->path);
+        q.path_why = rec->path_why;
+      }
       QpSnapshot snap;
       if (c.arena.read_qp(rec->arena_offset, &snap)) {
         q.have_state = true;

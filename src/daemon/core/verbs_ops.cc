@@ -51,6 +51,7 @@ void Daemon::handle(Client& c, const Decoded& d, const proto::HelloReq& r) {
   }
   c.hello = true;
   c.kind = r.kind;
+  if (verbs) direct_port_open(c);
   if (verbs) idle_addresses_.erase(c.ident.ipv4);
   if (verbs) cm_->add_address(c.ident.ipv4);
   // Again for every program: the platform may have moved the container to another tenant
@@ -118,6 +119,7 @@ void Daemon::handle(Client& c, const Decoded& d, const proto::FreeQpnReq& r) {
     metrics_retire(c, r.qpn);
   int err = registry_.free_qpn(c.id, r.qpn);
   if (err == 0) release(c, Resource::kQps);
+  if (err == 0) direct_qp_freed(r.qpn);
   if (err == 0) xrc_qp_freed(r.qpn);
   if (err == 0) {
     auto changed = mcast_.qp_gone(r.qpn);
@@ -142,6 +144,9 @@ void Daemon::connect_routed(Client& c, const Decoded& d, const proto::ConnectQpR
   const QpRecord* local = registry_.find_qp(r.local_qpn);
   if (local->type != static_cast<uint32_t>(proto::QpType::kUd))
     registry_.set_peer(r.local_qpn, dest_ipv4, r.dest_qpn);
+  if (mediated)
+    registry_.set_path(r.local_qpn, ConnectPath::kMediated,
+                       "another tenant that a rule lets it reach: vrdmad carries and checks it");
   LocalQp q;
   q.owner = c.id;
   q.arena_offset = local->arena_offset;
@@ -192,7 +197,13 @@ void Daemon::handle(Client& c, const Decoded& d, const proto::ConnectQpReq& r) {
       registry_.set_peer(r.local_qpn, gid_ip, r.dest_qpn);
       return void(reply_error(c, d, EAGAIN));
     }
-    if (!ours) return connect_routed(c, d, r, gid_ip);
+    if (!ours) {
+      if (const char* why = routed_why(c, *local, gid_ip)) {
+        registry_.set_path(r.local_qpn, ConnectPath::kRouted, why);
+        return connect_routed(c, d, r, gid_ip);
+      }
+      return connect_direct(c, d, r, gid_ip);
+    }
   }
   // QPNs are unique per host: without a GID the QPN alone names a local QP. (A cross-host
   // router may later also resolve QPNs it knows from elsewhere; unknown ones are ENOENT.)
@@ -217,7 +228,11 @@ void Daemon::handle(Client& c, const Decoded& d, const proto::ConnectQpReq& r) {
     return void(reply_error(c, d, ENOENT));
   }
   if (!connectable_types(local->type, dest->type)) return void(reply_error(c, d, EINVAL));
+  // Over the pod network first, as across hosts: a rule between the two containers decides.
+  if (!probe_local(c, d, r, *local, *owner)) return;
   registry_.link(r.local_qpn, r.dest_qpn);
+  registry_.set_path(r.local_qpn, ConnectPath::kSharedMemory,
+                     "same tenant on this host: through shared memory");
   if (local->type != static_cast<uint32_t>(proto::QpType::kUd)) {
     registry_.set_peer(r.local_qpn, owner->ident.ipv4, r.dest_qpn);
     // Consent: the destination's RTR must name this QP. Until it does, the destination is not

@@ -128,6 +128,31 @@ int IdentityResolver::resolve_foreign(pid_t pid, int ns_fd, const NetnsId& ns, E
   return 0;
 }
 
+UniqueFd IdentityResolver::socket_in(const NetnsId& ns, int domain, int type, int* err) {
+  *err = 0;
+  if (ns == own_) {
+    UniqueFd s(::socket(domain, type, 0));
+    if (!s) *err = errno;
+    return s;
+  }
+  auto it = cache_.find(ns);
+  if (it == cache_.end()) {
+    *err = ENOENT;
+    return UniqueFd();
+  }
+  if (::setns(it->second.fd.get(), CLONE_NEWNET) < 0) {
+    *err = errno;
+    return UniqueFd();
+  }
+  UniqueFd s(::socket(domain, type, 0));
+  if (!s) *err = errno;
+  if (::setns(own_fd_.get(), CLONE_NEWNET) < 0) {
+    LOG_ERROR("cannot return to the daemon's own network namespace: %s; aborting", strerror(errno));
+    std::abort();
+  }
+  return s;
+}
+
 int IdentityResolver::identify(int sock, Identity* out, std::string* why) {
   PeerProcess peer;
   if (int err = peer.open(sock, opt_.peer_pidfd, why)) return err;

@@ -69,6 +69,29 @@ void Registry::set_peer(uint32_t qpn, uint32_t peer_ipv4, uint32_t peer_qpn) {
   it->second.peer_qpn = peer_qpn;
 }
 
+void Registry::set_path(uint32_t qpn, ConnectPath path, const char* why) {
+  auto it = qps_.find(qpn);
+  if (it == qps_.end()) return;
+  it->second.path = path;
+  it->second.path_why = why;
+}
+
+const char* path_name(ConnectPath p) {
+  switch (p) {
+    case ConnectPath::kNone:
+      return "none";
+    case ConnectPath::kSharedMemory:
+      return "shared-memory";
+    case ConnectPath::kDirect:
+      return "direct";
+    case ConnectPath::kRouted:
+      return "routed";
+    case ConnectPath::kMediated:
+      return "mediated";
+  }
+  return "none";
+}
+
 void Registry::set_objects(uint32_t qpn, uint32_t object_fd_id, uint32_t srq_fd_id,
                            uint32_t notify_fd_id, uint32_t pd) {
   auto it = qps_.find(qpn);

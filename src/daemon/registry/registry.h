@@ -13,6 +13,16 @@
 
 namespace vrdma::daemon {
 
+// How a connected QP reaches its destination (status, metrics), and why.
+enum class ConnectPath : uint8_t {
+  kNone = 0,
+  kSharedMemory,  // a container of this host, of the same tenant
+  kDirect,        // a container of another host, straight over the pod network
+  kRouted,        // through the routers of both hosts
+  kMediated,      // another tenant's container that a rule lets it reach: through the router
+};
+const char* path_name(ConnectPath p);
+
 struct QpRecord {
   uint32_t owner = 0;
   uint32_t type = 0;  // proto::QpType
@@ -31,6 +41,8 @@ struct QpRecord {
   bool has_peer = false;
   uint32_t peer_ipv4 = 0;
   uint32_t peer_qpn = 0;
+  ConnectPath path = ConnectPath::kNone;
+  const char* path_why = "";  // a literal
 };
 
 struct KeyRecord {
@@ -92,6 +104,8 @@ class Registry {
   void set_xrcd(uint32_t qpn, uint32_t xrcd);
   // Records what QP `qpn`'s RTR names as its destination (replacing what an earlier RTR named).
   void set_peer(uint32_t qpn, uint32_t peer_ipv4, uint32_t peer_qpn);
+  // How the QP reaches its destination, and why (`why`: a literal).
+  void set_path(uint32_t qpn, ConnectPath path, const char* why);
   // A reset: the QP names nobody until its next RTR.
   void clear_peer(uint32_t qpn);
   // Whether QP `qpn` exists and its RTR named (peer_ipv4, peer_qpn): the destination's consent.

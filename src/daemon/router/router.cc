@@ -205,6 +205,7 @@ bool Router::poll(int64_t now) {
   }
   close_doomed();
   // Connection attempts that got no answer.
+  expire_directs(now);
   for (auto it = connects_.begin(); it != connects_.end();) {
     if (it->second.deadline > now) {
       ++it;
@@ -257,7 +258,7 @@ bool Router::serve_link(Link& link, int64_t now) {
 int64_t Router::next_deadline(int64_t now) const {
   // Outstanding work, held requests, links being set up and pending connects need the clock;
   // open links need it now and then (idle links, hosts that left the directory).
-  bool busy = responder_.held_count() || !connects_.empty();
+  bool busy = responder_.held_count() || !connects_.empty() || !directs_.empty();
   for (auto& [id, l] : links_)
     busy |= !l->open() || (!l->outbound() && !l->authenticated) || l->tx_pending();
   for (const Outbound* o = work_head_; o; o = o->work_next) busy |= o->done != o->sent;
@@ -446,9 +447,19 @@ bool Router::on_frame(Link& link, wire::Type type, const uint8_t* body, uint32_t
     case wire::Type::kCm:
       expected = in;
       break;
+    case wire::Type::kDirect:
+      expected = in && !link.self;
+      break;
     case wire::Type::kConnectRep:
     case wire::Type::kResponse:
       expected = !in;
+      break;
+    case wire::Type::kDirectRep:
+      expected = !in && !link.self;
+      break;
+    case wire::Type::kDirectHello:  // the direct path's own connections, never a router's
+    case wire::Type::kClose:
+      expected = false;
       break;
     default:
       break;
@@ -460,7 +471,15 @@ bool Router::on_frame(Link& link, wire::Type type, const uint8_t* body, uint32_t
   if (type != wire::Type::kPing && type != wire::Type::kPong) link.last_used_ns = now_;
   switch (type) {
     case wire::Type::kHello:
+    case wire::Type::kDirectHello:
+    case wire::Type::kClose:
       return false;
+    case wire::Type::kDirect:
+      on_direct(link, wire::read<wire::Direct>(body));
+      return true;
+    case wire::Type::kDirectRep:
+      on_direct_rep(link, wire::read<wire::DirectRep>(body));
+      return true;
     case wire::Type::kPing:
       link.send(wire::Type::kPong, body, sizeof(wire::Ping));
       return true;

@@ -123,6 +123,11 @@ class Router : public LinkHandler {
     // No frame in flight points into a client's memory now (optional): mappings the daemon
     // gave up may go (router_thread.h).
     std::function<void()> reclaimed;
+    // The direct path (router_direct.cc): another host asks this one to keep `d.ticket` for a
+    // direct connection from its QP to local QP `dst` (checked by the router as a Connect is).
+    // 0 with *port where the connection goes, wire::kNoDirect (no direct path to that QP: the
+    // other host connects routed), or another errno (refused). Unset: no direct path here.
+    std::function<int(const wire::Direct& d, const LocalQp& dst, uint16_t* port)> direct_ticket;
     // Several router threads (router_pool.h): an inbound link whose Hello named a lane of
     // another thread (RouterConfig::thread_of) goes to that thread's Router (take_link).
     // Unset: every lane is this Router's.
@@ -175,6 +180,13 @@ class Router : public LinkHandler {
   // it checks another host's.
   void connect_local(uint32_t qpn, const LocalQp& qp, uint32_t dst_ipv4, uint32_t dst_qpn,
                      ConnectDone done, int lane = -1);
+  // The direct path (router_direct.cc): asks the host that owns `dst_ipv4` to keep `ticket`
+  // (16 bytes) for a direct connection from local QP `qpn` to `dst_qpn` there. `done` gets 0
+  // with the destination's QP type and the port to connect to, wire::kNoDirect (connect routed
+  // instead), or an errno (EHOSTUNREACH, ECONNREFUSED, ETIMEDOUT, EAGAIN).
+  using DirectDone = std::function<void(int status, uint32_t qp_type, uint16_t port)>;
+  void connect_direct(uint32_t qpn, const LocalQp& qp, uint32_t dst_ipv4, uint32_t dst_qpn,
+                      const uint8_t* ticket, DirectDone done);
   // The lane a new connection of local QP `qpn` takes (router_lanes.cc): its class's, and for
   // bulk one of the bulk links in turn; `local`: the mediated path (main or latency lane). A UD
   // QP this Router routes already keeps its own.
@@ -316,6 +328,11 @@ class Router : public LinkHandler {
   static constexpr uint64_t kTagLinks = 2;
   static uint64_t link_tag(uint32_t id) { return kTagBase | (kTagLinks + uint64_t(id)); }
   void on_connect_rep(Link& link, const wire::ConnectRep& r);
+  // The direct path's set-up (router_direct.cc).
+  void on_direct(Link& link, const wire::Direct& d);
+  void on_direct_rep(Link& link, const wire::DirectRep& r);
+  // Pending kDirects that waited too long (link_id 0), or whose link closed, fail.
+  void expire_directs(int64_t now, uint32_t link_id = 0);
   void on_peer_gone(Link& link, const wire::PeerGone& g);
   std::shared_ptr<shm::Peer> peer(uint32_t client);
   bool owns_address(const Link& link, uint32_t ipv4) const;
@@ -414,6 +431,12 @@ class Router : public LinkHandler {
   transport::Responder responder_;  // its connections: link id << 32 | src qpn ->
   std::unordered_map<uint32_t, std::unique_ptr<McastRx>> mcast_rx_;  // link id ->
   std::map<uint64_t, PendingConnect> connects_;
+  struct PendingDirect {
+    uint32_t link_id;
+    int64_t deadline;
+    DirectDone done;
+  };
+  std::map<uint64_t, PendingDirect> directs_;
   std::map<uint32_t, uint64_t> host_held_;  // host id -> payload bytes held for it
   // QoS: the scheduler, its containers (by address and tenant: an address given again to a
   // container of another tenant is another container) and tenants (by name), and per flow the

@@ -347,6 +347,8 @@ bool Router::link_in_use(const Link& link) const {
     if (in->link_id == link.id()) return true;
   for (auto& [id, pc] : connects_)
     if (pc.link_id == link.id()) return true;
+  for (auto& [id, pd] : directs_)
+    if (pd.link_id == link.id()) return true;
   for (auto& [qpn, o] : outbound_)
     for (auto& [ip, lid] : o->ud_links)
       if (lid == link.id()) return true;
@@ -471,6 +473,7 @@ void Router::close_link(Link& link, const char* why) {
     it = connects_.erase(it);
     done(EHOSTUNREACH, 0);
   }
+  expire_directs(0, id);
   requester_.forget_link(id);
   mcast_rx_.erase(id);
   if (auto h = host_links_.find(lane_key(host, lane)); h != host_links_.end() && h->second == id)

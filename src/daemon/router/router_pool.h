@@ -24,6 +24,7 @@
 // With N = 1 this is one RouterThread; the default is 2 (the latency class apart).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -65,6 +66,10 @@ class RouterPool {
   void connect_qp(bool local, uint32_t qpn, const LocalQp& qp, uint32_t dst_ipv4, uint32_t dst_qpn,
                   ConnectDone done);
   void attach_multicast(uint32_t qpn, const LocalQp& qp, std::function<void(int fd)> done);
+  // The direct path's set-up (Router::connect_direct), on the main lane's thread; `done` runs
+  // on the control thread.
+  void connect_direct(uint32_t qpn, const LocalQp& qp, uint32_t dst_ipv4, uint32_t dst_qpn,
+                      const std::array<uint8_t, 16>& ticket, Router::DirectDone done);
   // `done` runs once every thread has let the QP go.
   void qp_freed(uint32_t qpn, std::function<void()> done = nullptr);
   void client_gone(uint32_t client);

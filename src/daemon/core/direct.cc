@@ -1,0 +1,285 @@
+// The direct path's control side in vrdmad: each container's direct port, the tickets, the
+// connections this daemon opens from its containers and hands over, and the probe that makes a
+// connection between two containers of this host cross the pod network first.
+//
+// A connection between containers (on two hosts, or on one) is set up over the pod network,
+// between their addresses, to the destination's direct port (--direct-port, 4791 by default):
+// a firewall rule or NetworkPolicy that drops that traffic makes the connection fail as a fabric
+// that drops packets would (the QP's requests end with RETRY_EXC_ERR), and its absence lets the
+// next connection through. Across hosts the data then flows on that connection between the two
+// processes; on one host it still moves through shared memory, once the probe got through.
+//
+// Who may connect: the source's host issues a ticket (16 random bytes) for exactly one source
+// QP at its container's address, one destination QP at its address and one connection; the
+// destination's host keeps it (router to router, over their authenticated links). The
+// destination's vrdmad reads the connection's first frame (DirectHello) and hands the
+// connection to the destination QP's process only when it presents a kept ticket, from the
+// ticket's source address, for the ticket's QPs; the ticket is taken whatever follows. A pod
+// that connects to another container's direct port with no ticket, a replayed or guessed one,
+// or a forged source address, gets its connection closed and nothing else.
+#include <arpa/inet.h>
+#include <errno.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "common/address.h"
+#include "common/clock.h"
+#include "common/log.h"
+#include "daemon/core/daemon.h"
+
+namespace vrdma::daemon {
+
+namespace {
+
+constexpr int64_t kTicketNs = 30'000'000'000;  // a ticket nobody presented is forgotten
+constexpr int64_t kDialNs = 500'000'000;       // a connection whose far end does not answer
+// After a dial failed, ConnectQp of that QP answers "not ready" at once for this long (the QP
+// retries on its own timer; each retry does not wait for another dial).
+constexpr int64_t kFailedNs = 500'000'000;
+
+bool connected_type(uint32_t t) {
+  return t == static_cast<uint32_t>(proto::QpType::kRc) ||
+         t == static_cast<uint32_t>(proto::QpType::kUc);
+}
+
+void answer(int fd, uint8_t status) {
+  [[maybe_unused]] ssize_t n = ::send(fd, &status, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+}
+
+}  // namespace
+
+// ---- each container's direct port ----------------------------------------------------------
+
+void Daemon::direct_port_open(Client& c) {
+  if (!direct_ || c.direct_port || !c.identified || c.ident.host || c.ident.anonymous ||
+      !c.ident.ipv4 || c.ident.ipv4 == htonl(INADDR_LOOPBACK))
+    return;
+  c.direct_port = true;
+  DirectListener& l = direct_ports_[c.ident.netns];
+  if (l.clients++ > 0) return;
+  int err = 0;
+  UniqueFd s = identity_.socket_in(c.ident.netns, AF_INET,
+                                   SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, &err);
+  if (s) l.id = direct_->listen(std::move(s), c.ident.ipv4, cfg_.direct_port, &err);
+  if (!l.id)
+    LOG_WARN("container %s (%s): no direct port %u: %s; its connections go through the routers "
+             "and are not checked against the pod network's rules",
+             c.ident.container.c_str(), ipv4_text(c.ident.ipv4).c_str(), cfg_.direct_port,
+             strerror(err));
+}
+
+void Daemon::direct_port_release(Client& c) {
+  if (!c.direct_port) return;
+  c.direct_port = false;
+  auto it = direct_ports_.find(c.ident.netns);
+  if (it == direct_ports_.end() || --it->second.clients > 0) return;
+  if (it->second.id) direct_->unlisten(it->second.id);
+  direct_ports_.erase(it);
+}
+
+bool Daemon::has_direct_port(const NetnsId& ns) const {
+  auto it = direct_ports_.find(ns);
+  return it != direct_ports_.end() && it->second.id != 0;
+}
+
+// ---- connections to other hosts ------------------------------------------------------------
+
+const char* Daemon::routed_why(const Client& c, const QpRecord& local, uint32_t dst_ipv4) {
+  if (!cfg_.direct_path) return "the direct path is off on this host (--no-direct-path)";
+  if (!router_) return "no router";
+  if (!connected_type(local.type)) return "UD and XRC QPs go through the routers";
+  if (!has_direct_port(c.ident.netns)) return "the container has no direct port";
+  if (tenant_of_address(dst_ipv4) != c.tenant) return "another tenant: mediated by the routers";
+  if (cfg_.qos.container(c.ident.ipv4) != qos::Rule{} || cfg_.qos.tenant(c.tenant) != qos::Rule{})
+    return "a QoS rule of vrdmad applies: the routers enforce it";
+  return nullptr;
+}
+
+void Daemon::connect_direct(Client& c, const Decoded& d, const proto::ConnectQpReq& r,
+                            uint32_t dst_ipv4) {
+  const QpRecord* local = registry_.find_qp(r.local_qpn);
+  if (auto f = direct_failed_.find(r.local_qpn); f != direct_failed_.end()) {
+    if (now_ns() < f->second) return void(reply_error(c, d, EAGAIN));
+    direct_failed_.erase(f);
+  }
+  registry_.set_peer(r.local_qpn, dst_ipv4, r.dest_qpn);
+  LocalQp q;
+  q.owner = c.id;
+  q.arena_offset = local->arena_offset;
+  q.type = local->type;
+  q.ipv4 = c.ident.ipv4;
+  q.tenant = c.tenant;
+  const TicketId ticket = new_ticket();
+  router_->connect_direct(
+      r.local_qpn, q, dst_ipv4, r.dest_qpn, ticket,
+      [this, id = c.id, d, r, dst_ipv4, ticket](int status, uint32_t type, uint16_t port) {
+        Client* cl = find_live(id);
+        if (!cl || !registry_.find_qp(r.local_qpn)) return;
+        if (status == wire::kNoDirect) {
+          registry_.set_path(r.local_qpn, ConnectPath::kRouted,
+                             "the destination's host takes no direct connection for it");
+          return connect_routed(*cl, d, r, dst_ipv4);
+        }
+        if (status) {
+          LOG_DEBUG("client %u: direct connect of QP 0x%x failed: %s", id, r.local_qpn,
+                    strerror(status));
+          return void(send(*cl, d.op, d.seq, status, nullptr, 0));
+        }
+        dial_direct(*cl, d, r, dst_ipv4, port, ticket, type);
+      });
+}
+
+void Daemon::dial_direct(Client& c, const Decoded& d, const proto::ConnectQpReq& r,
+                         uint32_t dst_ipv4, uint16_t port, const TicketId& ticket,
+                         uint32_t dst_type) {
+  const QpRecord* local = registry_.find_qp(r.local_qpn);
+  int err = 0;
+  UniqueFd s = identity_.socket_in(c.ident.netns, AF_INET,
+                                   SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, &err);
+  if (!s) {
+    LOG_WARN("client %u: no socket in its container for a direct connection: %s", c.id,
+             strerror(err));
+    return void(reply_error(c, d, EAGAIN));
+  }
+  wire::DirectHello h{wire::kDirectMagic, wire::kVersion, {},          c.ident.ipv4, dst_ipv4,
+                      r.local_qpn,        r.dest_qpn,     local->type, 0};
+  memcpy(h.ticket, ticket.data(), sizeof(h.ticket));
+  direct_->dial(std::move(s), dst_ipv4, port, h, now_ns() + kDialNs,
+                [this, id = c.id, d, qpn = r.local_qpn, dst_ipv4, port, dst_type](
+                    int status, UniqueFd fd) {
+                  Client* cl = find_live(id);
+                  if (!cl || !registry_.find_qp(qpn)) return;
+                  if (status) {
+                    // As a fabric that drops packets: the QP finds its destination not ready
+                    // and fails with RETRY_EXC_ERR once its timeout and retries are spent.
+                    LOG_INFO("client %u: QP 0x%x: no direct connection to %s:%u: %s", id, qpn,
+                             ipv4_text(dst_ipv4).c_str(), port, strerror(status));
+                    direct_failed_[qpn] = now_ns() + kFailedNs;
+                    return void(send(*cl, d.op, d.seq, EAGAIN, nullptr, 0));
+                  }
+                  registry_.set_path(qpn, ConnectPath::kDirect,
+                                     "same tenant on another host: straight over the pod network");
+                  proto::ConnectQpRep rep{};
+                  rep.peer_qp_type = dst_type;
+                  rep.routed = 1;
+                  rep.direct = 1;
+                  const int f = fd.get();
+                  send(*cl, d.op, d.seq, 0, &rep, sizeof(rep), std::span<const int>(&f, 1));
+                });
+}
+
+int Daemon::keep_remote_ticket(const wire::Direct& d, const LocalQp& dst, uint16_t* port) {
+  if (!cfg_.direct_path) return wire::kNoDirect;
+  Client* owner = find_live(dst.owner);
+  if (!owner || !has_direct_port(owner->ident.netns)) return wire::kNoDirect;
+  Ticket t;
+  t.src_ipv4 = d.src_ipv4;
+  t.src_qpn = d.src_qpn;
+  t.dst_ipv4 = d.dst_ipv4;
+  t.dst_qpn = d.dst_qpn;
+  t.qp_type = d.qp_type;
+  t.dst_owner = dst.owner;
+  const int64_t now = now_ns();
+  t.expires_ns = now + kTicketNs;
+  TicketId id;
+  memcpy(id.data(), d.ticket, id.size());
+  if (int err = tickets_.keep(id, t, now)) return err;
+  *port = cfg_.direct_port;
+  return 0;
+}
+
+// ---- connections that arrive at a direct port ----------------------------------------------
+
+void Daemon::direct_arrival(DirectPort::Arrival& a) {
+  const char* why = nullptr;
+  auto t = tickets_.take(a.hello, a.peer_ipv4, a.listener_ipv4, now_ns(), &why);
+  if (!t) {
+    LOG_INFO("direct port of %s: a connection from %s refused: %s",
+             ipv4_text(a.listener_ipv4).c_str(), ipv4_text(a.peer_ipv4).c_str(), why);
+    return;  // closed
+  }
+  if (t->probe) return answer(a.fd.get(), 0);
+  const QpRecord* q = registry_.find_qp(t->dst_qpn);
+  Client* owner = q ? find_live(q->owner) : nullptr;
+  if (!owner || owner->id != t->dst_owner || owner->ident.ipv4 != t->dst_ipv4) {
+    LOG_INFO("direct port of %s: QP 0x%x is gone: the connection from %s is closed",
+             ipv4_text(a.listener_ipv4).c_str(), t->dst_qpn, ipv4_text(a.peer_ipv4).c_str());
+    return;
+  }
+  proto::DirectAcceptedEvent ev{t->dst_qpn, t->src_ipv4, t->src_qpn, q->type};
+  const int fd = a.fd.get();
+  if (!send(*owner, proto::Op::kDirectAccepted, 0, 0, &ev, sizeof(ev),
+            std::span<const int>(&fd, 1)))
+    return;
+  LOG_DEBUG("direct port of %s: QP 0x%x of %s connected to QP 0x%x",
+            ipv4_text(a.listener_ipv4).c_str(), t->src_qpn, ipv4_text(t->src_ipv4).c_str(),
+            t->dst_qpn);
+  answer(fd, 0);
+}
+
+void Daemon::direct_qp_freed(uint32_t qpn) {
+  direct_failed_.erase(qpn);
+  for (auto it = probes_.begin(); it != probes_.end();)
+    it = it->first.first == qpn || it->first.second == qpn ? probes_.erase(it) : std::next(it);
+}
+
+// ---- connections on this host: the pod network's say ----------------------------------------
+
+bool Daemon::probe_local(Client& c, const Decoded& d, const proto::ConnectQpReq& r,
+                         const QpRecord& local, const Client& owner) {
+  if (!direct_ || !connected_type(local.type) || !has_direct_port(c.ident.netns) ||
+      !has_direct_port(owner.ident.netns) || c.ident.ipv4 == owner.ident.ipv4)
+    return true;
+  const auto key = std::make_pair(r.local_qpn, r.dest_qpn);
+  const int64_t now = now_ns();
+  if (auto it = probes_.find(key); it != probes_.end()) {
+    if (it->second == 0) return true;  // got through
+    if (now < it->second) {
+      reply_error(c, d, EAGAIN);  // did not, lately
+      return false;
+    }
+    probes_.erase(it);
+  }
+  if (probing_.count(key)) {
+    reply_error(c, d, EAGAIN);
+    return false;
+  }
+  int err = 0;
+  UniqueFd s = identity_.socket_in(c.ident.netns, AF_INET,
+                                   SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, &err);
+  const TicketId id = new_ticket();
+  Ticket t;
+  t.src_ipv4 = c.ident.ipv4;
+  t.src_qpn = r.local_qpn;
+  t.dst_ipv4 = owner.ident.ipv4;
+  t.dst_qpn = r.dest_qpn;
+  t.qp_type = local.type;
+  t.dst_owner = owner.id;
+  t.probe = true;
+  t.expires_ns = now + kTicketNs;
+  if (!s || tickets_.keep(id, t, now) != 0) {
+    reply_error(c, d, EAGAIN);
+    return false;
+  }
+  wire::DirectHello h{wire::kDirectMagic, wire::kVersion, {},         t.src_ipv4, t.dst_ipv4,
+                      t.src_qpn,          t.dst_qpn,      t.qp_type, 0};
+  memcpy(h.ticket, id.data(), sizeof(h.ticket));
+  probing_.insert(key);
+  direct_->dial(std::move(s), t.dst_ipv4, cfg_.direct_port, h, now + kDialNs,
+                [this, id = c.id, d, r, key, dst = t.dst_ipv4](int status, UniqueFd) {
+                  probing_.erase(key);
+                  probes_[key] = status ? now_ns() + kFailedNs : 0;
+                  if (status)
+                    LOG_INFO("client %u: QP 0x%x cannot reach %s over the pod network (port "
+                             "%u): %s",
+                             id, r.local_qpn, ipv4_text(dst).c_str(), cfg_.direct_port,
+                             strerror(status));
+                  Client* cl = find_live(id);
+                  if (!cl) return;
+                  if (status) return void(reply_error(*cl, d, EAGAIN));
+                  handle(*cl, d, r);  // again, with the probe answered
+                });
+  return false;
+}
+
+}  // namespace vrdma::daemon
