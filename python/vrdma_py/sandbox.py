@@ -97,6 +97,12 @@ class Proc:
         return self.popen.pid
 
 
+# A sandbox whose connections between hosts all go through the routers (vrdmad
+# --no-direct-path, as an operator who wants TLS between hosts or vrdmad's QoS sets): for the
+# tests of the routed path itself.
+ROUTED = ("--daemon-arg=--no-direct-path",)
+
+
 class Sandbox:
     def __init__(self, hosts=1, containers=2, extra_args=(), directory=None):
         self.hosts = hosts
@@ -180,6 +186,19 @@ class Sandbox:
 
     def status(self, host="h0"):
         return json.loads(vrdma("status", "--host", host, "--json").stdout)
+
+    def qps(self, host="h0"):
+        """Every QP of the host's clients, as `vrdma status` lists them (with their client's
+        container): path, state, counters."""
+        out = []
+        for c in self.status(host).get("clients", []):
+            for q in c.get("qps", []):
+                out.append(dict(q, container=c.get("container")))
+        return out
+
+    def sent_bytes(self, host="h0"):
+        """Bytes the host's QPs sent (their counters), whatever path they take."""
+        return sum(q.get("tx_bytes", 0) for q in self.qps(host))
 
     def state(self):
         """The sandbox's state file (`vrdma sandbox list --json`)."""

@@ -289,7 +289,14 @@ void Requester::on_response(Link& link, const wire::Response& r, uint32_t payloa
   SendQp* qp = env_.find(r.src_qpn);
   if (!qp) return;
   SendQp& q = *qp;
-  if (q.failed || q.done == q.sent || r.seq != q.done - q.base || q.link_id != link.id()) return;
+  if (q.failed || q.done == q.sent || q.link_id != link.id()) return;
+  if (r.seq != q.done - q.base) {
+    // A stream's responses come in order: an answer to a later request than the oldest one
+    // says the oldest was lost on the way, which its QP learns as a fabric's requester would.
+    // (Late answers to requests from before a reset are behind it, and ignored.)
+    if (r.seq > q.done - q.base && r.seq < q.sent - q.base) abort(q, IBV_WC_RETRY_EXC_ERR, true);
+    return;
+  }
   Wqe w;
   if (!read_wqe(q, q.done, w)) return;
   auto st = static_cast<ibv_wc_status>(r.status);

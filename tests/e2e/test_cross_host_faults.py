@@ -1,5 +1,7 @@
-"""Faults between hosts: the underlay link cut under traffic, a host's vrdmad killed, the etcd
-directory stopped. Unmodified programs; each case builds its own two-host sandbox."""
+"""Faults between hosts: the underlay link cut under traffic (on the direct path, as every
+connection between two containers of a tenant goes), a host's vrdmad killed (on the routed
+path, which it carries), the etcd directory stopped. Unmodified programs; each case builds its
+own two-host sandbox."""
 
 import os
 import re
@@ -11,7 +13,7 @@ import unittest
 
 import conftest_path  # noqa: F401
 from vrdma_py.perftest_output import bw_rows
-from vrdma_py.sandbox import NETNS_PREFIX, Sandbox, container_ip
+from vrdma_py.sandbox import NETNS_PREFIX, ROUTED, Sandbox, container_ip
 
 SERVER, CLIENT = "h1c0", "h0c0"
 # perftest's RC attributes: timeout 14 (4.096 us << 14 = 67 ms), retry_cnt 7: a lost peer must
@@ -47,15 +49,15 @@ def wait_exit(proc, timeout):
     return None
 
 
-def wait_traffic(sb, host="h0", timeout=20):
-    """Waits until the router of `host` has sent data on a link (traffic is flowing)."""
+def wait_traffic(sb, host="h0", timeout=20, path="direct"):
+    """Waits until the QPs of `host` have sent data (traffic is flowing), on `path`."""
     end = time.monotonic() + timeout
     while time.monotonic() < end:
-        links = sb.status(host)["daemon"]["router"]["links"]
-        if any(l["bytes_out"] > 8 << 20 for l in links):
+        qps = [q for q in sb.qps(host) if q.get("path") == path]
+        if sum(q.get("tx_bytes", 0) for q in qps) > 8 << 20:
             return
         time.sleep(0.05)
-    raise AssertionError(f"no routed traffic from {host}")
+    raise AssertionError(f"no traffic from {host} on the {path} path: {sb.qps(host)}")
 
 
 def run_bw_pair(test, sb, timeout=60):
@@ -107,9 +109,11 @@ class LinkCut(unittest.TestCase):
 
 
 class HostLoss(unittest.TestCase):
+    """vrdmad carries the routed path: its death is a switch's, its peers' QPs fail."""
+
     @classmethod
     def setUpClass(cls):
-        cls.sb = Sandbox(hosts=2, containers=1)
+        cls.sb = Sandbox(hosts=2, containers=1, extra_args=ROUTED)
         cls.sb.up()
 
     @classmethod
@@ -121,7 +125,7 @@ class HostLoss(unittest.TestCase):
         before = sb.etcd_get("/vrdma/hosts/")
         self.assertIn("/vrdma/hosts/1/info", before)
         server, client = start_bw(sb, 30)
-        wait_traffic(sb)
+        wait_traffic(sb, path="routed")
         pid = next(h["pid"] for h in sb.state()["hosts"] if h["name"] == "h1")
         os.kill(pid, signal.SIGKILL)
         elapsed = wait_exit(client, RETRY_BOUND_S + SLACK_S)

@@ -398,12 +398,13 @@ FakeSrq& FakeHost::srq(FakeClient& c, uint32_t cap, uint32_t max_sge) {
   return *srqs_.back();
 }
 
-FakeQp& FakeHost::qp(FakeClient& c, uint32_t type, FakeQp::Options opt) {
+std::unique_ptr<FakeQp> make_fake_qp(FakeClient& c, uint32_t qpn, uint32_t type,
+                                     FakeQp::Options opt) {
   auto q = std::make_unique<FakeQp>();
   q->client = &c;
   q->type = type;
   q->opt = opt;
-  q->qpn = host_id_ << 16 | next_qpn_++;
+  q->qpn = qpn;
   // The arena side: the QP's shared state, its send queue for the router, its send CQ.
   q->shared_off = c.arena.alloc(sizeof(shm::QpShared));
   q->shared = c.arena.at<shm::QpShared>(q->shared_off);
@@ -473,6 +474,11 @@ FakeQp& FakeHost::qp(FakeClient& c, uint32_t type, FakeQp::Options opt) {
   o->attrs.pd = opt.pd;
   q->obj_fd_id = c.add_fd(fd);
   q->set_state(IBV_QPS_INIT);
+  return q;
+}
+
+FakeQp& FakeHost::qp(FakeClient& c, uint32_t type, FakeQp::Options opt) {
+  auto q = make_fake_qp(c, host_id_ << 16 | next_qpn_++, type, opt);
   by_qpn_[q->qpn] = q.get();
   qps_.push_back(std::move(q));
   return *qps_.back();

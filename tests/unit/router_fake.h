@@ -134,6 +134,12 @@ struct FakeQp {
   uint64_t outstanding() const { return sq->tail.load() - sq->done.load(); }
 };
 
+// A QP of client `c`, built as the library builds one: its shared state, send queue and send
+// CQ in the client's arena, its QP object (attributes, receive queue unless opt.srq, the ring
+// of receive completions) in a sealed memfd of its own. In INIT.
+std::unique_ptr<FakeQp> make_fake_qp(FakeClient& c, uint32_t qpn, uint32_t type,
+                                     FakeQp::Options opt = {});
+
 class FakeClient : public shm::FdSource {
  public:
   FakeClient(uint32_t id, uint32_t ipv4, std::string tenant);
