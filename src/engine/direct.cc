@@ -22,6 +22,9 @@ constexpr size_t kReceiveBudget = 64 * 1024;
 constexpr uint32_t kRoomToReceive = 1024 - 320;
 static_assert(kReceiveBudget / (sizeof(wire::Header) + sizeof(wire::Response)) <= 1640);
 constexpr uint32_t kPumpBatch = 256;  // requests taken from the send queue per drive
+// Payload bytes one drive reads straight into memory: then the next connection has its turn
+// (the QPs of a program progress together).
+constexpr size_t kDirectReadBudget = 16 * 1024;
 constexpr int64_t kTimerNs = 10'000'000;  // how often outstanding work is looked at
 
 }  // namespace
@@ -53,7 +56,7 @@ bool DirectConn::drive(int64_t now, bool wait) {
     const char* why = nullptr;
     const uint64_t before = link_.bytes_in;
     link_.rx_ready = true;  // nobody tells this thread: a read finds out
-    if (!link_.receive(*this, kReceiveBudget, &why)) {
+    if (!link_.receive(*this, kReceiveBudget, &why, kDirectReadBudget)) {
       finish(why ? why : "receive failed");
     } else if (link_.bytes_in != before) {
       link_.last_rx_ns = now;

@@ -365,7 +365,11 @@ int MemoryRegistry::grant(uint32_t key, uint32_t access, uint64_t addr, uint64_t
     out.implicit = true;
   }
   std::lock_guard lock(mu_);
-  const int slot = index_.find(key);
+  // An MR by its key; a window by its family's (its key changes with every bind).
+  int slot = index_.find(key);
+  if (slot < 0)
+    if (auto w = window_slot_.find(key & ~0xFFu); w != window_slot_.end())
+      slot = static_cast<int>(w->second);
   if (slot < 0 || local_[slot].key != key) return ENOENT;
   const LocalMr& m = local_[slot];
   const shm::MrEntry& e = table_[slot];

@@ -366,8 +366,14 @@ void Cq::detach_direct(const DirectConn* c) {
 
 void Cq::drive_direct() {
   if (!direct_lock_.try_lock()) return;  // another poller drives them
+  // Each poll starts with the next connection: the QPs of a program progress together, as a
+  // device serves its QPs in turn (programs such as perftest wait for their slowest QP).
   const int64_t now = now_ns();
-  for (auto& c : direct_) c->drive(now, false);
+  const size_t n = direct_.size();
+  if (n) {
+    if (++next_direct_ >= n) next_direct_ = 0;
+    for (size_t i = 0; i < n; ++i) direct_[(next_direct_ + i) % n]->drive(now, false);
+  }
   direct_lock_.unlock();
 }
 

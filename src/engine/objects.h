@@ -200,6 +200,7 @@ class Cq {
   SpinLock poll_lock_;
   SpinLock direct_lock_;
   std::vector<std::shared_ptr<DirectConn>> direct_;  // guarded by direct_lock_
+  size_t next_direct_ = 0;                          // where the next poll starts driving them
   std::atomic<bool> has_direct_{false};
   std::vector<RecvSource*> sources_;  // guarded by poll_lock_
   std::vector<const shm::SendQueue*> sqs_;  // guarded by poll_lock_

@@ -79,20 +79,23 @@ bool check_frame(Type type, const uint8_t* body, uint32_t payload, const char** 
     case Type::kCm:
       return read<Cm>(body).len <= sizeof(Cm::body) || fail(why, "cm: longer than its body");
     case Type::kDirect: {
-      const uint32_t t = read<Direct>(body).qp_type;
-      return t == IBV_QPT_RC || t == IBV_QPT_UC || fail(why, "direct: not a connected QP type");
+      const auto d = read<Direct>(body);
+      if (d.flags & ~uint32_t(kDirectProbe)) return fail(why, "direct: unknown flags");
+      if (d.flags & kDirectProbe)
+        return (d.dst_qpn == 0 && qp_type_ok(d.qp_type)) || fail(why, "direct: a bad probe");
+      return d.qp_type == IBV_QPT_RC || d.qp_type == IBV_QPT_UC ||
+             fail(why, "direct: not a connected QP type");
     }
     case Type::kDirectRep: {
       auto r = read<DirectRep>(body);
-      return (r.status == 0 && (r.qp_type == IBV_QPT_RC || r.qp_type == IBV_QPT_UC) && r.port) ||
+      return (r.status == 0 && qp_type_ok(r.qp_type) && r.port) ||
              (r.status > 0 && r.qp_type == 0) || fail(why, "direct reply: bad status or QP type");
     }
     case Type::kDirectHello: {
       const auto h = read<DirectHello>(body);
       if (h.magic != kDirectMagic || h.version != kVersion)
         return fail(why, "not a vrdma direct connection (bad magic or version)");
-      return h.qp_type == IBV_QPT_RC || h.qp_type == IBV_QPT_UC ||
-             fail(why, "direct hello: not a connected QP type");
+      return qp_type_ok(h.qp_type) || fail(why, "direct hello: unknown QP type");
     }
     case Type::kPing:
     case Type::kPong:

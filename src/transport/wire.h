@@ -169,6 +169,8 @@ struct Cm {
 // at `src_ipv4` (an address of the sending host's) will connect to QP `dst_qpn` at `dst_ipv4`
 // over the pod network, and will present `ticket` there. The receiving host checks it as a
 // Connect and keeps the ticket for that one connection.
+// With kDirectProbe the connection only proves that the pod network lets the source's container
+// reach the destination's (rdma_cm's connect): dst_qpn is 0, and it carries nothing.
 struct Direct {
   uint64_t req_id;
   uint32_t src_ipv4;
@@ -176,9 +178,10 @@ struct Direct {
   uint32_t src_qpn;
   uint32_t dst_qpn;
   uint32_t qp_type;  // the requesting QP's
-  uint32_t reserved;
+  uint32_t flags;    // DirectFlags
   uint8_t ticket[16];
 };
+enum DirectFlags : uint32_t { kDirectProbe = 1 };
 
 struct DirectRep {
   uint64_t req_id;

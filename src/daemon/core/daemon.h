@@ -221,6 +221,17 @@ class Daemon : private CmPort {
   // again once the probe is answered) or was answered (EAGAIN: not reachable).
   bool probe_local(Client& c, const Decoded& d, const proto::ConnectQpReq& r,
                    const QpRecord& local, const Client& owner);
+  // The probe itself: a connection from `c`'s container to `dst_ipv4`'s direct port that
+  // presents a ticket kept there (by this host, or by the other host through the router),
+  // answered and closed. `done` gets 0 (through, or nothing there to ask: no direct port) or
+  // an errno (ECONNREFUSED, ETIMEDOUT: what a rule that drops it looks like).
+  void probe(Client& c, uint32_t src_qpn, uint32_t dst_ipv4, uint32_t dst_qpn, uint32_t qp_type,
+             std::function<void(int status)> done);
+  // rdma_cm's connect: through the pod network first (EHOSTUNREACH when it is not let through:
+  // the connector hears RDMA_CM_EVENT_UNREACHABLE), then as the rdma_cm service says.
+  void connect_cm(Client& c, const Decoded& d, const proto::CmConnectReq& r);
+  // The live container of this host at an address, with a direct port (null: none).
+  Client* container_at(uint32_t ipv4);
   // The direct port of a container: opened with its first device, closed with its last client.
   void direct_port_open(Client& c);
   void direct_port_release(Client& c);
@@ -228,7 +239,7 @@ class Daemon : private CmPort {
   void direct_qp_freed(uint32_t qpn);
   void direct_arrival(DirectPort::Arrival& a);
   // The router's hook: another host asks for a ticket (router thread, under state_mu_).
-  int keep_remote_ticket(const wire::Direct& d, const LocalQp& dst, uint16_t* port);
+  int keep_remote_ticket(const wire::Direct& d, const LocalQp* dst, uint16_t* port);
   // The router for the mediated path: the cluster's, or one made for this host alone (null
   // when it cannot be made).
   RouterPool* mediation_router();

@@ -168,17 +168,23 @@ void Daemon::dial_direct(Client& c, const Decoded& d, const proto::ConnectQpReq&
                 });
 }
 
-int Daemon::keep_remote_ticket(const wire::Direct& d, const LocalQp& dst, uint16_t* port) {
-  if (!cfg_.direct_path) return wire::kNoDirect;
-  Client* owner = find_live(dst.owner);
+int Daemon::keep_remote_ticket(const wire::Direct& d, const LocalQp* dst, uint16_t* port) {
+  const bool probe = (d.flags & wire::kDirectProbe) != 0;
+  // A probe is the pod network's say on rdma_cm's connections, whatever path they take after.
+  if (!cfg_.direct_path && !probe) return wire::kNoDirect;
+  Client* owner = dst ? find_live(dst->owner) : container_at(d.dst_ipv4);
   if (!owner || !has_direct_port(owner->ident.netns)) return wire::kNoDirect;
+  if (probe && !allow_.may_pair(tenant_of_address(d.src_ipv4), owner->tenant) &&
+      tenant_of_address(d.src_ipv4) != owner->tenant)
+    return ECONNREFUSED;
   Ticket t;
   t.src_ipv4 = d.src_ipv4;
   t.src_qpn = d.src_qpn;
   t.dst_ipv4 = d.dst_ipv4;
   t.dst_qpn = d.dst_qpn;
   t.qp_type = d.qp_type;
-  t.dst_owner = dst.owner;
+  t.dst_owner = owner->id;
+  t.probe = probe;
   const int64_t now = now_ns();
   t.expires_ns = now + kTicketNs;
   TicketId id;
@@ -225,16 +231,88 @@ void Daemon::direct_qp_freed(uint32_t qpn) {
 
 // ---- connections on this host: the pod network's say ----------------------------------------
 
+Client* Daemon::container_at(uint32_t ipv4) {
+  for (auto& [id, cp] : clients_)
+    if (!cp->doomed && cp->hello && cp->direct_port && cp->ident.ipv4 == ipv4) return cp.get();
+  return nullptr;
+}
+
+void Daemon::probe(Client& c, uint32_t src_qpn, uint32_t dst_ipv4, uint32_t dst_qpn,
+                   uint32_t qp_type, std::function<void(int status)> done) {
+  const int64_t now = now_ns();
+  auto dial = [this, id = c.id, src_qpn, dst_ipv4, dst_qpn, qp_type, done](
+                  const TicketId& ticket, uint16_t port) {
+    Client* cl = find_live(id);
+    if (!cl) return;
+    int err = 0;
+    UniqueFd s = identity_.socket_in(cl->ident.netns, AF_INET,
+                                     SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, &err);
+    if (!s) return done(EAGAIN);
+    wire::DirectHello h{wire::kDirectMagic, wire::kVersion, {}, cl->ident.ipv4, dst_ipv4,
+                        src_qpn,           dst_qpn,        qp_type, 0};
+    memcpy(h.ticket, ticket.data(), sizeof(h.ticket));
+    direct_->dial(std::move(s), dst_ipv4, port, h, now_ns() + kDialNs,
+                  [done](int status, UniqueFd) { done(status); });
+  };
+  const TicketId id = new_ticket();
+  if (Client* owner = container_at(dst_ipv4)) {
+    // A container of this host: this daemon keeps the ticket its own dial presents.
+    if (!has_direct_port(owner->ident.netns)) return done(0);  // nothing to ask
+    Ticket t;
+    t.src_ipv4 = c.ident.ipv4;
+    t.src_qpn = src_qpn;
+    t.dst_ipv4 = dst_ipv4;
+    t.dst_qpn = dst_qpn;
+    t.qp_type = qp_type;
+    t.dst_owner = owner->id;
+    t.probe = true;
+    t.expires_ns = now + kTicketNs;
+    if (tickets_.keep(id, t, now) != 0) return done(EAGAIN);
+    return dial(id, cfg_.direct_port);
+  }
+  if (!router_) return done(0);
+  // Another host's: it keeps the ticket (the router's kDirect, as a probe).
+  LocalQp q;
+  q.owner = c.id;
+  q.type = qp_type;
+  q.ipv4 = c.ident.ipv4;
+  q.tenant = c.tenant;
+  router_->connect_direct(
+      src_qpn, q, dst_ipv4, dst_qpn, id,
+      [this, id, dial, done](int status, uint32_t, uint16_t port) {
+        if (status == wire::kNoDirect) return done(0);  // no direct port there to ask
+        if (status) return done(status);
+        dial(id, port);
+      },
+      wire::kDirectProbe);
+}
+
+void Daemon::connect_cm(Client& c, const Decoded& d, const proto::CmConnectReq& r) {
+  if (!direct_ || !has_direct_port(c.ident.netns))
+    return cm_->on_request(cm_caller(c, d), r);
+  probe(c, r.local_qpn, r.dst_ipv4, 0, r.qp_type, [this, id = c.id, d, r](int status) {
+    Client* cl = find_live(id);
+    if (!cl) return;
+    if (status) {
+      // As a fabric that drops the request: the connector hears RDMA_CM_EVENT_UNREACHABLE.
+      LOG_INFO("client %u: rdma_cm connect to %s: the pod network does not let it through "
+               "(port %u): %s",
+               id, ipv4_text(r.dst_ipv4).c_str(), cfg_.direct_port, strerror(status));
+      return void(reply_error(*cl, d, EHOSTUNREACH));
+    }
+    cm_->on_request(cm_caller(*cl, d), r);
+  });
+}
+
 bool Daemon::probe_local(Client& c, const Decoded& d, const proto::ConnectQpReq& r,
                          const QpRecord& local, const Client& owner) {
   if (!direct_ || !connected_type(local.type) || !has_direct_port(c.ident.netns) ||
       !has_direct_port(owner.ident.netns) || c.ident.ipv4 == owner.ident.ipv4)
     return true;
   const auto key = std::make_pair(r.local_qpn, r.dest_qpn);
-  const int64_t now = now_ns();
   if (auto it = probes_.find(key); it != probes_.end()) {
     if (it->second == 0) return true;  // got through
-    if (now < it->second) {
+    if (now_ns() < it->second) {
       reply_error(c, d, EAGAIN);  // did not, lately
       return false;
     }
@@ -244,41 +322,19 @@ bool Daemon::probe_local(Client& c, const Decoded& d, const proto::ConnectQpReq&
     reply_error(c, d, EAGAIN);
     return false;
   }
-  int err = 0;
-  UniqueFd s = identity_.socket_in(c.ident.netns, AF_INET,
-                                   SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, &err);
-  const TicketId id = new_ticket();
-  Ticket t;
-  t.src_ipv4 = c.ident.ipv4;
-  t.src_qpn = r.local_qpn;
-  t.dst_ipv4 = owner.ident.ipv4;
-  t.dst_qpn = r.dest_qpn;
-  t.qp_type = local.type;
-  t.dst_owner = owner.id;
-  t.probe = true;
-  t.expires_ns = now + kTicketNs;
-  if (!s || tickets_.keep(id, t, now) != 0) {
-    reply_error(c, d, EAGAIN);
-    return false;
-  }
-  wire::DirectHello h{wire::kDirectMagic, wire::kVersion, {},         t.src_ipv4, t.dst_ipv4,
-                      t.src_qpn,          t.dst_qpn,      t.qp_type, 0};
-  memcpy(h.ticket, id.data(), sizeof(h.ticket));
   probing_.insert(key);
-  direct_->dial(std::move(s), t.dst_ipv4, cfg_.direct_port, h, now + kDialNs,
-                [this, id = c.id, d, r, key, dst = t.dst_ipv4](int status, UniqueFd) {
-                  probing_.erase(key);
-                  probes_[key] = status ? now_ns() + kFailedNs : 0;
-                  if (status)
-                    LOG_INFO("client %u: QP 0x%x cannot reach %s over the pod network (port "
-                             "%u): %s",
-                             id, r.local_qpn, ipv4_text(dst).c_str(), cfg_.direct_port,
-                             strerror(status));
-                  Client* cl = find_live(id);
-                  if (!cl) return;
-                  if (status) return void(reply_error(*cl, d, EAGAIN));
-                  handle(*cl, d, r);  // again, with the probe answered
-                });
+  probe(c, r.local_qpn, owner.ident.ipv4, r.dest_qpn, local.type,
+        [this, id = c.id, d, r, key, dst = owner.ident.ipv4](int status) {
+          probing_.erase(key);
+          probes_[key] = status ? now_ns() + kFailedNs : 0;
+          if (status)
+            LOG_INFO("client %u: QP 0x%x cannot reach %s over the pod network (port %u): %s", id,
+                     r.local_qpn, ipv4_text(dst).c_str(), cfg_.direct_port, strerror(status));
+          Client* cl = find_live(id);
+          if (!cl) return;
+          if (status) return void(reply_error(*cl, d, EAGAIN));
+          handle(*cl, d, r);  // again, with the probe answered
+        });
   return false;
 }
 

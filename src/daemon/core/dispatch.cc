@@ -76,7 +76,10 @@ void Daemon::handle_packet(Client& c, Packet& p, int payload_len) {
     return;
   }
   d.visit([&](const auto& req) {
-    if constexpr (CmRequest<std::decay_t<decltype(req)>>)
+    using Req = std::decay_t<decltype(req)>;
+    if constexpr (std::is_same_v<Req, proto::CmConnectReq>)
+      connect_cm(c, d, req);  // over the pod network first (direct.cc)
+    else if constexpr (CmRequest<Req>)
       cm_->on_request(cm_caller(c, d), req);
     else
       handle(c, d, req);

@@ -124,10 +124,11 @@ class Router : public LinkHandler {
     // gave up may go (router_thread.h).
     std::function<void()> reclaimed;
     // The direct path (router_direct.cc): another host asks this one to keep `d.ticket` for a
-    // direct connection from its QP to local QP `dst` (checked by the router as a Connect is).
-    // 0 with *port where the connection goes, wire::kNoDirect (no direct path to that QP: the
-    // other host connects routed), or another errno (refused). Unset: no direct path here.
-    std::function<int(const wire::Direct& d, const LocalQp& dst, uint16_t* port)> direct_ticket;
+    // direct connection from its QP to local QP `dst` (checked by the router as a Connect is),
+    // or for a probe of the pod network to the container at d.dst_ipv4 (`dst` null). 0 with
+    // *port where the connection goes, wire::kNoDirect (no direct path there: the other host
+    // connects routed, or skips the probe), or another errno (refused). Unset: no direct path.
+    std::function<int(const wire::Direct& d, const LocalQp* dst, uint16_t* port)> direct_ticket;
     // Several router threads (router_pool.h): an inbound link whose Hello named a lane of
     // another thread (RouterConfig::thread_of) goes to that thread's Router (take_link).
     // Unset: every lane is this Router's.
@@ -186,7 +187,7 @@ class Router : public LinkHandler {
   // instead), or an errno (EHOSTUNREACH, ECONNREFUSED, ETIMEDOUT, EAGAIN).
   using DirectDone = std::function<void(int status, uint32_t qp_type, uint16_t port)>;
   void connect_direct(uint32_t qpn, const LocalQp& qp, uint32_t dst_ipv4, uint32_t dst_qpn,
-                      const uint8_t* ticket, DirectDone done);
+                      const uint8_t* ticket, DirectDone done, uint32_t flags = 0);
   // The lane a new connection of local QP `qpn` takes (router_lanes.cc): its class's, and for
   // bulk one of the bulk links in turn; `local`: the mediated path (main or latency lane). A UD
   // QP this Router routes already keeps its own.

@@ -21,7 +21,7 @@ constexpr int64_t kDirectReplyNs = 3'000'000'000;  // a kDirect without an answe
 }  // namespace
 
 void Router::connect_direct(uint32_t qpn, const LocalQp& qp, uint32_t dst_ipv4, uint32_t dst_qpn,
-                            const uint8_t* ticket, DirectDone done) {
+                            const uint8_t* ticket, DirectDone done, uint32_t flags) {
   HostEntry h;
   Lookup r = dir_.host_of(dst_ipv4, &h);
   if (r == Lookup::kUnavailable) {
@@ -37,7 +37,7 @@ void Router::connect_direct(uint32_t qpn, const LocalQp& qp, uint32_t dst_ipv4, 
     return done(err, 0, 0);
   }
   const uint64_t id = next_req_++;
-  wire::Direct d{id, qp.ipv4, dst_ipv4, qpn, dst_qpn, qp.type, 0, {}};
+  wire::Direct d{id, qp.ipv4, dst_ipv4, qpn, dst_qpn, qp.type, flags, {}};
   memcpy(d.ticket, ticket, sizeof(d.ticket));
   if (!link->send(wire::Type::kDirect, &d, sizeof(d))) return done(EAGAIN, 0, 0);
   link->last_used_ns = now_ns();
@@ -48,6 +48,24 @@ void Router::on_direct(Link& link, const wire::Direct& d) {
   wire::DirectRep rep{d.req_id, wire::kRefused, 0, 0, {}};
   LocalQp q;
   const char* refused = nullptr;
+  if (d.flags & wire::kDirectProbe) {
+    // A probe of the pod network for a connection rdma_cm is about to ask for: its other
+    // checks are the connection's own.
+    if (!owns_address(link, d.src_ipv4)) {
+      refused = "the source address is not the sending host's";
+    } else if (!hooks_.direct_ticket) {
+      rep.status = wire::kNoDirect;
+      refused = "no direct path on this host";
+    } else if (int e = hooks_.direct_ticket(d, nullptr, &rep.port)) {
+      rep.status = e == wire::kNoDirect ? wire::kNoDirect : wire::kRefused;
+      refused = e == wire::kNoDirect ? "no direct port there" : "refused";
+    }
+    if (refused) rep.port = 0;
+    if (!refused) rep.status = 0;
+    rep.qp_type = refused ? 0 : d.qp_type;
+    link.send(wire::Type::kDirectRep, &rep, sizeof(rep));
+    return;
+  }
   if (!owns_address(link, d.src_ipv4)) {
     refused = "the source address is not the sending host's";
   } else if (!hooks_.find_qp(d.dst_qpn, &q) || q.ipv4 != d.dst_ipv4) {
@@ -63,7 +81,7 @@ void Router::on_direct(Link& link, const wire::Direct& d) {
   } else if (!hooks_.direct_ticket) {
     rep.status = wire::kNoDirect;
     refused = "no direct path on this host";
-  } else if (int e = hooks_.direct_ticket(d, q, &rep.port)) {
+  } else if (int e = hooks_.direct_ticket(d, &q, &rep.port)) {
     rep.status = e == wire::kNoDirect ? wire::kNoDirect : wire::kRefused;
     refused = e == wire::kNoDirect ? "no direct path to that container" : "no room for a ticket";
   }

@@ -99,12 +99,14 @@ void RouterPool::connect_qp(bool local, uint32_t qpn, const LocalQp& qp, uint32_
 
 void RouterPool::connect_direct(uint32_t qpn, const LocalQp& qp, uint32_t dst_ipv4,
                                 uint32_t dst_qpn, const std::array<uint8_t, 16>& ticket,
-                                Router::DirectDone done) {
+                                Router::DirectDone done, uint32_t flags) {
   thread(0).post([=, done = std::move(done)](Router& r) {
-    r.connect_direct(qpn, qp, dst_ipv4, dst_qpn, ticket.data(),
-                     [done](int status, uint32_t type, uint16_t port) {
-                       post_to_control([done, status, type, port] { done(status, type, port); });
-                     });
+    r.connect_direct(
+        qpn, qp, dst_ipv4, dst_qpn, ticket.data(),
+        [done](int status, uint32_t type, uint16_t port) {
+          post_to_control([done, status, type, port] { done(status, type, port); });
+        },
+        flags);
   });
 }
 

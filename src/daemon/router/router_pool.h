@@ -69,7 +69,8 @@ class RouterPool {
   // The direct path's set-up (Router::connect_direct), on the main lane's thread; `done` runs
   // on the control thread.
   void connect_direct(uint32_t qpn, const LocalQp& qp, uint32_t dst_ipv4, uint32_t dst_qpn,
-                      const std::array<uint8_t, 16>& ticket, Router::DirectDone done);
+                      const std::array<uint8_t, 16>& ticket, Router::DirectDone done,
+                      uint32_t flags = 0);
   // `done` runs once every thread has let the QP go.
   void qp_freed(uint32_t qpn, std::function<void()> done = nullptr);
   void client_gone(uint32_t client);
