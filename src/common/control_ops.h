@@ -36,7 +36,7 @@ inline constexpr char kHello[] = "Hello", kPutFd[] = "PutFd", kGetFd[] = "GetFd"
                       kGetMr[] = "GetMr", kReload[] = "Reload", kOpenXrcd[] = "OpenXrcd",
                       kCloseXrcd[] = "CloseXrcd", kSetQpXrcd[] = "SetQpXrcd",
                       kOpenXrcQp[] = "OpenXrcQp", kPacing[] = "Pacing",
-                      kCloseXrcQp[] = "CloseXrcQp",
+                      kCloseXrcQp[] = "CloseXrcQp", kDirectTake[] = "DirectTake",
                       kMcastAttach[] = "McastAttach", kMcastDetach[] = "McastDetach",
                       kMcastMembers[] = "McastMembers", kQos[] = "Qos",
                       kQpFatal[] = "QpFatal",
@@ -102,6 +102,8 @@ struct OpSpec<Op::kPacing> : Spec<PacingReq, 0, op_names::kPacing> {};
 template <>
 struct OpSpec<Op::kCloseXrcQp> : Spec<CloseXrcQpReq, 0, op_names::kCloseXrcQp> {};
 template <>
+struct OpSpec<Op::kDirectTake> : Spec<DirectTakeReq, 0, op_names::kDirectTake> {};
+template <>
 struct OpSpec<Op::kMcastAttach> : Spec<McastReq, 0, op_names::kMcastAttach> {};
 template <>
 struct OpSpec<Op::kMcastDetach> : Spec<McastReq, 0, op_names::kMcastDetach> {};
@@ -137,7 +139,8 @@ using RequestOps =
            Op::kCmResolve, Op::kCmConnect, Op::kCmAccept, Op::kCmReject, Op::kCmRtu,
            Op::kCmDisconnect, Op::kSetQpObject, Op::kGetMr, Op::kReload, Op::kOpenXrcd,
            Op::kCloseXrcd, Op::kSetQpXrcd, Op::kMcastAttach, Op::kMcastDetach,
-           Op::kMcastMembers, Op::kQos, Op::kOpenXrcQp, Op::kPacing, Op::kCloseXrcQp>;
+           Op::kMcastMembers, Op::kQos, Op::kOpenXrcQp, Op::kPacing, Op::kCloseXrcQp,
+           Op::kDirectTake>;
 using EventOps = OpList<Op::kQpFatal, Op::kCmRequest, Op::kCmReply, Op::kCmRejected,
                         Op::kCmEstablished, Op::kCmDisconnected, Op::kOdpFault,
                         Op::kDirectAccepted>;

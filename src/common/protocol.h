@@ -57,6 +57,7 @@ enum class Op : uint16_t {
   kOpenXrcQp = 26,     // OpenXrcQpReq -> OpenXrcQpRep (+ the QP object when shared)
   kPacing = 28,        // PacingReq -> (empty) + 2 fds: the same-host rate limit pages
   kCloseXrcQp = 29,    // CloseXrcQpReq -> CloseXrcQpRep: a process's handles of an XRC_RECV QP
+  kDirectTake = 30,    // DirectTakeReq -> (empty): another QP joins a direct connection
   // UD multicast (McastReq): attach, detach, and the group's members on this host.
   kMcastAttach = 40,   // McastReq -> (empty)
   kMcastDetach = 41,   // McastReq -> (empty)
@@ -231,13 +232,21 @@ struct ConnectQpReq {
   uint32_t local_qpn;
   uint32_t dest_qpn;
   uint8_t dest_gid[16];
+  uint32_t flags;  // ConnectFlags
+  uint32_t reserved;
 };
+// kConnectNewLink: a direct connection is to be made anew (the client has none to the
+// destination's process, whatever the daemon remembers).
+enum ConnectFlags : uint32_t { kConnectNewLink = 1 };
 // A destination on another host is `routed`: the local QP hands its work to this host's router
 // (the QP's SendQueue) and the reply carries the router's doorbell eventfd; peer_client and
 // peer_object_fd_id are 0. `direct` too (a container of another host, on the direct path): the
-// reply's descriptor is a TCP connection from the client's container to the destination's,
-// which the destination's vrdmad accepted for exactly this pair of QPs; the QP's requests go on
-// it (from its SendQueue), executed by the destination's process.
+// QP's requests go (from its SendQueue) on the client's one TCP connection to the destination
+// QP's process `link_key`, executed there. The reply's descriptor, if it has one, is that
+// connection made now, from the client's container to the destination's, which the
+// destination's vrdmad accepted for exactly this pair of QPs; without one the client adds the QP
+// to the connection it has, presenting `ticket` (wire::DirectAdd), or, if it has none, asks again
+// with kConnectNewLink.
 struct ConnectQpRep {
   uint32_t peer_client;
   uint32_t peer_object_fd_id;  // the destination QP's object (GetFd over the local QP)
@@ -245,6 +254,19 @@ struct ConnectQpRep {
   uint32_t routed;
   uint32_t direct;
   uint32_t reserved;
+  uint64_t link_key;
+  uint8_t ticket[16];
+};
+// A QP of another host asks, on a direct connection the client has, to send to the client's QP
+// `dst_qpn` (wire::DirectAdd): 0 when vrdmad kept `ticket` for exactly that pair, from the
+// connection's source address `peer_ipv4` (what the client's socket says) to a QP of the client;
+// EACCES otherwise. The ticket is taken either way.
+struct DirectTakeReq {
+  uint8_t ticket[16];
+  uint32_t peer_ipv4;
+  uint32_t src_qpn;
+  uint32_t dst_qpn;
+  uint32_t qp_type;  // the source QP's
 };
 // The other end of a direct connection (the one descriptor of kDirectAccepted): requests of QP
 // `src_qpn` at `src_ipv4` (another host's container) to the client's QP `dst_qpn`, which the
@@ -505,8 +527,8 @@ static_assert(sizeof(AllocQpnReq) == 24 && sizeof(AllocQpnRep) == 4 && sizeof(Fr
 static_assert(sizeof(SetQpObjectReq) == 16);
 static_assert(sizeof(OpenXrcdReq) == 8 && sizeof(OpenXrcdRep) == 4 && sizeof(CloseXrcdReq) == 4 &&
               sizeof(SetQpXrcdReq) == 8 && sizeof(OpenXrcQpReq) == 8);
-static_assert(sizeof(ConnectQpReq) == 24 && sizeof(ConnectQpRep) == 24 &&
-              sizeof(DirectAcceptedEvent) == 16);
+static_assert(sizeof(ConnectQpReq) == 32 && sizeof(ConnectQpRep) == 48 &&
+              sizeof(DirectAcceptedEvent) == 16 && sizeof(DirectTakeReq) == 32);
 static_assert(sizeof(AllocKeyReq) == 24 && sizeof(AllocKeyRep) == 4 && sizeof(FreeKeyReq) == 4);
 static_assert(sizeof(QpFatalEvent) == 8 && sizeof(OdpFaultEvent) == 24 && sizeof(CmParams) == 4);
 static_assert(sizeof(CmListenReq) == 16 && sizeof(CmListenRep) == 4 && sizeof(CmUnlistenReq) == 8);

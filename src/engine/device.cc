@@ -113,9 +113,11 @@ int Device::init() {
   if (::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, wake_fd_, &wev) < 0 ||
       ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, control_.fd(), &cev) < 0)
     return errno;
-  // The library's own lines (the transport's) go to the program's stderr: errors only.
+  // The library's own lines (the transport's) go to the program's stderr: errors only, unless
+  // $VRDMA_LOG_LEVEL says otherwise (warn, info, debug).
   set_log_program("vrdma");
-  set_log_level(LogLevel::kError);
+  const char* level = getenv("VRDMA_LOG_LEVEL");
+  set_log_level(parse_log_level(level ? level : "").value_or(LogLevel::kError));
   // The progress thread must not take signals meant for the application.
   sigset_t all, old;
   sigfillset(&all);
@@ -170,6 +172,36 @@ void Device::watch_direct(std::shared_ptr<DirectConn> c) {
   }
   wake();
 }
+
+std::shared_ptr<DirectOut> Device::direct_out(uint64_t key) {
+  std::lock_guard lock(direct_mu_);
+  auto it = direct_out_.find(key);
+  if (it == direct_out_.end()) return nullptr;
+  auto c = it->second.lock();
+  if (!c || !c->live()) {
+    direct_out_.erase(it);
+    return nullptr;
+  }
+  return c;
+}
+
+void Device::add_direct_out(std::shared_ptr<DirectOut> c) {
+  {
+    std::lock_guard lock(direct_mu_);
+    direct_out_[c->key()] = c;
+  }
+  watch_direct(std::move(c));
+}
+
+Qp* Device::pin_qp(uint32_t qpn) {
+  std::lock_guard lock(qps_mu_);
+  auto it = qps_.find(qpn);
+  if (it == qps_.end()) return nullptr;
+  it->second->pin();
+  return it->second;
+}
+
+void Device::unpin_qp(Qp* qp) { qp->unpin(); }
 
 void Device::queue_fatal(uint32_t qpn, proto::FatalReason why) {
   {
@@ -342,11 +374,13 @@ void Device::adopt_direct() {
     inbound.swap(inbound_);
   }
   for (Inbound& in : inbound) {
-    // Its QP takes it (and hands it back through watch_direct); a QP that is gone meanwhile
-    // lets it close.
-    std::lock_guard lock(qps_mu_);
-    auto it = qps_.find(in.ev.dst_qpn);
-    if (it != qps_.end()) it->second->attach_direct_in(std::move(in.fd), in.ev);
+    // A new connection from another process: its first QP pair joins it, and the progress
+    // thread watches it. A QP gone meanwhile lets it close.
+    Qp* qp = pin_qp(in.ev.dst_qpn);
+    if (!qp) continue;
+    auto c = std::make_shared<DirectIn>(*this, std::move(in.fd));
+    if (c->attach(*qp, in.ev.src_ipv4, in.ev.src_qpn) == 0) fresh.push_back(c);
+    unpin_qp(qp);
   }
   {
     std::lock_guard lock(direct_mu_);
@@ -355,7 +389,7 @@ void Device::adopt_direct() {
   }
   for (auto& c : fresh) {
     const int fd = c->fd();
-    if (c->over() || watched_.count(fd)) continue;
+    if (!c->live() || watched_.count(fd)) continue;
     epoll_event ev{};
     ev.events = EPOLLIN | EPOLLRDHUP;
     ev.data.u64 = static_cast<uint64_t>(fd);
@@ -382,7 +416,7 @@ int64_t Device::progress_direct(const epoll_event* events, int n) {
       c.drive(now, false);
       due = c.deadline();
     }
-    if (c.over() || !c.live()) {
+    if (!c.live()) {
       ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, it->first, nullptr);
       it = watched_.erase(it);
       continue;

@@ -13,6 +13,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <map>
 #include <set>
 #include <thread>
 #include <unordered_map>
@@ -33,6 +34,7 @@ class Qp;
 class SharedRecvQp;
 class Context;
 class DirectConn;
+class DirectOut;
 class SelfSource;
 
 class Device {
@@ -59,6 +61,13 @@ class Device {
   // The direct path (direct.h): the progress thread watches the connection's socket and timers
   // from now on, until it is over.
   void watch_direct(std::shared_ptr<DirectConn> c);
+  // This process's connection to the process `key` of another host (null: none that lives),
+  // and a new one, found by that key from now on.
+  std::shared_ptr<DirectOut> direct_out(uint64_t key);
+  void add_direct_out(std::shared_ptr<DirectOut> c);
+  // A QP of this process by number, kept from being destroyed until unpinned (nullptr: none).
+  Qp* pin_qp(uint32_t qpn);
+  void unpin_qp(Qp* qp);
   // A QP's failure found on a thread that may hold locks of the QP's data path: told to the QP
   // by the progress thread (as vrdmad's QpFatal).
   void queue_fatal(uint32_t qpn, proto::FatalReason why);
@@ -160,6 +169,7 @@ class Device {
   // direct connections vrdmad handed over, inbound_), and those it watches (its own).
   std::mutex direct_mu_;
   std::vector<std::shared_ptr<DirectConn>> new_direct_;
+  std::map<uint64_t, std::weak_ptr<DirectOut>> direct_out_;  // by the other process's key
   struct Inbound {
     UniqueFd fd;
     proto::DirectAcceptedEvent ev;

@@ -58,9 +58,9 @@ const shm::PeerQp* Qp::connected_peer() {
   if (peer_.valid()) peer_ = shm::PeerQp{};
   if (!peer_wanted_) return nullptr;
   shm::PeerQp p;
-  UniqueFd direct;
+  DirectJoin direct;
   if (connect_peer(attr_.dest_qp_num, dest_gid_, p, &direct)) return nullptr;
-  if (direct && attach_direct_out(std::move(direct), attr_.dest_qp_num) != 0) return nullptr;
+  if (direct.direct && join_direct(direct, attr_.dest_qp_num) != 0) return nullptr;
   peer_ = std::move(p);
   routed_ = peer_.routed;
   return &peer_;

@@ -354,27 +354,38 @@ int Cq::poll(int n, ibv_wc* wc) {
 
 void Cq::attach_direct(std::shared_ptr<DirectConn> c) {
   std::lock_guard lock(direct_lock_);
-  direct_.push_back(std::move(c));
+  // Several QPs of the CQ may use one connection: counted.
+  for (auto& [conn, n] : direct_)
+    if (conn == c) return void(++n);
+  direct_.emplace_back(std::move(c), 1);
   has_direct_.store(true, std::memory_order_relaxed);
 }
 
 void Cq::detach_direct(const DirectConn* c) {
   std::lock_guard lock(direct_lock_);
-  std::erase_if(direct_, [c](const auto& p) { return p.get() == c; });
+  for (auto it = direct_.begin(); it != direct_.end(); ++it)
+    if (it->first.get() == c) {
+      if (--it->second == 0) direct_.erase(it);
+      break;
+    }
   has_direct_.store(!direct_.empty(), std::memory_order_relaxed);
 }
 
 void Cq::drive_direct() {
-  if (!direct_lock_.try_lock()) return;  // another poller drives them
-  // Each poll starts with the next connection: the QPs of a program progress together, as a
-  // device serves its QPs in turn (programs such as perftest wait for their slowest QP).
-  const int64_t now = now_ns();
-  const size_t n = direct_.size();
-  if (n) {
+  // Driven outside the lock: a connection taking in a new QP attaches it to its CQs.
+  thread_local std::vector<std::shared_ptr<DirectConn>> conns;
+  {
+    std::lock_guard lock(direct_lock_);
+    const size_t n = direct_.size();
+    if (!n) return;
+    // Each poll starts with the next connection: the connections of a program progress
+    // together.
     if (++next_direct_ >= n) next_direct_ = 0;
-    for (size_t i = 0; i < n; ++i) direct_[(next_direct_ + i) % n]->drive(now, false);
+    for (size_t i = 0; i < n; ++i) conns.push_back(direct_[(next_direct_ + i) % n].first);
   }
-  direct_lock_.unlock();
+  const int64_t now = now_ns();
+  for (auto& c : conns) c->drive(now, false);
+  conns.clear();
 }
 
 int Cq::arm(bool solicited_only) {

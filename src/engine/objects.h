@@ -199,7 +199,8 @@ class Cq {
   std::atomic<uint32_t> armed_{0};
   SpinLock poll_lock_;
   SpinLock direct_lock_;
-  std::vector<std::shared_ptr<DirectConn>> direct_;  // guarded by direct_lock_
+  // Guarded by direct_lock_: each connection, and how many QPs of the CQ use it.
+  std::vector<std::pair<std::shared_ptr<DirectConn>, uint32_t>> direct_;
   size_t next_direct_ = 0;                          // where the next poll starts driving them
   std::atomic<bool> has_direct_{false};
   std::vector<RecvSource*> sources_;  // guarded by poll_lock_

@@ -5,6 +5,7 @@
 #include <time.h>
 
 #include <algorithm>
+#include <thread>
 
 #include "common/address.h"
 #include "engine/direct.h"
@@ -30,6 +31,8 @@ Qp::Qp(const QpConfig& cfg)
 Qp::~Qp() {
   Device& dev = context().device();
   dev.remove_qp(this);
+  // A direct connection taking in a new pair for it holds it meanwhile.
+  while (pins_.load(std::memory_order_acquire)) std::this_thread::yield();
   close_direct();
   if (qpn_ && !handed_) {
     proto::FreeQpnReq req{qpn_};
@@ -332,10 +335,10 @@ void Qp::connect_destination(const ibv_qp_attr& attr) {
   dest_ipv4_.store(ip, std::memory_order_relaxed);
   shm::PeerQp p;
   peer_wanted_ = true;
-  UniqueFd direct;
+  DirectJoin direct;
   if (connect_peer(attr.dest_qp_num, dest_gid_, p, &direct) == 0) {
     std::lock_guard lock(lock_);
-    if (direct && attach_direct_out(std::move(direct), attr.dest_qp_num) != 0) return;
+    if (direct.direct && join_direct(direct, attr.dest_qp_num) != 0) return;
     peer_ = std::move(p);
     routed_ = peer_.routed;
   }
@@ -398,9 +401,10 @@ void Qp::query(ibv_qp_attr& attr, ibv_qp_init_attr& init) const {
   init.sq_sig_all = sq_sig_all_;
 }
 
-int Qp::connect_peer(uint32_t dest_qpn, const uint8_t* gid, shm::PeerQp& out, UniqueFd* direct) {
+int Qp::connect_peer(uint32_t dest_qpn, const uint8_t* gid, shm::PeerQp& out, DirectJoin* direct,
+                     uint32_t flags) {
   Device& dev = context().device();
-  proto::ConnectQpReq req{qpn_, dest_qpn, {}};
+  proto::ConnectQpReq req{qpn_, dest_qpn, {}, flags, 0};
   memcpy(req.dest_gid, gid, 16);
   auto reply = std::make_unique<Packet>();
   if (int e = dev.control().call(proto::Op::kConnectQp, req, reply.get())) return e;
@@ -410,13 +414,17 @@ int Qp::connect_peer(uint32_t dest_qpn, const uint8_t* gid, shm::PeerQp& out, Un
     return EPROTO;
   }
   if (rep->direct) {
-    // A container of another host: the connection vrdmad opened to it is the reply's.
-    if (!direct || reply->nfds != 1) {
+    // A container of another host: the connection vrdmad opened to it is the reply's, or the
+    // process has one to join.
+    if (!direct || reply->nfds > 1) {
       reply->close_fds();
       return EPROTO;
     }
-    direct->reset(reply->fds[0]);
+    direct->direct = true;
+    if (reply->nfds == 1) direct->fd.reset(reply->fds[0]);
     reply->nfds = 0;
+    direct->key = rep->link_key;
+    memcpy(direct->ticket, rep->ticket, sizeof(direct->ticket));
     out = shm::PeerQp{};
     out.routed = true;
     out.qpn = dest_qpn;

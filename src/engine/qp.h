@@ -96,7 +96,11 @@ class Qp {
            recv_source_.peer_qpn.load(std::memory_order_relaxed) == qpn;
   }
   uint32_t object_fd_id() const { return object_ ? object_->fd_id() : 0; }
-  void attach_direct_in(UniqueFd fd, const proto::DirectAcceptedEvent& ev);
+  // A direct connection takes requests for this QP from now on (until close_direct()).
+  void joined_direct_in(std::shared_ptr<DirectIn> c);
+  // Kept from being destroyed while pinned (Device::pin_qp).
+  void pin() { pins_.fetch_add(1, std::memory_order_acquire); }
+  void unpin() { pins_.fetch_sub(1, std::memory_order_release); }
 
   void* user = nullptr;
 
@@ -133,12 +137,23 @@ class Qp {
   const shm::PeerQp* connected_peer();
   const shm::PeerQp* xrc_peer(const ibv_send_wr& wr, ibv_wc_status& status);  // xrc.cc
   const shm::PeerQp* ud_peer(const ibv_send_wr& wr);
-  // `direct`: where the reply's direct connection goes (a destination of another host's
-  // container); without it such a reply is refused (EPROTO).
+  // What a ConnectQp reply says of the direct path (a destination of another host's
+  // container): the connection made for the QP, or the process to whose connection it is to be
+  // added, with the pair's ticket.
+  struct DirectJoin {
+    bool direct = false;
+    UniqueFd fd;
+    uint64_t key = 0;
+    uint8_t ticket[16] = {};
+  };
+  // `direct`: where such a reply goes; without it the reply is refused (EPROTO). `flags`:
+  // proto::ConnectFlags.
   int connect_peer(uint32_t dest_qpn, const uint8_t* gid, shm::PeerQp& out,
-                   UniqueFd* direct = nullptr);
-  // The QP sends on a direct connection from now on (requires lock_).
-  int attach_direct_out(UniqueFd fd, uint32_t dst_qpn);
+                   DirectJoin* direct = nullptr, uint32_t flags = 0);
+  // The QP sends on the direct connection the reply named from now on: the new one, or the
+  // process's connection to that process (asking for a new one when it has none). Requires
+  // lock_. 0 or an errno.
+  int join_direct(DirectJoin& j, uint32_t dst_qpn);
   // Its direct connections end (the QP is destroyed or reset): the other ends are told.
   void close_direct();
   // Sends what route() queued for the direct connection (requires lock_).
@@ -186,6 +201,7 @@ class Qp {
   bool kick_ = false;  // route() queued work for direct_out_
   SpinLock direct_lock_;
   std::vector<std::shared_ptr<DirectIn>> direct_in_;
+  std::atomic<int> pins_{0};
   uint8_t dest_gid_[16] = {};
   std::unordered_map<uint64_t, shm::PeerQp> ud_peers_;
   // XRC_SEND: the SRQs reached so far (by number), and the last request's destination.

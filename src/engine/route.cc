@@ -97,31 +97,47 @@ Qp::Result Qp::route(const ibv_send_wr& wr, const shm::PeerQp& peer) {
   return res;
 }
 
-int Qp::attach_direct_out(UniqueFd fd, uint32_t dst_qpn) {
+int Qp::join_direct(DirectJoin& j, uint32_t dst_qpn) {
   Device& dev = context().device();
-  int err = 0;
-  auto c = DirectOut::make(dev, std::move(fd), qpn_, type_, offset_, dst_qpn, &err);
-  if (!c) return err;
-  if (direct_out_) direct_out_->close();  // an earlier connection (before a reset)
-  direct_out_ = c;
-  send_cq_->attach_direct(c);
-  if (recv_cq_ != send_cq_) recv_cq_->attach_direct(c);
-  dev.watch_direct(std::move(c));
+  std::shared_ptr<DirectOut> link;
+  const uint8_t* ticket = nullptr;
+  if (j.fd) {
+    link = std::make_shared<DirectOut>(dev, std::move(j.fd), j.key);
+    dev.add_direct_out(link);
+  } else {
+    link = dev.direct_out(j.key);
+    ticket = j.ticket;
+  }
+  if (!link || link->attach(qpn_, type_, offset_, dst_qpn, ticket) != 0) {
+    // None to join (it ended meanwhile): vrdmad makes one for this QP.
+    shm::PeerQp p;
+    DirectJoin again;
+    if (int e = connect_peer(dst_qpn, dest_gid_, p, &again, proto::kConnectNewLink)) return e;
+    if (!again.fd) return EPROTO;
+    link = std::make_shared<DirectOut>(dev, std::move(again.fd), again.key);
+    dev.add_direct_out(link);
+    if (int e = link->attach(qpn_, type_, offset_, dst_qpn, nullptr)) return e;
+  }
+  if (direct_out_ && direct_out_ != link) {
+    direct_out_->detach(qpn_);  // an earlier connection (before a reset)
+    send_cq_->detach_direct(direct_out_.get());
+    recv_cq_->detach_direct(direct_out_.get());
+  }
+  direct_out_ = link;
+  send_cq_->attach_direct(link);
+  recv_cq_->attach_direct(link);
   return 0;
 }
 
-void Qp::attach_direct_in(UniqueFd fd, const proto::DirectAcceptedEvent& ev) {
-  Device& dev = context().device();
-  int err = 0;
-  auto c = DirectIn::make(dev, std::move(fd), *this, ev.src_ipv4, ev.src_qpn, &err);
-  if (!c) return;
+void Qp::joined_direct_in(std::shared_ptr<DirectIn> c) {
   {
     std::lock_guard lock(direct_lock_);
+    for (auto& in : direct_in_)
+      if (in == c) return;
     direct_in_.push_back(c);
   }
   recv_cq_->attach_direct(c);
-  if (send_cq_ != recv_cq_) send_cq_->attach_direct(c);
-  dev.watch_direct(std::move(c));
+  send_cq_->attach_direct(c);
 }
 
 void Qp::close_direct() {
@@ -131,12 +147,12 @@ void Qp::close_direct() {
     in.swap(direct_in_);
   }
   for (auto& c : in) {
-    c->close();
+    c->detach(*this);
     recv_cq_->detach_direct(c.get());
     send_cq_->detach_direct(c.get());
   }
   if (direct_out_) {
-    direct_out_->close();
+    direct_out_->detach(qpn_);
     send_cq_->detach_direct(direct_out_.get());
     recv_cq_->detach_direct(direct_out_.get());
     direct_out_.reset();
@@ -146,7 +162,7 @@ void Qp::close_direct() {
 void Qp::kick_direct() {
   if (!kick_) return;
   kick_ = false;
-  if (direct_out_) direct_out_->drive(now_ns(), true);
+  if (direct_out_) direct_out_->kick(now_ns());
 }
 
 }  // namespace vrdma

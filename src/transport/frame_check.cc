@@ -97,6 +97,11 @@ bool check_frame(Type type, const uint8_t* body, uint32_t payload, const char** 
         return fail(why, "not a vrdma direct connection (bad magic or version)");
       return qp_type_ok(h.qp_type) || fail(why, "direct hello: unknown QP type");
     }
+    case Type::kDirectAdd: {
+      const auto a = read<DirectAdd>(body);
+      return a.qp_type == IBV_QPT_RC || a.qp_type == IBV_QPT_UC ||
+             fail(why, "direct add: not a connected QP type");
+    }
     case Type::kPing:
     case Type::kPong:
     case Type::kPeerGone:

@@ -52,6 +52,10 @@ enum class Type : uint8_t {
   kDirectRep = 11,
   kDirectHello = 12,
   kClose = 13,
+  // On a direct connection, from the source's process: one more of its QPs sends to a QP of
+  // the destination's process on this connection, with the ticket its host issued for that pair
+  // (the destination's vrdmad takes it, DirectTake, before the destination's library does).
+  kDirectAdd = 14,
 };
 
 struct Header {
@@ -191,6 +195,9 @@ struct DirectRep {
   uint32_t qp_type;
   uint16_t port;  // where the destination's vrdmad listens (kDirectPort unless configured)
   uint16_t reserved[3];
+  // The destination QP's process (a number its host gave it, never reused): the source's
+  // process carries the work of all its QPs to that process on one connection.
+  uint64_t dst_key;
 };
 inline constexpr int32_t kNoDirect = EPROTONOSUPPORT;
 
@@ -207,6 +214,14 @@ struct DirectHello {
   uint32_t src_qpn;
   uint32_t dst_qpn;
   uint32_t qp_type;  // the requesting QP's
+  uint32_t reserved;
+};
+
+struct DirectAdd {
+  uint8_t ticket[16];
+  uint32_t src_qpn;
+  uint32_t dst_qpn;
+  uint32_t qp_type;  // the source QP's
   uint32_t reserved;
 };
 
@@ -241,8 +256,8 @@ static_assert(sizeof(Hello) == 24 && sizeof(Ping) == 8);
 static_assert(sizeof(Connect) == 32 && sizeof(ConnectRep) == 16);
 static_assert(sizeof(Request) == 88 && sizeof(Response) == 32);
 static_assert(sizeof(PeerGone) == 8 && sizeof(Cm) == 264);
-static_assert(sizeof(Direct) == 48 && sizeof(DirectRep) == 24 && sizeof(DirectHello) == 48);
-static_assert(sizeof(Close) == 8);
+static_assert(sizeof(Direct) == 48 && sizeof(DirectRep) == 32 && sizeof(DirectHello) == 48);
+static_assert(sizeof(Close) == 8 && sizeof(DirectAdd) == 32);
 
 // The size of a frame type's body, or 0 for a type that does not exist: what a receiver
 // checks before it reads a body.
@@ -273,6 +288,8 @@ constexpr uint32_t body_size(Type t) {
       return sizeof(DirectHello);
     case Type::kClose:
       return sizeof(Close);
+    case Type::kDirectAdd:
+      return sizeof(DirectAdd);
   }
   return 0;
 }

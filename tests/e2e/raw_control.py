@@ -150,7 +150,8 @@ class Conn:
         return status, (struct.unpack("<I", rep[:4])[0] if status == 0 and len(rep) >= 4 else 0)
 
     def connect_qp(self, local, dest, gid=bytes(16)):
-        status, _ = self.call(OP["connect_qp"], struct.pack("<II", local, dest) + gid)
+        status, _ = self.call(OP["connect_qp"], struct.pack("<II", local, dest) + gid +
+                              struct.pack("<II", 0, 0))
         return status
 
     def alloc_key(self, index, length):

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <set>
 #include <string>
 #include <utility>
 
@@ -64,6 +65,11 @@ struct Client {
   uint32_t pacing_ipv4 = 0;
   std::string pacing_tenant;
   bool direct_port = false;  // counted among its container's direct port's clients
+  // The direct path: its number for other hosts (what their processes' connections to it are
+  // known by; random, never reused), and the processes of other hosts it was given a
+  // connection to (by their numbers).
+  uint64_t direct_key = 0;
+  std::set<uint64_t> direct_links;
   std::map<uint32_t, ClientFd> fds;
   ArenaView arena;
 };

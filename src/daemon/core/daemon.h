@@ -215,7 +215,7 @@ class Daemon : private CmPort {
   void connect_direct(Client& c, const Decoded& d, const proto::ConnectQpReq& r,
                       uint32_t dst_ipv4);
   void dial_direct(Client& c, const Decoded& d, const proto::ConnectQpReq& r, uint32_t dst_ipv4,
-                   uint16_t port, const TicketId& ticket, uint32_t dst_type);
+                   uint16_t port, const TicketId& ticket, uint32_t dst_type, uint64_t dst_key);
   // A connection between two containers of this host first crosses the pod network (the
   // policy's say, as across hosts): false when the ConnectQp waits for that (it is handled
   // again once the probe is answered) or was answered (EAGAIN: not reachable).
@@ -239,7 +239,9 @@ class Daemon : private CmPort {
   void direct_qp_freed(uint32_t qpn);
   void direct_arrival(DirectPort::Arrival& a);
   // The router's hook: another host asks for a ticket (router thread, under state_mu_).
-  int keep_remote_ticket(const wire::Direct& d, const LocalQp* dst, uint16_t* port);
+  int keep_remote_ticket(const wire::Direct& d, const LocalQp* dst, uint16_t* port,
+                         uint64_t* key);
+  void handle(Client& c, const Decoded& d, const proto::DirectTakeReq& r);
   // The router for the mediated path: the cluster's, or one made for this host alone (null
   // when it cannot be made).
   RouterPool* mediation_router();

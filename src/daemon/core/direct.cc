@@ -55,6 +55,7 @@ void Daemon::direct_port_open(Client& c) {
       !c.ident.ipv4 || c.ident.ipv4 == htonl(INADDR_LOOPBACK))
     return;
   c.direct_port = true;
+  while (!c.direct_key) memcpy(&c.direct_key, new_ticket().data(), sizeof(c.direct_key));
   DirectListener& l = direct_ports_[c.ident.netns];
   if (l.clients++ > 0) return;
   int err = 0;
@@ -112,7 +113,8 @@ void Daemon::connect_direct(Client& c, const Decoded& d, const proto::ConnectQpR
   const TicketId ticket = new_ticket();
   router_->connect_direct(
       r.local_qpn, q, dst_ipv4, r.dest_qpn, ticket,
-      [this, id = c.id, d, r, dst_ipv4, ticket](int status, uint32_t type, uint16_t port) {
+      [this, id = c.id, d, r, dst_ipv4, ticket](int status, uint32_t type, uint16_t port,
+                                                uint64_t key) {
         Client* cl = find_live(id);
         if (!cl || !registry_.find_qp(r.local_qpn)) return;
         if (status == wire::kNoDirect) {
@@ -125,13 +127,25 @@ void Daemon::connect_direct(Client& c, const Decoded& d, const proto::ConnectQpR
                     strerror(status));
           return void(send(*cl, d.op, d.seq, status, nullptr, 0));
         }
-        dial_direct(*cl, d, r, dst_ipv4, port, ticket, type);
+        if (!(r.flags & proto::kConnectNewLink) && cl->direct_links.count(key)) {
+          // The client has a connection to that process: the QP joins it with the ticket.
+          registry_.set_path(r.local_qpn, ConnectPath::kDirect,
+                             "same tenant on another host: straight over the pod network");
+          proto::ConnectQpRep rep{};
+          rep.peer_qp_type = type;
+          rep.routed = 1;
+          rep.direct = 1;
+          rep.link_key = key;
+          memcpy(rep.ticket, ticket.data(), sizeof(rep.ticket));
+          return void(send(*cl, d.op, d.seq, 0, &rep, sizeof(rep)));
+        }
+        dial_direct(*cl, d, r, dst_ipv4, port, ticket, type, key);
       });
 }
 
 void Daemon::dial_direct(Client& c, const Decoded& d, const proto::ConnectQpReq& r,
                          uint32_t dst_ipv4, uint16_t port, const TicketId& ticket,
-                         uint32_t dst_type) {
+                         uint32_t dst_type, uint64_t dst_key) {
   const QpRecord* local = registry_.find_qp(r.local_qpn);
   int err = 0;
   UniqueFd s = identity_.socket_in(c.ident.netns, AF_INET,
@@ -145,7 +159,7 @@ void Daemon::dial_direct(Client& c, const Decoded& d, const proto::ConnectQpReq&
                       r.local_qpn,        r.dest_qpn,     local->type, 0};
   memcpy(h.ticket, ticket.data(), sizeof(h.ticket));
   direct_->dial(std::move(s), dst_ipv4, port, h, now_ns() + kDialNs,
-                [this, id = c.id, d, qpn = r.local_qpn, dst_ipv4, port, dst_type](
+                [this, id = c.id, d, qpn = r.local_qpn, dst_ipv4, port, dst_type, dst_key](
                     int status, UniqueFd fd) {
                   Client* cl = find_live(id);
                   if (!cl || !registry_.find_qp(qpn)) return;
@@ -163,12 +177,15 @@ void Daemon::dial_direct(Client& c, const Decoded& d, const proto::ConnectQpReq&
                   rep.peer_qp_type = dst_type;
                   rep.routed = 1;
                   rep.direct = 1;
+                  rep.link_key = dst_key;
+                  cl->direct_links.insert(dst_key);
                   const int f = fd.get();
                   send(*cl, d.op, d.seq, 0, &rep, sizeof(rep), std::span<const int>(&f, 1));
                 });
 }
 
-int Daemon::keep_remote_ticket(const wire::Direct& d, const LocalQp* dst, uint16_t* port) {
+int Daemon::keep_remote_ticket(const wire::Direct& d, const LocalQp* dst, uint16_t* port,
+                               uint64_t* key) {
   const bool probe = (d.flags & wire::kDirectProbe) != 0;
   // A probe is the pod network's say on rdma_cm's connections, whatever path they take after.
   if (!cfg_.direct_path && !probe) return wire::kNoDirect;
@@ -191,7 +208,25 @@ int Daemon::keep_remote_ticket(const wire::Direct& d, const LocalQp* dst, uint16
   memcpy(id.data(), d.ticket, id.size());
   if (int err = tickets_.keep(id, t, now)) return err;
   *port = cfg_.direct_port;
+  *key = owner->direct_key;
   return 0;
+}
+
+void Daemon::handle(Client& c, const Decoded& d, const proto::DirectTakeReq& r) {
+  // A QP pair joins a direct connection the client has: its ticket, for a QP of the client,
+  // from the address the connection comes from.
+  wire::DirectHello h{wire::kDirectMagic, wire::kVersion, {},      r.peer_ipv4, c.ident.ipv4,
+                      r.src_qpn,          r.dst_qpn,      r.qp_type, 0};
+  memcpy(h.ticket, r.ticket, sizeof(h.ticket));
+  const char* why = nullptr;
+  auto t = tickets_.take(h, r.peer_ipv4, c.ident.ipv4, now_ns(), &why);
+  if (t && (t->probe || t->dst_owner != c.id)) why = "a ticket for another process's QP";
+  if (!t || why) {
+    LOG_INFO("client %u: a QP of %s joining a direct connection refused: %s", c.id,
+             ipv4_text(r.peer_ipv4).c_str(), why ? why : "");
+    return void(reply_error(c, d, EACCES));
+  }
+  send(c, d.op, d.seq, 0, nullptr, 0);
 }
 
 // ---- connections that arrive at a direct port ----------------------------------------------
@@ -279,7 +314,7 @@ void Daemon::probe(Client& c, uint32_t src_qpn, uint32_t dst_ipv4, uint32_t dst_
   q.tenant = c.tenant;
   router_->connect_direct(
       src_qpn, q, dst_ipv4, dst_qpn, id,
-      [this, id, dial, done](int status, uint32_t, uint16_t port) {
+      [this, id, dial, done](int status, uint32_t, uint16_t port, uint64_t) {
         if (status == wire::kNoDirect) return done(0);  // no direct port there to ask
         if (status) return done(status);
         dial(id, port);

@@ -108,9 +108,10 @@ Router::Hooks Daemon::router_hooks() {
     cache->valid(state_gen_.load(std::memory_order_acquire));
     return cache->names_peer[key] = registry_.names_peer(qpn, ipv4, peer_qpn);
   };
-  h.direct_ticket = [this](const wire::Direct& d, const LocalQp* dst, uint16_t* port) {
+  h.direct_ticket = [this](const wire::Direct& d, const LocalQp* dst, uint16_t* port,
+                           uint64_t* key) {
     std::lock_guard<std::mutex> g(state_mu_);
-    return keep_remote_ticket(d, dst, port);
+    return keep_remote_ticket(d, dst, port, key);
   };
   h.tenant_of = [this](uint32_t ipv4) {
     std::lock_guard<std::mutex> g(state_mu_);

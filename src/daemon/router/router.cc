@@ -459,6 +459,7 @@ bool Router::on_frame(Link& link, wire::Type type, const uint8_t* body, uint32_t
       break;
     case wire::Type::kDirectHello:  // the direct path's own connections, never a router's
     case wire::Type::kClose:
+    case wire::Type::kDirectAdd:
       expected = false;
       break;
     default:
@@ -473,6 +474,7 @@ bool Router::on_frame(Link& link, wire::Type type, const uint8_t* body, uint32_t
     case wire::Type::kHello:
     case wire::Type::kDirectHello:
     case wire::Type::kClose:
+    case wire::Type::kDirectAdd:
       return false;
     case wire::Type::kDirect:
       on_direct(link, wire::read<wire::Direct>(body));

@@ -128,7 +128,9 @@ class Router : public LinkHandler {
     // or for a probe of the pod network to the container at d.dst_ipv4 (`dst` null). 0 with
     // *port where the connection goes, wire::kNoDirect (no direct path there: the other host
     // connects routed, or skips the probe), or another errno (refused). Unset: no direct path.
-    std::function<int(const wire::Direct& d, const LocalQp* dst, uint16_t* port)> direct_ticket;
+    // *key: the destination QP's process, as its host numbers it (wire::DirectRep::dst_key).
+    std::function<int(const wire::Direct& d, const LocalQp* dst, uint16_t* port, uint64_t* key)>
+        direct_ticket;
     // Several router threads (router_pool.h): an inbound link whose Hello named a lane of
     // another thread (RouterConfig::thread_of) goes to that thread's Router (take_link).
     // Unset: every lane is this Router's.
@@ -185,7 +187,8 @@ class Router : public LinkHandler {
   // (16 bytes) for a direct connection from local QP `qpn` to `dst_qpn` there. `done` gets 0
   // with the destination's QP type and the port to connect to, wire::kNoDirect (connect routed
   // instead), or an errno (EHOSTUNREACH, ECONNREFUSED, ETIMEDOUT, EAGAIN).
-  using DirectDone = std::function<void(int status, uint32_t qp_type, uint16_t port)>;
+  using DirectDone =
+      std::function<void(int status, uint32_t qp_type, uint16_t port, uint64_t dst_key)>;
   void connect_direct(uint32_t qpn, const LocalQp& qp, uint32_t dst_ipv4, uint32_t dst_qpn,
                       const uint8_t* ticket, DirectDone done, uint32_t flags = 0);
   // The lane a new connection of local QP `qpn` takes (router_lanes.cc): its class's, and for

@@ -27,25 +27,25 @@ void Router::connect_direct(uint32_t qpn, const LocalQp& qp, uint32_t dst_ipv4, 
   if (r == Lookup::kUnavailable) {
     LOG_WARN("router: cannot connect QP 0x%x: the directory is unavailable (%s)", qpn,
              dir_.describe().c_str());
-    return done(EAGAIN, 0, 0);
+    return done(EAGAIN, 0, 0, 0);
   }
-  if (r == Lookup::kNotFound || h.host_id == cfg_.host_id) return done(EHOSTUNREACH, 0, 0);
+  if (r == Lookup::kNotFound || h.host_id == cfg_.host_id) return done(EHOSTUNREACH, 0, 0, 0);
   int err = 0;
   Link* link = outbound_link(h.host_id, &err);
   if (!link) {
     LOG_WARN("router: no link to host %u: %s", h.host_id, strerror(err));
-    return done(err, 0, 0);
+    return done(err, 0, 0, 0);
   }
   const uint64_t id = next_req_++;
   wire::Direct d{id, qp.ipv4, dst_ipv4, qpn, dst_qpn, qp.type, flags, {}};
   memcpy(d.ticket, ticket, sizeof(d.ticket));
-  if (!link->send(wire::Type::kDirect, &d, sizeof(d))) return done(EAGAIN, 0, 0);
+  if (!link->send(wire::Type::kDirect, &d, sizeof(d))) return done(EAGAIN, 0, 0, 0);
   link->last_used_ns = now_ns();
   directs_[id] = PendingDirect{link->id(), now_ns() + kDirectReplyNs, std::move(done)};
 }
 
 void Router::on_direct(Link& link, const wire::Direct& d) {
-  wire::DirectRep rep{d.req_id, wire::kRefused, 0, 0, {}};
+  wire::DirectRep rep{d.req_id, wire::kRefused, 0, 0, {}, 0};
   LocalQp q;
   const char* refused = nullptr;
   if (d.flags & wire::kDirectProbe) {
@@ -56,11 +56,11 @@ void Router::on_direct(Link& link, const wire::Direct& d) {
     } else if (!hooks_.direct_ticket) {
       rep.status = wire::kNoDirect;
       refused = "no direct path on this host";
-    } else if (int e = hooks_.direct_ticket(d, nullptr, &rep.port)) {
+    } else if (int e = hooks_.direct_ticket(d, nullptr, &rep.port, &rep.dst_key)) {
       rep.status = e == wire::kNoDirect ? wire::kNoDirect : wire::kRefused;
       refused = e == wire::kNoDirect ? "no direct port there" : "refused";
     }
-    if (refused) rep.port = 0;
+    if (refused) rep.port = 0, rep.dst_key = 0;
     if (!refused) rep.status = 0;
     rep.qp_type = refused ? 0 : d.qp_type;
     link.send(wire::Type::kDirectRep, &rep, sizeof(rep));
@@ -81,7 +81,7 @@ void Router::on_direct(Link& link, const wire::Direct& d) {
   } else if (!hooks_.direct_ticket) {
     rep.status = wire::kNoDirect;
     refused = "no direct path on this host";
-  } else if (int e = hooks_.direct_ticket(d, &q, &rep.port)) {
+  } else if (int e = hooks_.direct_ticket(d, &q, &rep.port, &rep.dst_key)) {
     rep.status = e == wire::kNoDirect ? wire::kNoDirect : wire::kRefused;
     refused = e == wire::kNoDirect ? "no direct path to that container" : "no room for a ticket";
   }
@@ -90,6 +90,7 @@ void Router::on_direct(Link& link, const wire::Direct& d) {
               ipv4_text(d.src_ipv4).c_str(), d.src_qpn, ipv4_text(d.dst_ipv4).c_str(),
               d.dst_qpn, refused);
     rep.port = 0;
+    rep.dst_key = 0;
   } else {
     rep.status = 0;
     rep.qp_type = q.type;
@@ -105,7 +106,7 @@ void Router::on_direct_rep(Link& link, const wire::DirectRep& r) {
   if (it == directs_.end() || it->second.link_id != link.id()) return;
   auto done = std::move(it->second.done);
   directs_.erase(it);
-  done(r.status, r.qp_type, r.port);
+  done(r.status, r.qp_type, r.port, r.dst_key);
 }
 
 void Router::expire_directs(int64_t now, uint32_t link_id) {
@@ -117,7 +118,7 @@ void Router::expire_directs(int64_t now, uint32_t link_id) {
     }
     auto done = std::move(it->second.done);
     it = directs_.erase(it);
-    done(link_id ? EHOSTUNREACH : ETIMEDOUT, 0, 0);
+    done(link_id ? EHOSTUNREACH : ETIMEDOUT, 0, 0, 0);
   }
 }
 

@@ -103,8 +103,8 @@ void RouterPool::connect_direct(uint32_t qpn, const LocalQp& qp, uint32_t dst_ip
   thread(0).post([=, done = std::move(done)](Router& r) {
     r.connect_direct(
         qpn, qp, dst_ipv4, dst_qpn, ticket.data(),
-        [done](int status, uint32_t type, uint16_t port) {
-          post_to_control([done, status, type, port] { done(status, type, port); });
+        [done](int status, uint32_t type, uint16_t port, uint64_t key) {
+          post_to_control([done, status, type, port, key] { done(status, type, port, key); });
         },
         flags);
   });
