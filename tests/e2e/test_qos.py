@@ -1,5 +1,7 @@
 """Quality of service across hosts: senders in containers of h0 run ib_write_bw -D to
-receivers on h1, all through h0's router on the one link between the two hosts. Shares are read
+receivers on h1, all through h0's router on the one link between the two hosts (vrdmad
+--no-direct-path: vrdmad enforces its QoS on the routed path, which a container with a rule
+takes; these rules come at run time, after the pairs connected). Shares are read
 from h0's `vrdma status` (bytes each container's flows sent, per class) over the same window
 of one run, with the rules set at run time by `vrdma qos set`:
 - weights 1 and 3: bytes within 10 % of 1:3;
@@ -22,14 +24,14 @@ import unittest
 import conftest_path  # noqa: F401
 from vrdma_py.bench_proc import thread_stats
 from vrdma_py.perftest_output import bw_rows, lat_rows
-from vrdma_py.sandbox import Sandbox, container_ip, vrdma
+from vrdma_py.sandbox import ROUTED, Sandbox, container_ip, vrdma
 
 PAIRS = 8
 WINDOW = float(os.environ.get("VRDMA_QOS_SECONDS", "6"))
 WARMUP = 3.0
 METRICS_PORT = 19465
 SB = Sandbox(hosts=2, containers=PAIRS,
-             extra_args=[f"--daemon-arg=--metrics-listen=127.0.0.1:{METRICS_PORT}"])
+             extra_args=[*ROUTED, f"--daemon-arg=--metrics-listen=127.0.0.1:{METRICS_PORT}"])
 setUpModule = SB.up
 tearDownModule = SB.down
 

@@ -1,7 +1,8 @@
 """Several bulk links per host pair (vrdmad --router-links 3): four container pairs run
 vrdma_stress across hosts at once (every opcode, every byte checked); their QPs are spread over
 the three TLS links h0 opens to h1 (lanes main, bulk1, bulk2), each of which carries traffic,
-and no pair sees an error, a corruption or a loss.
+and no pair sees an error, a corruption or a loss. The routed path (vrdmad --no-direct-path):
+the direct path would carry these pairs between the containers themselves.
 
 VRDMA_STRESS names the vrdma_stress binary (set by CTest)."""
 
@@ -9,12 +10,12 @@ import unittest
 
 import conftest_path  # noqa: F401
 from test_cross_host_load import StressPairs, find_stress
-from vrdma_py.sandbox import Sandbox
+from vrdma_py.sandbox import ROUTED, Sandbox
 
 PAIRS = 4
 LINKS = 3
 SECONDS = 8
-SB = Sandbox(hosts=2, containers=PAIRS, extra_args=[f"--daemon-arg=--router-links={LINKS}"])
+SB = Sandbox(hosts=2, containers=PAIRS, extra_args=[*ROUTED, f"--daemon-arg=--router-links={LINKS}"])
 setUpModule = SB.up
 tearDownModule = SB.down
 

@@ -1,4 +1,5 @@
-"""Routers that poll after work (vrdmad --router-poll-us): status says so; after routed traffic
+"""Routers that poll after work (vrdmad --router-poll-us, on the routed path:
+--no-direct-path): status says so; after routed traffic
 a router thread goes on polling for that long (it uses CPU with nothing to do), then sleeps
 again (an idle vrdmad uses no CPU, polling configured or not)."""
 
@@ -7,10 +8,10 @@ import unittest
 
 import conftest_path  # noqa: F401
 from test_router_threads import thread_cpu
-from vrdma_py.sandbox import Sandbox, container_ip, vrdma
+from vrdma_py.sandbox import ROUTED, Sandbox, container_ip, vrdma
 
 POLL_US = 300_000
-SB = Sandbox(hosts=2, containers=1, extra_args=[f"--daemon-arg=--router-poll-us={POLL_US}"])
+SB = Sandbox(hosts=2, containers=1, extra_args=[*ROUTED, f"--daemon-arg=--router-poll-us={POLL_US}"])
 setUpModule = SB.up
 tearDownModule = SB.down
 

@@ -1,4 +1,5 @@
-"""Several router threads (vrdmad --router-threads 3 --router-links 2): each lane's links belong
+"""Several router threads (vrdmad --router-threads 3 --router-links 2, on the routed path:
+--no-direct-path): each lane's links belong
 to one thread, bulk link k to thread k mod 2 and the latency class's link to the last, on the
 host that opens them and on the host that accepts them (thread 0 accepts every link and hands
 each, once its Hello authenticated it, to its lane's thread). Four container pairs run
@@ -16,13 +17,13 @@ import unittest
 import conftest_path  # noqa: F401
 from test_cross_host_load import StressPairs, find_stress
 from vrdma_py.bench_proc import thread_stats
-from vrdma_py.sandbox import Sandbox, container_ip, vrdma
+from vrdma_py.sandbox import ROUTED, Sandbox, container_ip, vrdma
 
 PAIRS = 4
 THREADS = 3
 SECONDS = 8
 SB = Sandbox(hosts=2, containers=PAIRS + 1,
-             extra_args=["--daemon-arg=--router-links=2",
+             extra_args=[*ROUTED, "--daemon-arg=--router-links=2",
                          f"--daemon-arg=--router-threads={THREADS}"])
 setUpModule = SB.up
 tearDownModule = SB.down
