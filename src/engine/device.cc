@@ -165,32 +165,25 @@ std::shared_ptr<shm::Peer> Device::self_peer() {
   return p;
 }
 
-void Device::watch_direct(std::shared_ptr<DirectConn> c) {
-  {
-    std::lock_guard lock(direct_mu_);
-    new_direct_.push_back(std::move(c));
-  }
-  wake();
-}
-
-std::shared_ptr<DirectOut> Device::direct_out(uint64_t key) {
+std::shared_ptr<DirectLink> Device::direct_link(uint64_t key) {
   std::lock_guard lock(direct_mu_);
-  auto it = direct_out_.find(key);
-  if (it == direct_out_.end()) return nullptr;
+  auto it = direct_links_.find(key);
+  if (it == direct_links_.end()) return nullptr;
   auto c = it->second.lock();
   if (!c || !c->live()) {
-    direct_out_.erase(it);
+    direct_links_.erase(it);
     return nullptr;
   }
   return c;
 }
 
-void Device::add_direct_out(std::shared_ptr<DirectOut> c) {
+void Device::add_direct_link(std::shared_ptr<DirectLink> c) {
   {
     std::lock_guard lock(direct_mu_);
-    direct_out_[c->key()] = c;
+    direct_links_[c->key()] = c;
+    new_direct_.push_back(std::move(c));
   }
-  watch_direct(std::move(c));
+  wake();
 }
 
 Qp* Device::pin_qp(uint32_t qpn) {
@@ -366,7 +359,7 @@ void Device::remove_context(Context* c) {
 }
 
 void Device::adopt_direct() {
-  std::vector<std::shared_ptr<DirectConn>> fresh;
+  std::vector<std::shared_ptr<DirectLink>> fresh;
   std::vector<Inbound> inbound;
   {
     std::lock_guard lock(direct_mu_);
@@ -378,8 +371,8 @@ void Device::adopt_direct() {
     // thread watches it. A QP gone meanwhile lets it close.
     Qp* qp = pin_qp(in.ev.dst_qpn);
     if (!qp) continue;
-    auto c = std::make_shared<DirectIn>(*this, std::move(in.fd));
-    if (c->attach(*qp, in.ev.src_ipv4, in.ev.src_qpn) == 0) fresh.push_back(c);
+    auto c = std::make_shared<DirectLink>(*this, std::move(in.fd), 0, false);
+    if (c->attach_receiver(*qp, in.ev.src_ipv4, in.ev.src_qpn) == 0) fresh.push_back(c);
     unpin_qp(qp);
   }
   {
@@ -396,7 +389,7 @@ void Device::adopt_direct() {
     if (::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev) < 0) continue;
     watched_.emplace(fd, Watched{std::move(c), ev.events});
     // What arrived before it was watched: the first drive reads it.
-    watched_[fd].conn->drive(now_ns(), false);
+    watched_[fd].conn->drive(now_ns(), DirectLink::Driver::kProgress);
   }
 }
 
@@ -406,14 +399,25 @@ int64_t Device::progress_direct(const epoll_event* events, int n) {
     const uint64_t tag = events[i].data.u64;
     if (tag == kWakeEvent || tag == kControlEvent) continue;
     auto it = watched_.find(static_cast<int>(tag));
-    if (it != watched_.end()) it->second.conn->drive(now, false);
+    if (it != watched_.end()) it->second.conn->drive(now, DirectLink::Driver::kProgress);
   }
   int64_t next = -1;
   for (auto it = watched_.begin(); it != watched_.end();) {
-    DirectConn& c = *it->second.conn;
+    DirectLink& c = *it->second.conn;
     int64_t due = c.deadline();
-    if (due >= 0 && due <= now) {
-      c.drive(now, false);
+    // While a program polls the connection's CQs, this thread stands down: it does not wake
+    // for the socket's bytes (the poller reads them), and looks again when the poller may have
+    // stopped.
+    const int64_t polled_until = c.last_poll() + DirectLink::kPolledNs;
+    const bool polled = polled_until > now;
+    if (!polled && !(it->second.events & EPOLLIN)) {
+      // The poller stopped: from now on it leaves nothing unwritten, and what it left goes now
+      // (waiting for a poll that is under way).
+      c.stand_down(false);
+      c.drive(now, DirectLink::Driver::kPost);
+      due = c.deadline();
+    } else if (due >= 0 && due <= now) {
+      c.drive(now, DirectLink::Driver::kProgress);
       due = c.deadline();
     }
     if (!c.live()) {
@@ -421,8 +425,11 @@ int64_t Device::progress_direct(const epoll_event* events, int n) {
       it = watched_.erase(it);
       continue;
     }
+    if (polled) c.stand_down(true);
+    if (polled && (due < 0 || polled_until < due)) due = polled_until;
     // Room in a full socket is waited for only while frames wait for it.
-    const uint32_t want = EPOLLIN | EPOLLRDHUP | (c.wants_room() ? EPOLLOUT : 0u);
+    const uint32_t want =
+        (polled ? 0u : EPOLLIN) | EPOLLRDHUP | (c.wants_room() ? EPOLLOUT : 0u);
     if (want != it->second.events) {
       epoll_event ev{};
       ev.events = want;

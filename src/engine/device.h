@@ -33,8 +33,7 @@ namespace vrdma {
 class Qp;
 class SharedRecvQp;
 class Context;
-class DirectConn;
-class DirectOut;
+class DirectLink;
 class SelfSource;
 
 class Device {
@@ -58,13 +57,11 @@ class Device {
   // one connection (translations it hands out stay valid until it reclaims them).
   std::shared_ptr<shm::Peer> self_peer();
 
-  // The direct path (direct.h): the progress thread watches the connection's socket and timers
-  // from now on, until it is over.
-  void watch_direct(std::shared_ptr<DirectConn> c);
-  // This process's connection to the process `key` of another host (null: none that lives),
-  // and a new one, found by that key from now on.
-  std::shared_ptr<DirectOut> direct_out(uint64_t key);
-  void add_direct_out(std::shared_ptr<DirectOut> c);
+  // The direct path (direct.h): this process's connection to the process `key` of another host
+  // (null: none that lives), and a new one, found by that key from now on and watched by the
+  // progress thread until it is over.
+  std::shared_ptr<DirectLink> direct_link(uint64_t key);
+  void add_direct_link(std::shared_ptr<DirectLink> c);
   // A QP of this process by number, kept from being destroyed until unpinned (nullptr: none).
   Qp* pin_qp(uint32_t qpn);
   void unpin_qp(Qp* qp);
@@ -168,15 +165,15 @@ class Device {
   // Direct connections: handed to the progress thread (new_direct_, and the other ends of
   // direct connections vrdmad handed over, inbound_), and those it watches (its own).
   std::mutex direct_mu_;
-  std::vector<std::shared_ptr<DirectConn>> new_direct_;
-  std::map<uint64_t, std::weak_ptr<DirectOut>> direct_out_;  // by the other process's key
+  std::vector<std::shared_ptr<DirectLink>> new_direct_;
+  std::map<uint64_t, std::weak_ptr<DirectLink>> direct_links_;  // by the other process's key
   struct Inbound {
     UniqueFd fd;
     proto::DirectAcceptedEvent ev;
   };
   std::vector<Inbound> inbound_;
   struct Watched {
-    std::shared_ptr<DirectConn> conn;
+    std::shared_ptr<DirectLink> conn;
     uint32_t events = 0;  // what epoll watches its socket for
   };
   std::unordered_map<int, Watched> watched_;  // by descriptor; the progress thread's

@@ -3,24 +3,26 @@
 // with no daemon in between. A process has one such connection to each process whose QPs its
 // QPs send to, and carries the work of all those QPs on it, taking each in turn (as a device
 // serves its QPs): a program's QPs progress together, and small messages of many QPs leave in
-// one write.
+// one write. The other process's QPs that send to this one's use a connection of their own,
+// made from their side: the pod network's rules apply to each direction.
 //
 // vrdmad sets each connection up: it opens it from this container, the destination's vrdmad
 // checks the ticket it presents and hands the other end to the destination's process; each
 // further QP pair joins the connection with a ticket of its own (wire::DirectAdd), which the
 // destination's vrdmad takes before the destination's library accepts it. From then on the
-// two libraries speak the frames of transport/wire.h on it:
+// two libraries speak the frames of transport/wire.h on it. One class, DirectLink, is either
+// end: at the opening end a transport::Requester carries this process's QPs' requests from
+// their SendQueues (route.cc) and completes them as responses come back; at the other a
+// transport::Responder checks and executes them (the same code vrdmad's router uses), placing
+// the data straight from the socket into this process's memory.
 //
-//   DirectOut  this process's QPs send: their requests go from their SendQueues (route.cc)
-//              through a transport::Requester to the connection, their completions come back.
-//   DirectIn   QPs of the other process send to this process's QPs: a transport::Responder
-//              checks and executes their requests (the same code vrdmad's router uses), placing
-//              the data straight from the socket into this process's memory.
-//
-// Whoever is here drives a connection: the thread that posts (DirectOut), a thread polling a CQ
-// the connection completes into, or the progress thread when the socket has bytes or a timer
-// is due (so one-sided operations complete while the target program never calls the library).
-// Each connection has its lock; pollers and the progress thread only try it.
+// Whoever is here drives a connection: the thread that posts, a thread polling a CQ the
+// connection completes into, or the progress thread when the socket has bytes or a timer is due
+// (so one-sided operations complete while the target program never calls the library). While
+// a program polls, the progress thread stands down: it stops watching the socket for bytes and
+// only looks every kPolledNs, so that it takes no core from the poller; a poll that finds
+// requests to answer leaves the responses for the next write (its next poll, after the program
+// has posted what the requests made it post, or that look at the latest).
 #pragma once
 
 #include <atomic>
@@ -41,128 +43,122 @@ namespace vrdma {
 class Device;
 class Qp;
 
-class DirectConn : public transport::LinkHandler,
-                   public std::enable_shared_from_this<DirectConn> {
+class DirectLink final : public transport::LinkHandler,
+                         private transport::RequesterEnv,
+                         private transport::ResponderEnv,
+                         public std::enable_shared_from_this<DirectLink> {
  public:
-  ~DirectConn() override;
-  DirectConn(const DirectConn&) = delete;
-  DirectConn& operator=(const DirectConn&) = delete;
+  // `outbound`: this side opened it, to the process `key` (as its host numbers it; 0 for the
+  // other end).
+  DirectLink(Device& dev, UniqueFd fd, uint64_t key, bool outbound);
+  ~DirectLink() override;
+  DirectLink(const DirectLink&) = delete;
+  DirectLink& operator=(const DirectLink&) = delete;
 
-  // Reads what arrived, runs what is due, writes what waits; `wait`: take the lock even if
-  // another thread holds it (the posting thread), else leave it to that thread. False once the
-  // connection carries nothing more (failed, or its last QP left): the progress thread lets it
-  // go (its QPs keep it while they are attached).
-  bool drive(int64_t now, bool wait);
+  // Who drives: the posting thread, or the progress thread ending a stand-down (waits for the
+  // lock, writes at once); a poller (only tries the lock; may leave responses for the next
+  // write while the progress thread stands down); the progress thread (only tries the lock).
+  enum class Driver { kPost, kPoll, kProgress };
+  // Reads what arrived, runs what is due, writes what waits. False once the connection
+  // carries nothing more (failed, or the other side closed it): the progress thread lets it go
+  // (its QPs keep it while they are attached).
+  bool drive(int64_t now, Driver who);
+  // How long a poll keeps the progress thread standing down (ns).
+  static constexpr int64_t kPolledNs = 1'000'000;
+
+  uint64_t key() const { return key_; }
   // Whether its socket still carries frames (a connection that failed stays its QPs': its
   // requester completes what is posted to them in error).
   bool live() const { return live_.load(std::memory_order_acquire); }
   int fd() const { return link_.fd(); }
-  uint32_t peer_ipv4() const;  // the other end's address (its socket's peer; 0: unknown)
-  // For the progress thread: whether the socket's room is awaited (EPOLLOUT), and the next
-  // time the connection needs the clock although nothing arrives (ns; -1: none).
+  uint32_t peer_ipv4() const { return peer_ipv4_; }  // the other end's address
+  // For the progress thread: whether the socket's room is awaited (EPOLLOUT), the next time
+  // the connection needs the clock although nothing arrives (ns; -1: none), and when a poller
+  // last drove it.
   bool wants_room() const { return wants_room_.load(std::memory_order_relaxed); }
   int64_t deadline() const { return deadline_.load(std::memory_order_relaxed); }
+  int64_t last_poll() const { return last_poll_ns_.load(std::memory_order_relaxed); }
+  // The progress thread stands down (looks at the connection every kPolledNs at the latest).
+  void stand_down(bool yes) { stood_down_.store(yes, std::memory_order_relaxed); }
 
- protected:
-  DirectConn(Device& dev, UniqueFd fd, bool outbound);
-  // The role's work after reading (requests sent, held requests retried, timers). Under mu_.
-  virtual void run(int64_t now) = 0;
-  // The connection ended (*why); the QPs that used it hear so. Under mu_.
-  virtual void ended(const char* why) = 0;
-  virtual int64_t next_deadline(int64_t now) const = 0;
-  // Whether a frame's payload is being placed into this process's memory now (what reclaim
-  // must not unmap).
-  virtual bool placing() const = 0;
-  // Pings and pongs; false for any other frame.
-  bool common_frame(wire::Type type, const uint8_t* body, int64_t now);
-  void finish(const char* why);  // under mu_: the end of the connection
-  // Its last QP left: the socket closes once what is queued has been written (under mu_).
-  void retire();
-
-  Device& dev_;
-  transport::Link link_;
-  std::shared_ptr<shm::Peer> self_;  // this process, as its direct connections reach it
-  int64_t now_ = 0;
-  std::mutex mu_;
-  std::atomic<bool> live_{true};  // the connection carries frames
-
- private:
-  std::atomic<bool> wants_room_{false};
-  std::atomic<int64_t> deadline_{-1};
-};
-
-// This process's QPs send to QPs of one other process (`key`) on the connection.
-class DirectOut final : public DirectConn, private transport::RequesterEnv {
- public:
-  DirectOut(Device& dev, UniqueFd fd, uint64_t key);
-  uint64_t key() const { return key_; }
+  // ---- this process's QPs send (direct_send.cc) ----
   // QP `qpn` (its shared state at `qp_offset` of the arena: its SendQueue and send CQ) sends to
-  // `dst_qpn` on the connection from now on; `ticket`: the one to present for the pair (not the
-  // connection's first, whose ticket vrdmad presented). 0 or an errno (ENOTCONN: the connection
+  // `dst_qpn` on the connection from now on; `ticket`: the one to present for the pair (none:
+  // the pair for which vrdmad opened the connection). 0 or an errno (ENOTCONN: the connection
   // is over; make another).
-  int attach(uint32_t qpn, uint32_t type, uint32_t qp_offset, uint32_t dst_qpn,
-             const uint8_t* ticket);
+  int attach_sender(uint32_t qpn, uint32_t type, uint32_t qp_offset, uint32_t dst_qpn,
+                    const uint8_t* ticket);
   // QP `qpn` is going (destroyed, or reset): the other end is told this is no failure (Close),
-  // and its work is no longer carried. The connection closes after its last QP.
-  void detach(uint32_t qpn);
-  // Sends what QP `qpn` posted (the posting thread).
-  void kick(int64_t now) { drive(now, true); }
+  // and its work is no longer carried.
+  void detach_sender(uint32_t qpn);
+  // Sends what a QP posted (the posting thread).
+  void kick(int64_t now) { drive(now, Driver::kPost); }
+
+  // ---- QPs of the other process send to this process's (direct_receive.cc) ----
+  // QP `src_qpn` at `src_ipv4` sends to `qp` on the connection (vrdmad took its ticket).
+  int attach_receiver(Qp& qp, uint32_t src_ipv4, uint32_t src_qpn);
+  // `qp` is going: what is sent to it is no longer taken, and the senders are told (Close).
+  void detach_receiver(Qp& qp);
 
  private:
-  void run(int64_t now) override;
-  void ended(const char* why) override;
-  int64_t next_deadline(int64_t now) const override;
-  bool placing() const override { return req_.placing(); }
+  // transport::LinkHandler.
   bool on_frame(transport::Link& link, wire::Type type, const uint8_t* body, uint32_t payload,
                 transport::PayloadDest& dest, const char** why) override;
-  void on_payload_data(transport::Link&, const uint8_t*, size_t) override {}
-  void on_payload(transport::Link& link) override { req_.on_payload(link, now_); }
-  // RequesterEnv.
+  void on_payload_data(transport::Link& link, const uint8_t* data, size_t len) override {
+    resp_.on_payload_data(link, data, len);
+  }
+  void on_payload(transport::Link& link) override {
+    if (!resp_.on_payload(link)) req_.on_payload(link, now_);
+  }
+  void finish(const char* why);  // under mu_: the end of the connection
+
+  // Sending side (direct_send.cc), under mu_: the senders' requests, a few of each in turn
+  // (how many went), the senders' timers, a receiver of the other side that went away, the
+  // senders' end.
+  uint32_t pump(int64_t now);
+  bool check_senders(int64_t now);
+  void receiver_closed(uint32_t dst_qpn);
+  void senders_ended();
+  // transport::RequesterEnv.
   transport::SendQp* find(uint32_t qpn) override;
   transport::Link* link_for(transport::SendQp&, const transport::Wqe&) override {
     return live_ ? &link_ : nullptr;
   }
   void failed(transport::SendQp& q, proto::FatalReason why) override;
 
-  uint64_t key_;
-  std::map<uint32_t, transport::SendQp> qps_;  // by QPN: the QPs it carries (node-stable)
-  std::set<uint32_t> closed_;  // destination QPs that said Close
-  transport::Requester req_;
-  uint32_t turn_ = 0;  // the QPN whose turn comes first at the next pass
-};
-
-// QPs of one other process send to this process's QPs on the connection.
-class DirectIn final : public DirectConn, private transport::ResponderEnv {
- public:
-  DirectIn(Device& dev, UniqueFd fd);
-  // QP `src_qpn` at `src_ipv4` sends to `qp` on the connection (vrdmad took its ticket).
-  int attach(Qp& qp, uint32_t src_ipv4, uint32_t src_qpn);
-  // `qp` is going: what was sent to it is no longer taken.
-  void detach(Qp& qp);
-
- private:
-  void run(int64_t now) override;
-  void ended(const char* why) override;
-  int64_t next_deadline(int64_t now) const override;
-  bool placing() const override { return resp_.placing(); }
-  bool on_frame(transport::Link& link, wire::Type type, const uint8_t* body, uint32_t payload,
-                transport::PayloadDest& dest, const char** why) override;
-  void on_payload_data(transport::Link& link, const uint8_t* data, size_t len) override {
-    resp_.on_payload_data(link, data, len);
-  }
-  void on_payload(transport::Link& link) override { resp_.on_payload(link); }
-  // Another QP joins (wire::DirectAdd): vrdmad takes its ticket, then it is attached.
-  bool add(const wire::DirectAdd& a);
-  int attach_locked(Qp& qp, uint32_t src_ipv4, uint32_t src_qpn);
-  // ResponderEnv.
+  // Receiving side (direct_receive.cc), under mu_.
+  bool add(const wire::DirectAdd& a);  // another pair joins: vrdmad takes its ticket
+  int attach_receiver_locked(Qp& qp, uint32_t src_ipv4, uint32_t src_qpn);
+  void sender_closed(uint32_t src_qpn);
+  void receivers_ended();
+  // transport::ResponderEnv.
   bool names_peer(uint32_t qpn, uint32_t ipv4, uint32_t peer_qpn) override;
   bool target(uint32_t qpn, shm::PeerQp& out) override;
   const char* who() const override { return "direct: peer"; }
 
+  Device& dev_;
+  const uint64_t key_;
+  transport::Link link_;
+  uint32_t peer_ipv4_ = 0;           // the other end's address (its socket's peer)
+  std::shared_ptr<shm::Peer> self_;  // this process, as its direct connections reach it
+  int64_t now_ = 0;
+  std::mutex mu_;
+  std::atomic<bool> live_{true};  // the connection carries frames
+  std::atomic<bool> wants_room_{false};
+  std::atomic<int64_t> deadline_{-1};
+  std::atomic<int64_t> last_poll_ns_{0};
+  std::atomic<bool> stood_down_{false};
+  bool deferred_ = false;  // a poll left what it queued for the next write
+
+  // Sending side.
+  std::map<uint32_t, transport::SendQp> senders_;  // by QPN (node-stable)
+  std::set<uint32_t> closed_;  // the other side's QPs that said Close as receivers
+  transport::Requester req_;
+  uint32_t turn_ = 0;  // the QPN whose turn comes first at the next pass
+
+  // Receiving side.
   transport::Responder resp_;
-  uint32_t peer_ipv4_ = 0;           // the connection's source address (its socket's peer)
-  std::map<uint32_t, Qp*> qps_;      // this process's QPs it serves, valid until detached
-  std::map<uint32_t, uint32_t> src_of_;  // source QPN -> the QP of ours it sends to
+  std::map<uint32_t, Qp*> receivers_;  // this process's QPs it serves, valid until detached
 };
 
 }  // namespace vrdma

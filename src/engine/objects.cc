@@ -352,7 +352,7 @@ int Cq::poll(int n, ibv_wc* wc) {
   return 0;
 }
 
-void Cq::attach_direct(std::shared_ptr<DirectConn> c) {
+void Cq::attach_direct(std::shared_ptr<DirectLink> c) {
   std::lock_guard lock(direct_lock_);
   // Several QPs of the CQ may use one connection: counted.
   for (auto& [conn, n] : direct_)
@@ -361,7 +361,7 @@ void Cq::attach_direct(std::shared_ptr<DirectConn> c) {
   has_direct_.store(true, std::memory_order_relaxed);
 }
 
-void Cq::detach_direct(const DirectConn* c) {
+void Cq::detach_direct(const DirectLink* c) {
   std::lock_guard lock(direct_lock_);
   for (auto it = direct_.begin(); it != direct_.end(); ++it)
     if (it->first.get() == c) {
@@ -373,7 +373,7 @@ void Cq::detach_direct(const DirectConn* c) {
 
 void Cq::drive_direct() {
   // Driven outside the lock: a connection taking in a new QP attaches it to its CQs.
-  thread_local std::vector<std::shared_ptr<DirectConn>> conns;
+  thread_local std::vector<std::shared_ptr<DirectLink>> conns;
   {
     std::lock_guard lock(direct_lock_);
     const size_t n = direct_.size();
@@ -384,7 +384,7 @@ void Cq::drive_direct() {
     for (size_t i = 0; i < n; ++i) conns.push_back(direct_[(next_direct_ + i) % n].first);
   }
   const int64_t now = now_ns();
-  for (auto& c : conns) c->drive(now, false);
+  for (auto& c : conns) c->drive(now, DirectLink::Driver::kPoll);
   conns.clear();
 }
 

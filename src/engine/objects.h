@@ -24,7 +24,7 @@ namespace vrdma {
 class Cq;
 class Qp;
 class Srq;
-class DirectConn;
+class DirectLink;
 
 // A tiny lock for per-queue serialisation; uncontended in the common case.
 class SpinLock {
@@ -147,8 +147,8 @@ class Cq {
   // A direct connection of a QP that completes here (direct.h): a poll that finds nothing
   // drives it, so that a polling program takes what arrived without waiting for the progress
   // thread.
-  void attach_direct(std::shared_ptr<DirectConn> c);
-  void detach_direct(const DirectConn* c);
+  void attach_direct(std::shared_ptr<DirectLink> c);
+  void detach_direct(const DirectLink* c);
   // The receive completions reported for `src` and not polled yet move to the CQ's own ring, in
   // their order and checked as a poll checks them: whatever is pushed after them (a flush) is
   // polled after them.
@@ -200,7 +200,7 @@ class Cq {
   SpinLock poll_lock_;
   SpinLock direct_lock_;
   // Guarded by direct_lock_: each connection, and how many QPs of the CQ use it.
-  std::vector<std::pair<std::shared_ptr<DirectConn>, uint32_t>> direct_;
+  std::vector<std::pair<std::shared_ptr<DirectLink>, uint32_t>> direct_;
   size_t next_direct_ = 0;                          // where the next poll starts driving them
   std::atomic<bool> has_direct_{false};
   std::vector<RecvSource*> sources_;  // guarded by poll_lock_

@@ -21,8 +21,7 @@
 
 namespace vrdma {
 
-class DirectOut;
-class DirectIn;
+class DirectLink;
 
 // Who provides the memory of a QP's send queue in the process (the requests waiting their turn
 // and copies of their inline data): the library's heap by default, or a parent domain's
@@ -97,7 +96,7 @@ class Qp {
   }
   uint32_t object_fd_id() const { return object_ ? object_->fd_id() : 0; }
   // A direct connection takes requests for this QP from now on (until close_direct()).
-  void joined_direct_in(std::shared_ptr<DirectIn> c);
+  void joined_direct_in(std::shared_ptr<DirectLink> c);
   // Kept from being destroyed while pinned (Device::pin_qp).
   void pin() { pins_.fetch_add(1, std::memory_order_acquire); }
   void unpin() { pins_.fetch_sub(1, std::memory_order_release); }
@@ -195,12 +194,12 @@ class Qp {
   shm::PeerQp peer_;
   std::atomic<bool> peer_wanted_{false};
   std::atomic<uint32_t> dest_ipv4_{0};  // the address its RTR named (0: none, or no GID)
-  // The direct path: the connection its requests go on, and those of the other host's QPs that
+  // The direct path: the connection its requests go on, and those on which the other host's QPs
   // send to it (direct_lock_).
-  std::shared_ptr<DirectOut> direct_out_;
+  std::shared_ptr<DirectLink> direct_out_;
   bool kick_ = false;  // route() queued work for direct_out_
   SpinLock direct_lock_;
-  std::vector<std::shared_ptr<DirectIn>> direct_in_;
+  std::vector<std::shared_ptr<DirectLink>> direct_in_;
   std::atomic<int> pins_{0};
   uint8_t dest_gid_[16] = {};
   std::unordered_map<uint64_t, shm::PeerQp> ud_peers_;

@@ -99,27 +99,27 @@ Qp::Result Qp::route(const ibv_send_wr& wr, const shm::PeerQp& peer) {
 
 int Qp::join_direct(DirectJoin& j, uint32_t dst_qpn) {
   Device& dev = context().device();
-  std::shared_ptr<DirectOut> link;
+  std::shared_ptr<DirectLink> link;
   const uint8_t* ticket = nullptr;
   if (j.fd) {
-    link = std::make_shared<DirectOut>(dev, std::move(j.fd), j.key);
-    dev.add_direct_out(link);
+    link = std::make_shared<DirectLink>(dev, std::move(j.fd), j.key, true);
+    dev.add_direct_link(link);
   } else {
-    link = dev.direct_out(j.key);
+    link = dev.direct_link(j.key);
     ticket = j.ticket;
   }
-  if (!link || link->attach(qpn_, type_, offset_, dst_qpn, ticket) != 0) {
+  if (!link || link->attach_sender(qpn_, type_, offset_, dst_qpn, ticket) != 0) {
     // None to join (it ended meanwhile): vrdmad makes one for this QP.
     shm::PeerQp p;
     DirectJoin again;
     if (int e = connect_peer(dst_qpn, dest_gid_, p, &again, proto::kConnectNewLink)) return e;
     if (!again.fd) return EPROTO;
-    link = std::make_shared<DirectOut>(dev, std::move(again.fd), again.key);
-    dev.add_direct_out(link);
-    if (int e = link->attach(qpn_, type_, offset_, dst_qpn, nullptr)) return e;
+    link = std::make_shared<DirectLink>(dev, std::move(again.fd), again.key, true);
+    dev.add_direct_link(link);
+    if (int e = link->attach_sender(qpn_, type_, offset_, dst_qpn, nullptr)) return e;
   }
   if (direct_out_ && direct_out_ != link) {
-    direct_out_->detach(qpn_);  // an earlier connection (before a reset)
+    direct_out_->detach_sender(qpn_);  // an earlier connection (before a reset)
     send_cq_->detach_direct(direct_out_.get());
     recv_cq_->detach_direct(direct_out_.get());
   }
@@ -129,7 +129,7 @@ int Qp::join_direct(DirectJoin& j, uint32_t dst_qpn) {
   return 0;
 }
 
-void Qp::joined_direct_in(std::shared_ptr<DirectIn> c) {
+void Qp::joined_direct_in(std::shared_ptr<DirectLink> c) {
   {
     std::lock_guard lock(direct_lock_);
     for (auto& in : direct_in_)
@@ -141,18 +141,18 @@ void Qp::joined_direct_in(std::shared_ptr<DirectIn> c) {
 }
 
 void Qp::close_direct() {
-  std::vector<std::shared_ptr<DirectIn>> in;
+  std::vector<std::shared_ptr<DirectLink>> in;
   {
     std::lock_guard lock(direct_lock_);
     in.swap(direct_in_);
   }
   for (auto& c : in) {
-    c->detach(*this);
+    c->detach_receiver(*this);
     recv_cq_->detach_direct(c.get());
     send_cq_->detach_direct(c.get());
   }
   if (direct_out_) {
-    direct_out_->detach(qpn_);
+    direct_out_->detach_sender(qpn_);
     send_cq_->detach_direct(direct_out_.get());
     recv_cq_->detach_direct(direct_out_.get());
     direct_out_.reset();

@@ -102,10 +102,13 @@ bool check_frame(Type type, const uint8_t* body, uint32_t payload, const char** 
       return a.qp_type == IBV_QPT_RC || a.qp_type == IBV_QPT_UC ||
              fail(why, "direct add: not a connected QP type");
     }
+    case Type::kClose: {
+      const uint32_t role = read<Close>(body).role;
+      return role == kCloseSender || role == kCloseReceiver || fail(why, "close: unknown role");
+    }
     case Type::kPing:
     case Type::kPong:
     case Type::kPeerGone:
-    case Type::kClose:
       return true;
   }
   return fail(why, "unknown frame type");

@@ -225,12 +225,15 @@ struct DirectAdd {
   uint32_t reserved;
 };
 
-// Body of kClose: the QP `qpn` at this end was destroyed; its connection ends without failing
-// the other end's QP (a connection that ends without it is a peer that died).
+// Body of kClose: the QP `qpn` at this end was destroyed (or reset), as a sender (kCloseSender:
+// its requests end) or a receiver (kCloseReceiver: requests to it are no longer taken); what
+// it had with the other end ends without failing the other end's QP (a connection that ends
+// without it is a peer that died).
 struct Close {
   uint32_t qpn;
-  uint32_t reserved;
+  uint32_t role;  // CloseRole
 };
+enum CloseRole : uint32_t { kCloseSender = 1, kCloseReceiver = 2 };
 
 // Whether a QP of type `src` may connect to one of type `dst` across hosts: the same type
 // (RC, UC, UD), or an XRC_SEND QP to an XRC_RECV QP.

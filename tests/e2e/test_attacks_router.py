@@ -23,10 +23,12 @@ import unittest
 import conftest_path  # noqa: F401
 import router_wire as rw
 from vrdma_py.attacks import Report, Victims
-from vrdma_py.sandbox import NETNS_PREFIX, RUN_DIR, Sandbox, container_ip, host_file
+from vrdma_py.sandbox import NETNS_PREFIX, ROUTED, RUN_DIR, Sandbox, container_ip, host_file
 
+# The routers' own attack surface: the containers' QPs go through them (--no-direct-path; the
+# direct path's is test_attacks_direct.py's).
 SB = Sandbox(hosts=3, containers=4,
-             extra_args=["--tenant", "lab=10.77.0.0/16", "--log-level", "debug"])
+             extra_args=["--tenant", "lab=10.77.0.0/16", "--log-level", "debug", *ROUTED])
 REPORT = Report("router attacks (across hosts, mutual TLS)")
 VICTIMS = [("h1c0", "h0c0")]
 ROUTER = {h: f"10.76.0.{h + 1}" for h in range(3)}
