@@ -78,7 +78,9 @@ bool DirectLink::drive(int64_t now, Driver who) {
     }
   }
   resp_.retry_held(now, [this](uint32_t) { return &link_; });
-  const uint32_t sent = live_ ? pump(now) : 0;
+  // Once the connection is over, a pass still flushes what was posted meanwhile (a post that
+  // raced the end: its QP failed after the poster looked).
+  const uint32_t sent = pump(now);
   if (live_ && !check_senders(now)) finish("no answer within the QPs' timeout");
   if (live_ && link_.tx_pending()) {
     // Responses a poll made wait for the program's next post (which takes them along) or its

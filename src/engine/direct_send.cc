@@ -66,7 +66,7 @@ uint32_t DirectLink::pump(int64_t now) {
   bool more = true;
   auto first = senders_.lower_bound(turn_);
   if (first == senders_.end()) first = senders_.begin();
-  while (more && budget >= kPerTurn && live_) {
+  while (more && budget >= kPerTurn) {
     more = false;
     auto it = first;
     do {
