@@ -63,9 +63,12 @@ from vrdma_py import bench_fairness  # noqa: E402
 from vrdma_py import bench_measure as m  # noqa: E402
 from vrdma_py import bench_proc as bp  # noqa: E402
 from vrdma_py import bench_report  # noqa: E402
-from vrdma_py.sandbox import VRDMA, Sandbox, vrdma  # noqa: E402
+from vrdma_py.sandbox import ROUTED, VRDMA, Sandbox, vrdma  # noqa: E402
 
 KIB, MIB = 1 << 10, 1 << 20
+# The QoS runs' senders and receivers (h0cN -> h1cN): the fairness rules and the latency class.
+QOS_CONTAINERS = max(len(bench_fairness.RULES), bench_fairness.LAT_PAIR + 1,
+                     bench_fairness.BULK_PAIR + 1)
 
 # Everything that differs between a full run (at most 15 minutes on a 2-core machine)
 # and --quick (at most 2 minutes): sizes, iterations, pair and QP counts, and how long
@@ -342,8 +345,11 @@ class Suite:
         for topo in ("same_host", "cross_host"):
             steps += self.plan_clients(topo)
         steps += self.plan_scalability()
+        # Last: they replace the sandbox with routed ones (routers with and without TLS; then
+        # vrdmad's QoS, which applies on the routed path, in the last of them).
+        steps += self.plan_router_security()
         steps.append(S("qos", "qos",
-                       f"4 senders across hosts, weights 1 and 3, a 100 MB/s limit "
+                       f"4 senders across hosts (routed path), weights 1 and 3, a 100 MB/s limit "
                        f"({c['qos_seconds']} s)", ("qos", "fairness"), self.fairness,
                        summary=lambda r: f"weights 1:{r['weight_ratio'] or 0:.2f}, limit "
                        f"{r['limited_mb_s']:.1f} MB/s", gate=self.cross_gate))
@@ -351,8 +357,6 @@ class Suite:
                        ("qos", "latency_class"), self.latency_class,
                        summary=lambda r: f"p99 ratio {r['ratio']:.2f}x (target <= "
                        f"{bench_fairness.LAT_BAR:g}x)", gate=self.cross_gate))
-        # Last: it replaces the sandbox (routers with and without TLS).
-        steps += self.plan_router_security()
         return steps
 
     def plan_clients(self, topo):
@@ -376,7 +380,7 @@ class Suite:
         n_lat = clamp_iters(c["lat_bytes"] // c["cross_host_div"], REF_LAT_SIZE, c["lat_iters"])
         steps = []
         for rep in range(c["tls_reps"]):
-            for mode in ("tls", "plaintext"):
+            for mode in ("plaintext", "tls"):  # the default (TLS) last: QoS runs in it
                 what = "mutual TLS" if mode == "tls" else "plaintext (--router-plaintext)"
                 steps.append(Step("router security", "tls", f"sandbox: routers over {what}",
                                   ("router_security", "sandboxes[]"),
@@ -432,8 +436,10 @@ class Suite:
         if self.sb:
             self.sb.down()
             self.sb = None
-        extra = ["--router-plaintext"] if mode == "plaintext" else []
-        self.sb = Sandbox(hosts=2, containers=self.cfg["tls_pairs"], extra_args=extra)
+        # The routed path, where the routers carry every byte between hosts.
+        extra = [*ROUTED, *(["--router-plaintext"] if mode == "plaintext" else [])]
+        self.sb = Sandbox(hosts=2, containers=max(self.cfg["tls_pairs"], QOS_CONTAINERS),
+                          extra_args=extra)
         self.sb.up()
         self.state = json.loads(vrdma("sandbox", "list", "--json").stdout)
         self.runner = bp.Runner(self.state)

@@ -628,8 +628,9 @@ def report_md(results, plots):
         node = results["sections"]["router_security"]
         runs = max(len(node.get(m, {}).get("write_bw", [])) for m in ("tls", "plaintext"))
         L.append("\n## Encryption between routers\n")
-        L.append(f"Across hosts (h1c0 ↔ h0c0), routers linked over mutual TLS 1.3 against "
-                 f"--router-plaintext, each mode in a two-host sandbox of its own, alternating "
+        L.append(f"The routed path across hosts (h1c0 ↔ h0c0; vrdmad `--no-direct-path`, as an "
+                 f"operator who wants TLS between hosts sets): routers linked over mutual TLS 1.3 "
+                 f"against --router-plaintext, each mode in a two-host sandbox of its own, alternating "
                  f"({runs} run(s) each; the median). Kernel TLS: "
                  f"{'used' if sec['ktls'] else 'not offered here (TLS in user space)'}"
                  ". Ratio: TLS ÷ plaintext for throughput, plaintext ÷ TLS for latency (< 1: what "
@@ -652,7 +653,9 @@ def report_md(results, plots):
     fair = records(results, "qos", "fairness")
     if fair:
         L.append("\n## Quality of service: sharing one link between hosts\n")
-        L.append("Four senders in containers of h0 (`ib_write_bw -D`, 64 KiB) to receivers on h1, "
+        L.append("The routed path (vrdmad `--no-direct-path`, the last sandbox of the encryption "
+                 "runs), where vrdmad enforces QoS: four senders in containers of h0 "
+                 "(`ib_write_bw -D`, 64 KiB) to receivers on h1, "
                  "all through h0's router on the one link between the two hosts, with rules set "
                  "by `vrdma qos set`; bytes per container from h0's `vrdma status` while all four "
                  "sent (fairness.png: the whole run).\n")
