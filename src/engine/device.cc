@@ -394,6 +394,7 @@ void Device::adopt_direct() {
 }
 
 int64_t Device::progress_direct(const epoll_event* events, int n) {
+  constexpr int64_t kAwakeNs = 1'000'000'000;
   const int64_t now = now_ns();
   for (int i = 0; i < n; ++i) {
     const uint64_t tag = events[i].data.u64;
@@ -409,12 +410,15 @@ int64_t Device::progress_direct(const epoll_event* events, int n) {
     // for the socket's bytes (the poller reads them), and looks again when the poller may have
     // stopped.
     const int64_t polled_until = c.last_poll() + DirectLink::kPolledNs;
-    const bool polled = polled_until > now;
+    const bool polled = polled_until > now && now >= it->second.awake_until;
     if (!polled && !(it->second.events & EPOLLIN)) {
       // The poller stopped: from now on it leaves nothing unwritten, and what it left goes now
-      // (waiting for a poll that is under way).
+      // (waiting for a poll that is under way). Requests that arrived meanwhile waited for
+      // nobody: this connection's other side needs this thread's answers for a while.
       c.stand_down(false);
+      const uint64_t before = c.received();
       c.drive(now, DirectLink::Driver::kPost);
+      if (c.received() != before) it->second.awake_until = now + kAwakeNs;
       due = c.deadline();
     } else if (due >= 0 && due <= now) {
       c.drive(now, DirectLink::Driver::kProgress);

@@ -175,6 +175,9 @@ class Device {
   struct Watched {
     std::shared_ptr<DirectLink> conn;
     uint32_t events = 0;  // what epoll watches its socket for
+    // Until when it does not stand down (ns): requests waited for a poller that had stopped
+    // (a program that polls its CQ, then waits on memory for the other side's WRITE).
+    int64_t awake_until = 0;
   };
   std::unordered_map<int, Watched> watched_;  // by descriptor; the progress thread's
   std::atomic<int> router_doorbell_{-1};

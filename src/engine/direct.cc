@@ -75,6 +75,7 @@ bool DirectLink::drive(int64_t now, Driver who) {
       finish(why ? why : "receive failed");
     } else if (link_.bytes_in != before) {
       link_.last_rx_ns = now;
+      received_.store(link_.bytes_in, std::memory_order_relaxed);
     }
   }
   resp_.retry_held(now, [this](uint32_t) { return &link_; });

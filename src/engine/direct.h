@@ -22,7 +22,9 @@
 // a program polls, the progress thread stands down: it stops watching the socket for bytes and
 // only looks every kPolledNs, so that it takes no core from the poller; a poll that finds
 // requests to answer leaves the responses for the next write (its next poll, after the program
-// has posted what the requests made it post, or that look at the latest).
+// has posted what the requests made it post, or that look at the latest). A stand-down that
+// ends with requests waiting (the program polled its CQ, then waited on memory for the other
+// side's WRITE, as ib_write_lat does) keeps the thread awake for the connection for a second.
 #pragma once
 
 #include <atomic>
@@ -78,6 +80,8 @@ class DirectLink final : public transport::LinkHandler,
   bool wants_room() const { return wants_room_.load(std::memory_order_relaxed); }
   int64_t deadline() const { return deadline_.load(std::memory_order_relaxed); }
   int64_t last_poll() const { return last_poll_ns_.load(std::memory_order_relaxed); }
+  // Bytes received so far (frames and payload).
+  uint64_t received() const { return received_.load(std::memory_order_relaxed); }
   // The progress thread stands down (looks at the connection every kPolledNs at the latest).
   void stand_down(bool yes) { stood_down_.store(yes, std::memory_order_relaxed); }
 
@@ -147,6 +151,7 @@ class DirectLink final : public transport::LinkHandler,
   std::atomic<bool> wants_room_{false};
   std::atomic<int64_t> deadline_{-1};
   std::atomic<int64_t> last_poll_ns_{0};
+  std::atomic<uint64_t> received_{0};
   std::atomic<bool> stood_down_{false};
   bool deferred_ = false;  // a poll left what it queued for the next write
 
