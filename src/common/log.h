@@ -2,6 +2,8 @@
 // "<UTC timestamp> <LEVEL> <program>[pid]: text".
 #pragma once
 
+#include <atomic>
+#include <cstdint>
 #include <optional>
 #include <string_view>
 
@@ -19,12 +21,37 @@ std::optional<LogLevel> parse_log_level(std::string_view name);
 // concurrent writers never interleave.
 void log(LogLevel level, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
 
+// How often one log statement may write: a burst of kBurst lines in each window of kWindowNs,
+// then nothing until the next window, whose first line says how many were held back. Every
+// statement has its own (LOG_* below), so that a client or peer that provokes one line a
+// million times writes a few lines a second, and the others go on.
+class LogLimit {
+ public:
+  static constexpr uint32_t kBurst = 20;
+  static constexpr int64_t kWindowNs = 10'000'000'000;
+  constexpr LogLimit() = default;
+  // Whether a line may be written at `now_ns`; if so, *suppressed is how many were held back
+  // since the last one written.
+  bool admit(int64_t now_ns, uint64_t* suppressed);
+
+ private:
+  std::atomic<int64_t> window_{-1};  // its start (ns; -1: none yet)
+  std::atomic<uint32_t> used_{0};
+  std::atomic<uint64_t> held_{0};
+};
+
+// log(), through `limit`: a line held back is counted; the next one written says how many.
+void log_limited(LogLimit& limit, LogLevel level, const char* fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
 }  // namespace vrdma
 
-#define VRDMAD_LOG(level, ...)                                             \
-  do {                                                                     \
-    if (static_cast<int>(level) <= static_cast<int>(::vrdma::log_level())) \
-      ::vrdma::log(level, __VA_ARGS__);                                    \
+#define VRDMAD_LOG(level, ...)                                               \
+  do {                                                                       \
+    if (static_cast<int>(level) <= static_cast<int>(::vrdma::log_level())) { \
+      static ::vrdma::LogLimit vrdma_log_limit_;                             \
+      ::vrdma::log_limited(vrdma_log_limit_, level, __VA_ARGS__);            \
+    }                                                                        \
   } while (0)
 #define LOG_ERROR(...) VRDMAD_LOG(::vrdma::LogLevel::kError, __VA_ARGS__)
 #define LOG_WARN(...) VRDMAD_LOG(::vrdma::LogLevel::kWarn, __VA_ARGS__)

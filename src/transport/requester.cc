@@ -300,6 +300,22 @@ void Requester::on_response(Link& link, const wire::Response& r, uint32_t payloa
   Wqe w;
   if (!read_wqe(q, q.done, w)) return;
   auto st = static_cast<ibv_wc_status>(r.status);
+  uint64_t byte_len = r.byte_len;
+  if (st == IBV_WC_SUCCESS && shm::returns_data(w.opcode)) {
+    // A READ that succeeded brings all it asked for, as its payload; an atomic, 8 bytes in the
+    // body. Any other answer is a bad response (the QP fails): a completion never reports a
+    // length the other end made up, nor success without the data.
+    uint64_t want = 8, data = 0;
+    if (w.opcode == IBV_WR_RDMA_READ) {
+      want = 0;
+      for (uint32_t i = 0; i < w.num_sge; ++i) want += w.sge[i].length;
+      data = want;
+    }
+    if (r.byte_len != want || payload != data) {
+      st = IBV_WC_BAD_RESP_ERR;
+      byte_len = 0;
+    }
+  }
   if (st == IBV_WC_SUCCESS && w.opcode == IBV_WR_RDMA_READ && payload) {
     Rx& f = rx_[link.id()];
     f.active = true;
@@ -342,7 +358,7 @@ void Requester::on_response(Link& link, const wire::Response& r, uint32_t payloa
       memcpy(p, &r.atomic_old, 8);
     }
   }
-  uint32_t len = static_cast<uint32_t>(r.byte_len);
+  uint32_t len = static_cast<uint32_t>(byte_len);
   complete(q, w, st, len);
   if (st != IBV_WC_SUCCESS) {
     abort(q, IBV_WC_WR_FLUSH_ERR, true);

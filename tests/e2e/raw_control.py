@@ -17,6 +17,9 @@ raw_control.py COMMAND ...); the socket is $VRDMA_SOCKET. Each command prints on
                                         over TCP; the server's RTR names it); then asks for the
                                         server's MR (GetMr with its rkey) and for each of its fd
                                         ids (GetFd) over that QP: what vrdmad answers to each
+    garbage SECONDS                     malformed messages for SECONDS (bad magic, unknown
+                                        operations, lengths that lie, short and oversized
+                                        packets), connecting again whenever vrdmad closes
     reuse                               connect from a child that then exits; print its pid,
                                         wait for a line on stdin, then send Hello on that
                                         connection (the pid-reuse attack)
@@ -329,6 +332,41 @@ def cmd_reuse(args):
     return {"status": errno_name(status), **info}
 
 
+def cmd_garbage(args):
+    kinds = [
+        lambda seq: struct.pack("<IHHIiI", 0xDEADBEEF, 1, 0, seq, 0, 0),  # bad magic
+        lambda seq: HEADER.pack(MAGIC, 999, 0, seq, 0, 0),  # unknown operation
+        lambda seq: HEADER.pack(MAGIC, OP["connect_qp"], 0, seq, 0, 4096) + b"x" * 8,  # lies
+        lambda seq: b"\x01\x02\x03",  # shorter than a header
+        lambda seq: HEADER.pack(MAGIC, OP["alloc_key"], 0, seq, 0, 60000) + os.urandom(60000),
+        lambda seq: HEADER.pack(MAGIC, OP["hello"], 0, seq, 0, 8) + struct.pack("<II", 77, 9),
+    ]
+    end = time.monotonic() + args.seconds
+    sent = reconnects = seq = 0
+    conn = None
+    while time.monotonic() < end:
+        if conn is None:
+            try:
+                conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+                conn.settimeout(1)
+                conn.connect(socket_path())
+                reconnects += 1
+            except OSError:
+                conn = None
+                time.sleep(0.01)
+                continue
+        seq += 1
+        try:
+            conn.send(kinds[seq % len(kinds)](seq))
+            sent += 1
+        except OSError:
+            conn.close()
+            conn = None
+    if conn:
+        conn.close()
+    return {"sent": sent, "connections": reconnects}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -350,9 +388,12 @@ def main():
     sub.add_parser("hello")
     sub.add_parser("status")
     sub.add_parser("reuse")
+    p = sub.add_parser("garbage")
+    p.add_argument("seconds", type=float)
     args = ap.parse_args()
     out = {"connections": cmd_connections, "alloc": cmd_alloc, "probe": cmd_probe,
-           "grant": cmd_grant, "hello": cmd_hello, "status": cmd_status, "reuse": cmd_reuse}[args.cmd](args)
+           "grant": cmd_grant, "hello": cmd_hello, "status": cmd_status, "reuse": cmd_reuse,
+           "garbage": cmd_garbage}[args.cmd](args)
     print(json.dumps(out), flush=True)
 
 

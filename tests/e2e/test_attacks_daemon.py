@@ -159,6 +159,25 @@ class DaemonAttacks(unittest.TestCase):
         self.assertEqual(set(answer["results"]) - {"ok", "EMFILE", "closed"}, set(), detail)
         self.assertIn("over its quota of connections", daemon_log())
 
+    def test_03b_malformed_messages_flood_no_log(self):
+        # Every log line a client can provoke is rate-limited (each statement a burst per 10 s,
+        # then a count of what it held back): 11 s of malformed messages write a few hundred
+        # lines at most, where they used to write one per message; the window after the first
+        # says how many it held back.
+        before = daemon_log()
+        with Victims(SB, VICTIMS) as victims:
+            answer = raw("h0c2", "garbage", 11, timeout=60)
+        time.sleep(0.5)
+        new = daemon_log()[len(before):]
+        lines = new.count("\n")
+        detail = f"{answer['sent']} malformed messages on {answer['connections']} connections: " \
+                 f"vrdmad wrote {lines} log lines"
+        print(detail)
+        self.assertGreater(answer["sent"], 1000, detail)
+        self.record("malformed messages flooding vrdmad's log", lines > 400, victims, detail)
+        self.assertIn("more like this held back", new, "the flood never reached the limit: "
+                      "vrdmad logs nothing of it, and this test shows nothing")
+
     def test_04_resources_beyond_quota(self):
         runs = {}
         with Victims(SB, VICTIMS) as victims:

@@ -17,6 +17,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+import threading
 import time
 import unittest
 
@@ -459,6 +460,55 @@ class RouterAttacks(unittest.TestCase):
         self.record("link flood from a host's address",
                     len(open_now) > LINKS_PER_HOST or late != len(open_now) or not hello_closed,
                     v, detail)
+
+    def test_09b_unauthenticated_flood_takes_no_slots(self):
+        """Something on host 2's own address (a hostNetwork pod has it) keeps 64 plain TCP
+        connections open to host 1's router, opening a new one for each that closes. Host 2's
+        router still gets new links (they said Hello: the connections that did not take none
+        of their slots) and a new connection between containers of the two hosts runs."""
+        stop = threading.Event()
+        held = []
+        opened = [0]
+
+        def flood():
+            with rw.netns(ns("h2")):
+                while not stop.is_set():
+                    held[:] = [s for s in held if not rw.closed_within(s, 0.001)]
+                    while len(held) < 64 and not stop.is_set():
+                        try:
+                            held.append(rw.tcp_connect(ROUTER[2], (ROUTER[1], PORT), timeout=1))
+                            opened[0] += 1
+                        except OSError:
+                            break
+                    stop.wait(0.05)
+            for s in held:
+                s.close()
+
+        t = threading.Thread(target=flood)
+        links, pair = [], None
+        with Victims(SB, VICTIMS) as v:
+            t.start()
+            try:
+                time.sleep(2)
+                for _ in range(3):
+                    peer = hostile()  # host 2's certificate, from its router address
+                    links.append(peer.alive())
+                    peer.close()
+                pair = SB.pair(["ib_send_bw", "-n", "2000"], ["ib_send_bw", "-n", "2000",
+                                                             container_ip("h1c2")],
+                               server="h1c2", client="h2c2", timeout=60)
+            finally:
+                stop.set()
+                t.join(30)
+        (src, sout, serr), (crc, cout, cerr) = pair
+        detail = (f"{opened[0]} plain connections opened from host 2's address; new links from "
+                  f"host 2 answered: {links}; ib_send_bw h2c2 -> h1c2: rc {crc}/{src}")
+        print(detail)
+        if crc != 0 or src != 0:
+            v.disturbed.append(f"ib_send_bw h2c2 -> h1c2 failed:\n{cout}{cerr}\n{sout}{serr}")
+        self.assertGreaterEqual(opened[0], 64, detail)
+        self.record("connections without a Hello filling a host's link slots",
+                    not all(links) or crc != 0 or src != 0, v, detail)
 
     # ---- rdma_cm ------------------------------------------------------------------------
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/cpu_list.h"
+#include "common/log.h"
 #include "daemon/identity/client_identity.h"
 #include "daemon/core/config.h"
 #include "daemon/core/decode.h"
@@ -353,3 +354,22 @@ TEST(CpuList, AllowedCpusIncludeTheOneThisThreadRunsOn) {
 
 }  // namespace
 }  // namespace vrdma::daemon
+
+// A log statement a client can provoke writes a burst per window, then holds back and counts;
+// the first line of the next window says how many were held back.
+TEST(LogLimit, BurstThenCountThenReport) {
+  vrdma::LogLimit limit;
+  uint64_t held = 99;
+  const int64_t t0 = 5'000'000'000;
+  for (uint32_t i = 0; i < vrdma::LogLimit::kBurst; ++i) {
+    ASSERT_TRUE(limit.admit(t0 + i, &held)) << i;
+    EXPECT_EQ(held, 0u);
+  }
+  for (int i = 0; i < 1000; ++i) EXPECT_FALSE(limit.admit(t0 + 100 + i, &held));
+  // Still the same window just before its end.
+  EXPECT_FALSE(limit.admit(t0 + vrdma::LogLimit::kWindowNs - 1, &held));
+  ASSERT_TRUE(limit.admit(t0 + vrdma::LogLimit::kWindowNs, &held));
+  EXPECT_EQ(held, 1001u);
+  ASSERT_TRUE(limit.admit(t0 + vrdma::LogLimit::kWindowNs + 1, &held));
+  EXPECT_EQ(held, 0u);
+}

@@ -494,6 +494,54 @@ TEST_P(Ends, OutOfBoundsWriteLeavesMemoryAlone) {
   EXPECT_EQ(memcmp(before.data(), mb->ptr, 64), 0);
 }
 
+// What answers a READ brings all it asked for, what answers an atomic 8 bytes: b's end answering
+// otherwise (a length it made up, success without the data, data after an atomic) fails a's QP
+// with BAD_RESP_ERR, and no completion reports the made-up length.
+TEST_P(Ends, ResponseThatDoesNotFitItsRequestIsABadResponse) {
+  struct Case {
+    ibv_wr_opcode op;
+    uint32_t length;  // a's request
+    uint64_t byte_len;
+    uint32_t payload;  // what b's end answers
+  };
+  const Case cases[] = {
+      {IBV_WR_RDMA_READ, 64, 40000, 0},           // more than asked for, no data
+      {IBV_WR_RDMA_READ, 64, 64, 0},              // success without the data
+      {IBV_WR_RDMA_READ, 64, 32, 32},             // less than asked for
+      {IBV_WR_ATOMIC_FETCH_AND_ADD, 8, 4000, 0},  // an atomic's 8 bytes are not 4000
+      {IBV_WR_ATOMIC_CMP_AND_SWP, 8, 8, 8},       // an atomic brings no data
+  };
+  std::vector<uint8_t> data(64, 0xab);
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.op);
+    qa.reset();
+    qb.reset();
+    sq = transport::SendQp{};
+    make_qps();
+    std::vector<uint8_t> before(ma->ptr, ma->ptr + 64);
+    post_rdma(1, c.op, ma->sge(0, c.length), mb->addr(), mb->key);
+    post_rdma(2, c.op, ma->sge(0, c.length), mb->addr(), mb->key);
+    req.pump(sq, now, 256);
+    ASSERT_TRUE(la->flush(now));
+    // b's end answers the first request itself.
+    wire::Response rep{qa->qpn, IBV_WC_SUCCESS, 0, c.byte_len, 0};
+    shm::Seg seg{data.data(), c.payload};
+    ASSERT_TRUE(lb->send(wire::Type::kResponse, &rep, sizeof(rep), &seg, 1, c.payload));
+    ASSERT_TRUE(lb->flush(now));
+    la->rx_ready = true;
+    const char* why = nullptr;
+    ASSERT_TRUE(la->receive(req_handler, 64 * 1024, &why)) << why;
+    auto wcs = qa->poll_send();
+    ASSERT_EQ(wcs.size(), 2u);
+    EXPECT_EQ(wcs[0].wr_id, 1u);
+    EXPECT_EQ(wcs[0].status, IBV_WC_BAD_RESP_ERR);
+    EXPECT_EQ(wcs[0].byte_len, 0u);
+    EXPECT_EQ(wcs[1].status, IBV_WC_WR_FLUSH_ERR);
+    EXPECT_EQ(qa->state(), IBV_QPS_ERR);
+    EXPECT_EQ(memcmp(before.data(), ma->ptr, 64), 0) << "nothing placed";
+  }
+}
+
 TEST_P(Ends, CutLinkFailsOutstandingWorkWithinTheTimeout) {
   FakeQp::Options oa;
   oa.timeout = 12;  // 16.8 ms x 8 = 134 ms, raised to the 150 ms floor

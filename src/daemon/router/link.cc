@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <openssl/err.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -46,6 +47,12 @@ void Link::use_tls(SSL* ssl) {
 
 void Link::tcp_connected() {
   set_state(ssl_ ? State::kHandshake : State::kOpen);
+}
+
+bool Link::heard_from() const {
+  if (bytes_in || (ssl_ && !SSL_in_before(ssl_))) return true;
+  int waiting = 0;
+  return ::ioctl(fd(), FIONREAD, &waiting) == 0 && waiting > 0;
 }
 
 int Link::handshake(std::string* why) {

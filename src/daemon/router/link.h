@@ -42,6 +42,8 @@ class Link : public transport::Link {
   // links, right after accept for inbound ones.
   void use_tls(SSL* ssl);
   SSL* ssl() const { return ssl_; }
+  // Whether the other end has sent anything yet (its TLS hello, or a frame; read or waiting).
+  bool heard_from() const;
   // Outbound: the TCP connection is up (then the handshake, or frames at once in plaintext).
   void tcp_connected();
   // Advances the TLS handshake: 1 done (the link is open), 0 not yet, -1 failed (*why).

@@ -308,7 +308,14 @@ class Router : public LinkHandler {
   // Why a connection from `ipv4` cannot be a link (nullptr: it can).
   const char* refuse_address(uint32_t ipv4);
   // Links `ipv4` opened to this Router (the per-host limit counts them).
-  uint32_t inbound_links_from(uint32_t ipv4) const;
+  // Inbound links from `ipv4` that said Hello; that have not; the one of those to close first
+  // (from anywhere: 0): the oldest that sent nothing yet, else the oldest.
+  uint32_t authenticated_links_from(uint32_t ipv4) const;
+  uint32_t pending_links_from(uint32_t ipv4) const;
+  Link* oldest_pending(uint32_t ipv4) const;
+  // Room for a connection from `ipv4`, made by closing connections without a Hello (the
+  // source's oldest over its bound; the oldest of all when every link is taken).
+  bool make_room(uint32_t ipv4);
   bool on_hello(Link& link, const wire::Hello& h, const char** why);
   void progress_link(Link& link, int64_t now);  // connect, handshake, deadlines
   bool verify_server(Link& link, std::string* why);
@@ -465,6 +472,7 @@ class Router : public LinkHandler {
   // Connections refused at accept (a container, an unknown address, over a limit): counted,
   // and logged at most every few seconds.
   uint64_t refused_accepts_ = 0;
+  uint64_t evicted_pending_ = 0;  // connections without a Hello closed to make room
   int64_t refused_logged_ns_ = 0;
 };
 

@@ -15,8 +15,10 @@ namespace vrdma::daemon {
 // cluster; tests shrink them.
 struct RouterLimits {
   uint32_t max_links = 256;          // links in every state, both directions
-  // From one router address (before and after its Hello): one per lane, and two more.
+  // From one router address, links that said Hello: one per lane, and two more.
   uint32_t max_links_per_host = wire::kLanes + 2;
+  // From one address, connections that have not said Hello yet (its oldest makes room).
+  uint32_t pending_links_per_host = 8;
   uint32_t max_connections_per_link = 65536;  // inbound connections (Connect) on one link
   int64_t handshake_ns = 2'000'000'000;        // TCP connect + TLS handshake
   int64_t hello_ns = 3'000'000'000;            // from accept to a valid Hello

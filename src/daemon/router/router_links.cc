@@ -92,9 +92,51 @@ const char* Router::refuse_address(uint32_t ipv4) {
       break;
   }
   if (h.host_id == cfg_.host_id) return "this host's own address";
-  if (links_.size() >= lim_.max_links) return "too many links";
-  if (inbound_links_from(ipv4) >= lim_.max_links_per_host) return "too many links from that host";
+  // Only links that said Hello count against the host: connections that have not (a
+  // hostNetwork pod shares its node's address) take the slots of none (make_room).
+  if (authenticated_links_from(ipv4) >= lim_.max_links_per_host)
+    return "too many links from that host";
   return nullptr;
+}
+
+Link* Router::oldest_pending(uint32_t ipv4) const {
+  // Connections that have sent nothing go first: a peer's router speaks at once (its TLS
+  // hello), a flood of open connections need not.
+  Link* found = nullptr;
+  bool found_heard = true;
+  for (auto& [id, l] : links_) {
+    if (l->outbound() || l->authenticated || (ipv4 && l->peer_ipv4 != ipv4)) continue;
+    const bool heard = l->heard_from();
+    if (!found || (found_heard && !heard) ||
+        (heard == found_heard && (l->opened_ns < found->opened_ns ||
+                                  (l->opened_ns == found->opened_ns && l->id() < found->id())))) {
+      found = l.get();
+      found_heard = heard;
+    }
+  }
+  return found;
+}
+
+uint32_t Router::pending_links_from(uint32_t ipv4) const {
+  uint32_t n = 0;
+  for (auto& [id, l] : links_) n += !l->outbound() && !l->authenticated && l->peer_ipv4 == ipv4;
+  return n;
+}
+
+bool Router::make_room(uint32_t ipv4) {
+  // A source over its bound of connections without a Hello loses one (oldest_pending): a
+  // flood pushes out only its own. All links full: one of any source goes.
+  if (pending_links_from(ipv4) >= lim_.pending_links_per_host)
+    if (Link* l = oldest_pending(ipv4)) {
+      ++evicted_pending_;
+      close_link(*l, "evicted: its address opened more connections without a Hello");
+    }
+  if (links_.size() >= lim_.max_links)
+    if (Link* l = oldest_pending(0)) {
+      ++evicted_pending_;
+      close_link(*l, "evicted: all links are taken");
+    }
+  return links_.size() < lim_.max_links;
 }
 
 void Router::accept_links(int64_t now) {
@@ -105,7 +147,9 @@ void Router::accept_links(int64_t now) {
                        SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) return;
     const uint32_t ip = sa.sin_addr.s_addr;
-    if (const char* why = sa.sin_family == AF_INET ? refuse_address(ip) : "not IPv4") {
+    const char* why = sa.sin_family == AF_INET ? refuse_address(ip) : "not IPv4";
+    if (!why && !make_room(ip)) why = "too many links";
+    if (why) {
       // Closed before a byte is read.
       ::close(fd);
       ++refused_accepts_;
@@ -288,6 +332,8 @@ bool Router::on_hello(Link& link, const wire::Hello& h, const char** why) {
   // Every lane's link passes the same checks; the lane only says which of that host's links
   // this is (which QPs' frames it carries), and grants nothing.
   if (h.lane >= wire::kLanes) return refuse("Hello names lane " + std::to_string(h.lane));
+  if (authenticated_links_from(link.peer_ipv4) >= lim_.max_links_per_host)
+    return refuse("too many links from that host");
   link.host_id = h.host_id;
   link.lane = h.lane;
   link.peer_boot = h.boot;
@@ -321,15 +367,15 @@ void Router::hand_over_links() {
   handed_links_.clear();
 }
 
-uint32_t Router::inbound_links_from(uint32_t ipv4) const {
+uint32_t Router::authenticated_links_from(uint32_t ipv4) const {
   uint32_t n = 0;
-  for (auto& [id, l] : links_) n += !l->outbound() && l->peer_ipv4 == ipv4;
+  for (auto& [id, l] : links_) n += !l->outbound() && l->authenticated && l->peer_ipv4 == ipv4;
   return n;
 }
 
 void Router::take_link(std::unique_ptr<Link> link, int64_t now) {
   if (links_.size() >= lim_.max_links ||
-      inbound_links_from(link->peer_ipv4) >= lim_.max_links_per_host) {
+      authenticated_links_from(link->peer_ipv4) >= lim_.max_links_per_host) {
     LOG_WARN("router: link from host %u (%s lane) refused: too many links", link->host_id,
              wire::lane_label(link->lane).c_str());
     return;  // closed here
