@@ -17,6 +17,11 @@ raw_control.py COMMAND ...); the socket is $VRDMA_SOCKET. Each command prints on
                                         over TCP; the server's RTR names it); then asks for the
                                         server's MR (GetMr with its rkey) and for each of its fd
                                         ids (GetFd) over that QP: what vrdmad answers to each
+    direct IP QPN [--rkeys N]           a QP of its own connected (ConnectQp) to QP QPN of the
+                                        container at IP on another host; on the direct
+                                        connection vrdmad hands over, a hostile peer: WRITEs and
+                                        READs with N guessed rkeys, then an oversized request,
+                                        then garbage; what came back to each
     garbage SECONDS                     malformed messages for SECONDS (bad magic, unknown
                                         operations, lengths that lie, short and oversized
                                         packets), connecting again whenever vrdmad closes
@@ -82,9 +87,9 @@ class Conn:
         self.qp_object = 0  # the fd id of the one QP object this connection's QPs share
         self.next_fd_id = FIRST_FD_ID
 
-    def call(self, op, payload=b"", fds=()):
-        """Sends a request; returns (status, reply payload, received fds), or (None, ...) when
-        the daemon closed the connection."""
+    def call(self, op, payload=b"", fds=(), keep=None):
+        """Sends a request; returns (status, reply payload), or (None, b"") when the daemon
+        closed the connection. Descriptors the reply carries are closed, or appended to `keep`."""
         self.seq += 1
         msg = HEADER.pack(MAGIC, op, 0, self.seq, 0, len(payload)) + payload
         try:
@@ -95,7 +100,10 @@ class Conn:
             while True:
                 data, got, _, _ = socket.recv_fds(self.sock, 70000, 4)
                 for fd in got:
-                    os.close(fd)
+                    if keep is not None:
+                        keep.append(fd)
+                    else:
+                        os.close(fd)
                 if not data:
                     return None, b""
                 _, rop, _, seq, status, length = HEADER.unpack(data[:HEADER.size])
@@ -152,9 +160,9 @@ class Conn:
                                 QP_BASE + slot * QP_SLOT, self.qp_object, 0, 0, 1))
         return status, (struct.unpack("<I", rep[:4])[0] if status == 0 and len(rep) >= 4 else 0)
 
-    def connect_qp(self, local, dest, gid=bytes(16)):
+    def connect_qp(self, local, dest, gid=bytes(16), keep=None):
         status, _ = self.call(OP["connect_qp"], struct.pack("<II", local, dest) + gid +
-                              struct.pack("<II", 0, 0))
+                              struct.pack("<II", 0, 0), keep=keep)
         return status
 
     def alloc_key(self, index, length):
@@ -332,6 +340,81 @@ def cmd_reuse(args):
     return {"status": errno_name(status), **info}
 
 
+def cmd_direct(args):
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import random
+
+    import router_wire as rw  # the frames of the transport layer (src/transport/wire.h)
+    out = {}
+
+    def connection(slot):
+        """A direct connection of a QP of our own (a new client's) to the target: (its QPN,
+        socket) or None."""
+        c = Conn()
+        st, _ = c.hello()
+        if st != 0 or c.put_arena() != 0:
+            out.setdefault("connects", []).append(f"hello: {errno_name(st)}")
+            return None
+        out.setdefault("clients", []).append(c)
+        st, own = c.alloc_qpn(slot)
+        fds = []
+        if st == 0:
+            st = c.connect_qp(own, args.qpn, ipv4_gid(args.ip), keep=fds)
+        out.setdefault("connects", []).append(errno_name(st))
+        if st != 0 or not fds:
+            return None
+        sock = socket.socket(fileno=fds[0])
+        sock.settimeout(5)
+        return own, sock
+
+    # 1. WRITEs and READs with guessed rkeys and addresses: the answers, until it closes.
+    answers = {}
+    got = connection(0)
+    if got:
+        own, sock = got
+        peer = rw.Peer(sock)
+        try:
+            for seq in range(2 * args.rkeys):
+                op = rw.WRITE if seq % 2 == 0 else rw.READ
+                peer.request(own, args.qpn, seq, op, length=64,
+                             payload=b"X" * 64 if op == rw.WRITE else b"",
+                             rkey=random.getrandbits(32), addr=random.getrandbits(47))
+                r = peer.response(own, seq, timeout=0.5)
+                key = "none" if r is None else str(r[0])
+                answers[key] = answers.get(key, 0) + 1
+                if answers.get("none", 0) >= 3:
+                    break  # it answers no more: refused
+        except (OSError, EOFError):
+            answers["closed"] = answers.get("closed", 0) + 1
+        sock.close()
+    out["answers"] = answers
+    # 2. A request announcing 1 GiB of payload, then other bytes: nothing is allocated for it,
+    # and the connection ends.
+    got = connection(1)
+    if got:
+        own, sock = got
+        try:
+            rw.Peer(sock).request(own, args.qpn, 0, rw.WRITE, length=1 << 30, rkey=1,
+                                  announce=1 << 30)
+            sock.sendall(os.urandom(4096))
+            out["oversized_closed"] = rw.closed_within(sock, 5.0)
+        except OSError:
+            out["oversized_closed"] = True
+        sock.close()
+    # 3. Garbage from the first byte.
+    got = connection(2)
+    if got:
+        own, sock = got
+        try:
+            sock.sendall(b"\xff" * 64 + os.urandom(4096))
+            out["garbage_closed"] = rw.closed_within(sock, 5.0)
+        except OSError:
+            out["garbage_closed"] = True
+        sock.close()
+    out.pop("clients", None)
+    return out
+
+
 def cmd_garbage(args):
     kinds = [
         lambda seq: struct.pack("<IHHIiI", 0xDEADBEEF, 1, 0, seq, 0, 0),  # bad magic
@@ -388,12 +471,16 @@ def main():
     sub.add_parser("hello")
     sub.add_parser("status")
     sub.add_parser("reuse")
+    p = sub.add_parser("direct")
+    p.add_argument("ip")
+    p.add_argument("qpn", type=lambda x: int(x, 0))
+    p.add_argument("--rkeys", type=int, default=50)
     p = sub.add_parser("garbage")
     p.add_argument("seconds", type=float)
     args = ap.parse_args()
     out = {"connections": cmd_connections, "alloc": cmd_alloc, "probe": cmd_probe,
            "grant": cmd_grant, "hello": cmd_hello, "status": cmd_status, "reuse": cmd_reuse,
-           "garbage": cmd_garbage}[args.cmd](args)
+           "garbage": cmd_garbage, "direct": cmd_direct}[args.cmd](args)
     print(json.dumps(out), flush=True)
 
 

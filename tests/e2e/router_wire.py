@@ -19,6 +19,7 @@ CLONE_NEWNET = 0x40000000
 MAGIC = 0x52445256
 VERSION = 5
 HELLO, PING, PONG, CONNECT, CONNECT_REP, REQUEST, RESPONSE, CM, PEER_GONE = range(1, 10)
+CLOSE = 13  # on a direct connection: a QP of one end goes, on purpose (qpn, role)
 HEADER = struct.Struct("<B3xI")
 BODIES = {
     HELLO: struct.Struct("<IIIIQ"),
@@ -30,6 +31,7 @@ BODIES = {
     RESPONSE: struct.Struct("<IIQQQ"),
     PEER_GONE: struct.Struct("<II"),
     CM: struct.Struct("<HHI256s"),
+    CLOSE: struct.Struct("<II"),
 }
 assert [BODIES[t].size for t in (HELLO, CONNECT, CONNECT_REP, REQUEST, RESPONSE, CM)] == \
     [24, 32, 16, 88, 32, 264]
