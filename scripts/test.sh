@@ -18,12 +18,12 @@ cmake --build build-asan -j"$jobs" --target unit_tests
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --output-on-failure -j"$jobs" -LE e2e)
 
-echo "== fuzzing the control-message decoder, the directory's entry checks, the router's frame decoder and the metrics request parser (libFuzzer, 20 s each)"
+echo "== fuzzing the control-message decoder, the directory's entry checks, the router's frame decoder, the metrics request parser and a library's direct connection (libFuzzer, 20 s each)"
 cmake -S . -B build-fuzz -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DVRDMA_FUZZ=ON >/dev/null
 cmake --build build-fuzz -j"$jobs" --target fuzz_decode fuzz_directory fuzz_router_frames \
-  fuzz_http_request
-for target in fuzz_decode fuzz_directory fuzz_router_frames fuzz_http_request; do
+  fuzz_http_request fuzz_direct_frames
+for target in fuzz_decode fuzz_directory fuzz_router_frames fuzz_http_request fuzz_direct_frames; do
   mkdir -p "build-fuzz/corpus-$target"
   if ! (cd build-fuzz && "tests/fuzz/$target" -max_total_time=20 -print_final_stats=1 \
       "corpus-$target" > "$target.log" 2>&1); then
