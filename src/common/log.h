@@ -23,8 +23,8 @@ void log(LogLevel level, const char* fmt, ...) __attribute__((format(printf, 2, 
 
 // How often one log statement may write: a burst of kBurst lines in each window of kWindowNs,
 // then nothing until the next window, whose first line says how many were held back. Every
-// statement has its own (LOG_* below), so that a client or peer that provokes one line a
-// million times writes a few lines a second, and the others go on.
+// statement has its own (LOG_ERROR, LOG_WARN, LOG_INFO below), so that a client or peer that
+// provokes one line a million times writes a few lines a second, and the others go on.
 class LogLimit {
  public:
   static constexpr uint32_t kBurst = 20;
@@ -46,11 +46,16 @@ void log_limited(LogLimit& limit, LogLevel level, const char* fmt, ...)
 
 }  // namespace vrdma
 
+// Debug lines, which an operator asks for, are not limited.
 #define VRDMAD_LOG(level, ...)                                               \
   do {                                                                       \
     if (static_cast<int>(level) <= static_cast<int>(::vrdma::log_level())) { \
-      static ::vrdma::LogLimit vrdma_log_limit_;                             \
-      ::vrdma::log_limited(vrdma_log_limit_, level, __VA_ARGS__);            \
+      if ((level) == ::vrdma::LogLevel::kDebug) {                            \
+        ::vrdma::log(level, __VA_ARGS__);                                    \
+      } else {                                                               \
+        static ::vrdma::LogLimit vrdma_log_limit_;                           \
+        ::vrdma::log_limited(vrdma_log_limit_, level, __VA_ARGS__);          \
+      }                                                                      \
     }                                                                        \
   } while (0)
 #define LOG_ERROR(...) VRDMAD_LOG(::vrdma::LogLevel::kError, __VA_ARGS__)
