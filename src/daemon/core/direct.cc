@@ -46,6 +46,18 @@ void answer(int fd, uint8_t status) {
   [[maybe_unused]] ssize_t n = ::send(fd, &status, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
 }
 
+constexpr const char* kDirectWhy = "same tenant on another host: straight over the pod network";
+
+// The reply that puts a QP on the direct path: the destination's QP type and process.
+proto::ConnectQpRep direct_reply(uint32_t dst_type, uint64_t dst_key) {
+  proto::ConnectQpRep rep{};
+  rep.peer_qp_type = dst_type;
+  rep.routed = 1;
+  rep.direct = 1;
+  rep.link_key = dst_key;
+  return rep;
+}
+
 }  // namespace
 
 // ---- each container's direct port ----------------------------------------------------------
@@ -129,13 +141,8 @@ void Daemon::connect_direct(Client& c, const Decoded& d, const proto::ConnectQpR
         }
         if (!(r.flags & proto::kConnectNewLink) && cl->direct_links.count(key)) {
           // The client has a connection to that process: the QP joins it with the ticket.
-          registry_.set_path(r.local_qpn, ConnectPath::kDirect,
-                             "same tenant on another host: straight over the pod network");
-          proto::ConnectQpRep rep{};
-          rep.peer_qp_type = type;
-          rep.routed = 1;
-          rep.direct = 1;
-          rep.link_key = key;
+          registry_.set_path(r.local_qpn, ConnectPath::kDirect, kDirectWhy);
+          proto::ConnectQpRep rep = direct_reply(type, key);
           memcpy(rep.ticket, ticket.data(), sizeof(rep.ticket));
           return void(send(*cl, d.op, d.seq, 0, &rep, sizeof(rep)));
         }
@@ -171,13 +178,8 @@ void Daemon::dial_direct(Client& c, const Decoded& d, const proto::ConnectQpReq&
                     direct_failed_[qpn] = now_ns() + kFailedNs;
                     return void(send(*cl, d.op, d.seq, EAGAIN, nullptr, 0));
                   }
-                  registry_.set_path(qpn, ConnectPath::kDirect,
-                                     "same tenant on another host: straight over the pod network");
-                  proto::ConnectQpRep rep{};
-                  rep.peer_qp_type = dst_type;
-                  rep.routed = 1;
-                  rep.direct = 1;
-                  rep.link_key = dst_key;
+                  registry_.set_path(qpn, ConnectPath::kDirect, kDirectWhy);
+                  proto::ConnectQpRep rep = direct_reply(dst_type, dst_key);
                   cl->direct_links.insert(dst_key);
                   const int f = fd.get();
                   send(*cl, d.op, d.seq, 0, &rep, sizeof(rep), std::span<const int>(&f, 1));
