@@ -37,6 +37,7 @@ inline constexpr char kHello[] = "Hello", kPutFd[] = "PutFd", kGetFd[] = "GetFd"
                       kCloseXrcd[] = "CloseXrcd", kSetQpXrcd[] = "SetQpXrcd",
                       kOpenXrcQp[] = "OpenXrcQp", kPacing[] = "Pacing",
                       kCloseXrcQp[] = "CloseXrcQp", kDirectTake[] = "DirectTake",
+                      kAdoptMemory[] = "AdoptMemory",
                       kMcastAttach[] = "McastAttach", kMcastDetach[] = "McastDetach",
                       kMcastMembers[] = "McastMembers", kQos[] = "Qos",
                       kQpFatal[] = "QpFatal",
@@ -104,6 +105,8 @@ struct OpSpec<Op::kCloseXrcQp> : Spec<CloseXrcQpReq, 0, op_names::kCloseXrcQp> {
 template <>
 struct OpSpec<Op::kDirectTake> : Spec<DirectTakeReq, 0, op_names::kDirectTake> {};
 template <>
+struct OpSpec<Op::kAdoptMemory> : Spec<AdoptMemoryReq, 0, op_names::kAdoptMemory> {};
+template <>
 struct OpSpec<Op::kMcastAttach> : Spec<McastReq, 0, op_names::kMcastAttach> {};
 template <>
 struct OpSpec<Op::kMcastDetach> : Spec<McastReq, 0, op_names::kMcastDetach> {};
@@ -140,7 +143,7 @@ using RequestOps =
            Op::kCmDisconnect, Op::kSetQpObject, Op::kGetMr, Op::kReload, Op::kOpenXrcd,
            Op::kCloseXrcd, Op::kSetQpXrcd, Op::kMcastAttach, Op::kMcastDetach,
            Op::kMcastMembers, Op::kQos, Op::kOpenXrcQp, Op::kPacing, Op::kCloseXrcQp,
-           Op::kDirectTake>;
+           Op::kDirectTake, Op::kAdoptMemory>;
 using EventOps = OpList<Op::kQpFatal, Op::kCmRequest, Op::kCmReply, Op::kCmRejected,
                         Op::kCmEstablished, Op::kCmDisconnected, Op::kOdpFault,
                         Op::kDirectAccepted>;

@@ -58,6 +58,7 @@ enum class Op : uint16_t {
   kPacing = 28,        // PacingReq -> (empty) + 2 fds: the same-host rate limit pages
   kCloseXrcQp = 29,    // CloseXrcQpReq -> CloseXrcQpRep: a process's handles of an XRC_RECV QP
   kDirectTake = 30,    // DirectTakeReq -> (empty): another QP joins a direct connection
+  kAdoptMemory = 31,   // AdoptMemoryReq -> AdoptMemoryRep + 1 fd: a shared mapping's own file
   // UD multicast (McastReq): attach, detach, and the group's members on this host.
   kMcastAttach = 40,   // McastReq -> (empty)
   kMcastDetach = 41,   // McastReq -> (empty)
@@ -138,6 +139,23 @@ struct PutFdReq {
 
 struct DropFdReq {
   uint32_t fd_id;
+};
+
+// Registered memory that already lives in a System V segment stays there: vrdmad opens the
+// file of the client's mapping [vma_start, vma_end) (exactly one mapping as /proc/PID/maps
+// lists it, shared and writable) and keeps it as memory descriptor `fd_id`, as if handed over
+// with PutFd. The reply gives the file's size and the offset in it of vma_start, and the
+// descriptor. EOPNOTSUPP: the mapping is not one of a System V segment (the pages move into a
+// file of their own as usual).
+struct AdoptMemoryReq {
+  uint32_t fd_id;
+  uint32_t reserved;
+  uint64_t vma_start;
+  uint64_t vma_end;
+};
+struct AdoptMemoryRep {
+  uint64_t file_size;
+  uint64_t offset;
 };
 
 // Asks for a file descriptor another client handed over, on behalf of the requester's QP

@@ -57,6 +57,11 @@ void Control::handed(const void* req, size_t len, const int* fds, int nfds) {
   handed_[r.fd_id] = fds[0];
 }
 
+void Control::note_handed(uint32_t fd_id, int fd) {
+  std::lock_guard lock(handed_mu_);
+  handed_[fd_id] = fd;
+}
+
 void Control::dropped(const void* req, size_t len) {
   if (len != sizeof(proto::DropFdReq)) return;
   proto::DropFdReq r;

@@ -52,6 +52,9 @@ class Control {
   // `fd_id` (the caller owns it), or -1. What the process's own direct connections map of
   // itself comes from here (engine/self_source.h).
   int dup_handed(uint32_t fd_id) const;
+  // A descriptor vrdmad opened for the process and keeps under `fd_id` (AdoptMemory): known to
+  // dup_handed() as if the process had handed it over, until DropFd.
+  void note_handed(uint32_t fd_id, int fd);
 
  private:
   void mark_lost();  // requires mu_

@@ -13,6 +13,7 @@
 #include <memory>
 
 #include "common/mremap_fixed.h"
+#include "common/proc_maps.h"
 #include "engine/control.h"
 #include "engine/mapping_check.h"
 #include "engine/write_hold.h"
@@ -82,7 +83,11 @@ MemoryRegistry::~MemoryRegistry() {
   stop_faults();
   if (keys_) ::munmap(keys_, (sizeof(shm::KeyTable) + kPage - 1) & ~(kPage - 1));
   if (keys_fd_ >= 0) ::close(keys_fd_);
-  for (auto& [s, b] : backings_) ::close(b.fd);
+  for (auto& [s, b] : backings_) {
+    // Backings cut from one adoption share a descriptor: closed by the last.
+    if (b.adopted && --adopted_users_[b.fd_id] > 0) continue;
+    ::close(b.fd);
+  }
 }
 
 size_t MemoryRegistry::count() const {
@@ -242,6 +247,11 @@ void PageMover::loop() {
 int MemoryRegistry::commit(Prepared& p) { return mover_.run(commit_job, &p); }
 
 void MemoryRegistry::drop_fd(const Backing& b) {
+  if (b.adopted) {
+    auto u = adopted_users_.find(b.fd_id);
+    if (u != adopted_users_.end() && --u->second > 0) return;  // another backing uses it
+    if (u != adopted_users_.end()) adopted_users_.erase(u);
+  }
   proto::DropFdReq req{b.fd_id};
   control_.call(proto::Op::kDropFd, req);
   ::close(b.fd);
@@ -252,7 +262,9 @@ void MemoryRegistry::drop_fd(const Backing& b) {
 // or replaced since are left as they are: they are no longer the file's.
 void MemoryRegistry::privatize(BackingMap::iterator it) {
   PrivatizeJob job{it->first, it->second.end};
-  if (range_maps_file(job.start, job.end, it->second.fd)) mover_.run(privatize_job, &job);
+  // A System V segment's pages stay the segment's.
+  if (!it->second.adopted && range_maps_file(job.start, job.end, it->second.fd))
+    mover_.run(privatize_job, &job);
   drop_fd(it->second);
   backings_.erase(it);
 }
@@ -265,6 +277,7 @@ void MemoryRegistry::end_move() { keys_->moves.fetch_add(1, std::memory_order_se
 
 // The same pages in a new file (write-sealed or not): the old file stops aliasing them.
 int MemoryRegistry::replace(BackingMap::iterator it, bool sealed) {
+  if (it->second.adopted) return 0;  // never moves, never sealed (a segment cannot be)
   Prepared p;
   if (int e = prepare(control_, it->first, it->second.end, sealed, p)) return e;
   begin_move();
@@ -288,6 +301,16 @@ int MemoryRegistry::split_at(uint64_t x) {
   --it;
   if (!(it->first < x && x < it->second.end)) return 0;
   uint64_t start = it->first, end = it->second.end;
+  if (it->second.adopted) {
+    // The same file on both sides of x: nothing moves.
+    Backing right = it->second;
+    right.offset += x - start;
+    it->second.end = x;
+    backings_.emplace(x, right);
+    ++adopted_users_[right.fd_id];
+    republish_over(start, end);
+    return 0;
+  }
   Prepared left, right;
   if (int e = prepare(control_, start, x, it->second.sealed, left)) return e;
   if (int e = prepare(control_, x, end, it->second.sealed, right)) {
@@ -414,12 +437,15 @@ int MemoryRegistry::grant(uint32_t key, uint32_t access, uint64_t addr, uint64_t
 
 uint8_t* MemoryRegistry::own_mapping(uint32_t fd_id, uint64_t& size) const {
   std::lock_guard lock(mu_);
+  uint8_t* base = nullptr;
+  size = 0;
+  // Backings cut from one adoption share the id: the file as far as any of them maps it.
   for (const auto& [start, b] : backings_) {
     if (b.fd_id != fd_id) continue;
-    size = b.offset + (b.end - start);
-    return reinterpret_cast<uint8_t*>(start - b.offset);
+    size = std::max(size, b.offset + (b.end - start));
+    base = reinterpret_cast<uint8_t*>(start - b.offset);
   }
-  return nullptr;
+  return base;
 }
 
 // The descriptor vrdmad reads for the MR in `slot`, from its backings, under a new generation:
@@ -494,6 +520,9 @@ int MemoryRegistry::reg(uint32_t pd, void* addr, size_t length, uint64_t iova, u
         pos = (it != backings_.end() && it->first < end) ? it->first : end;
       }
     }
+    // A segment inside adds its own backing and may cut a hole in two.
+    for (const Mapping& m : mappings_over("/proc/self/maps", start, end))
+      if (m.shared() && m.path.rfind("/SYSV", 0) == 0) own += 2;
     if (own > shm::kMaxMrSegments) return ENOMEM;
     std::vector<shm::MrSegment> segs;
     for (uint32_t s = 1; s < shm::kMrSlots; ++s) {
@@ -522,8 +551,12 @@ int MemoryRegistry::reg(uint32_t pd, void* addr, size_t length, uint64_t iova, u
       if (int e = replace(it, true)) return e;
     }
   }
-  // The holes get backings of their own.
+  // Holes over System V segments get the segment's own file; the others backings of their own.
   std::vector<uint64_t> made;
+  if (int e = adopt_holes(start, end, writes, made)) {
+    for (uint64_t s : made) privatize(backings_.find(s));
+    return e;
+  }
   for (uint64_t pos = start; pos < end;) {
     auto it = backings_.upper_bound(pos);
     if (it != backings_.begin()) {
@@ -622,6 +655,57 @@ void MemoryRegistry::retire(uint32_t slot) {
   }
   free_slots_.push_back(slot);
   --count_;
+}
+
+namespace {
+
+// A shared, writable mapping of a System V segment: its file is the backing (AdoptMemory).
+bool sysv_segment(const Mapping& m) {
+  return m.shared() && m.writable() && m.path.rfind("/SYSV", 0) == 0;
+}
+
+}  // namespace
+
+// The parts of [start, end) that no backing covers and that map a System V segment get the
+// segment's file as their backing (its pages stay where they are). A segment vrdmad does not
+// take (EOPNOTSUPP) is left to be moved as other memory is. 0 or an errno.
+int MemoryRegistry::adopt_holes(uint64_t start, uint64_t end, bool writes,
+                                std::vector<uint64_t>& made) {
+  for (const Mapping& m : mappings_over("/proc/self/maps", start, end)) {
+    if (!sysv_segment(m)) continue;
+    const uint64_t lo = std::max(start, m.start), hi = std::min(end, m.end);
+    for (uint64_t pos = lo; pos < hi;) {
+      auto it = backings_.upper_bound(pos);
+      if (it != backings_.begin()) {
+        auto prev = std::prev(it);
+        if (prev->second.end > pos) {
+          pos = prev->second.end;
+          continue;
+        }
+      }
+      const uint64_t gap_end = (it != backings_.end() && it->first < hi) ? it->first : hi;
+      proto::AdoptMemoryReq req{allocate_fd_id(), 0, m.start, m.end};
+      auto reply = std::make_unique<Packet>();
+      int e = control_.call(proto::Op::kAdoptMemory, req, reply.get());
+      const auto* rep = reply->as<proto::AdoptMemoryRep>();
+      if (e == EOPNOTSUPP) break;
+      if (!e && (!rep || reply->nfds != 1)) {
+        reply->close_fds();
+        proto::DropFdReq drop{req.fd_id};
+        control_.call(proto::Op::kDropFd, drop);
+        e = EPROTO;
+      }
+      if (e) return e;
+      const int fd = reply->fds[0];
+      control_.note_handed(req.fd_id, fd);
+      backings_.emplace(pos, Backing{gap_end, fd, req.fd_id, 0, false, writes,
+                                     rep->offset + (pos - m.start), true});
+      adopted_users_[req.fd_id] = 1;
+      made.push_back(pos);
+      pos = gap_end;
+    }
+  }
+  return 0;
 }
 
 // The first receive posted into the MR of `key`: its pages must take writes from the sender.

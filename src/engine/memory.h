@@ -18,6 +18,11 @@
 // move back to private anonymous memory (pages other MRs still use move to a new backing), so a
 // peer's old mapping no longer aliases the owner's memory. Moves copy the pages; a write made to
 // them by another thread or a peer while they move is lost.
+//
+// Pages of a System V shared memory segment never move: the program shares them with other
+// processes, which must go on seeing them. vrdmad opens the segment's file (AdoptMemory) and it
+// is the backing; a grant of it reaches the whole segment, and deregistration cannot take back
+// a mapping a peer made of it (docs/design.md, "Registered memory").
 #pragma once
 
 #include <atomic>
@@ -178,6 +183,9 @@ class MemoryRegistry {
     bool sealed;       // refuses new writable mappings
     bool write_class;  // remote writes or receives reach it: never to be sealed
     uint64_t offset = 0;  // in the file, of the backing's first page
+    // A System V segment's own file (vrdmad opened it: AdoptMemory): the pages never move, and
+    // backings cut from one adoption share its descriptor and id (adopted_users_ counts them).
+    bool adopted = false;
   };
   struct Range {
     uint64_t start = 0, end = 0;  // page-aligned, of a live MR
@@ -185,6 +193,7 @@ class MemoryRegistry {
   using BackingMap = std::map<uint64_t, Backing>;
 
   int split_at(uint64_t x);                                         // requires mu_
+  int adopt_holes(uint64_t start, uint64_t end, bool writes, std::vector<uint64_t>& made);
   int replace(BackingMap::iterator it, bool sealed);               // requires mu_
   void begin_move();                                               // requires mu_
   void end_move();                                                 // requires mu_
@@ -221,6 +230,7 @@ class MemoryRegistry {
   int keys_fd_ = -1;
   mutable std::mutex mu_;
   BackingMap backings_;  // page-aligned start -> backing
+  std::map<uint32_t, uint32_t> adopted_users_;  // adopted fd id -> backings that use it
   shm::KeyIndex index_;
   LocalMr local_[shm::kMrSlots];
   Range range_[shm::kMrSlots];

@@ -251,8 +251,9 @@ int Peer::map_mr(uint32_t via_qpn, uint32_t key, uint32_t access, uint64_t addr,
     const auto& s = g.seg[i];
     uint64_t file_size = 0;
     uint8_t* at = static_cast<uint8_t*>(area) + off;
-    // Within the file as it is now, and the file can never shrink (sealed).
-    ok = check_sealed(g.fds[i], kMaxMrBytes, file_size) == 0 && s.offset <= file_size &&
+    // Within the file as it is now, and the file can never shrink (sealed, or a System V
+    // segment's).
+    ok = check_memory_file(g.fds[i], kMaxMrBytes, file_size) == 0 && s.offset <= file_size &&
          s.length <= file_size - s.offset;
     if (!ok) break;
     void* p = ::mmap(at, s.length, prot, MAP_SHARED | MAP_FIXED, g.fds[i],

@@ -9,6 +9,10 @@
 #include <sys/vfs.h>
 #include <unistd.h>
 
+#include <cstring>
+
+#include "shm/layout.h"
+
 namespace vrdma::shm {
 
 int create_sealed(const char* name, uint64_t size, bool more_seals, int& fd) {
@@ -38,6 +42,51 @@ int check_sealed(int fd, uint64_t max_size, uint64_t& size) {
   if (static_cast<uint64_t>(st.st_size) > max_size) return EFBIG;
   size = static_cast<uint64_t>(st.st_size);
   return 0;
+}
+
+namespace {
+
+// The device of the kernel's internal shmem mount, which holds memfds and System V segments
+// alike (and nothing a process can create by name).
+dev_t internal_shmem_device() {
+  static const dev_t dev = [] {
+    int f = ::memfd_create("vrdma-probe", MFD_CLOEXEC);
+    if (f < 0) return dev_t{0};
+    struct stat st {};
+    dev_t d = ::fstat(f, &st) == 0 ? st.st_dev : dev_t{0};
+    ::close(f);
+    return d;
+  }();
+  return dev;
+}
+
+}  // namespace
+
+int check_sysv_segment(int fd, uint64_t max_size, uint64_t& size) {
+  struct stat st {};
+  if (::fstat(fd, &st) < 0) return errno;
+  if (!S_ISREG(st.st_mode)) return EBADF;
+  struct statfs fs {};
+  if (::fstatfs(fd, &fs) < 0) return errno;
+  if (fs.f_type == HUGETLBFS_MAGIC) return EINVAL;
+  const dev_t shmem = internal_shmem_device();
+  if (fs.f_type != TMPFS_MAGIC || shmem == 0 || st.st_dev != shmem) return EPERM;
+  // The kernel names a segment's file "SYSV" and the key, in eight hex digits; a memfd's name
+  // always starts "memfd:", whatever its creator asked for.
+  char path[48], target[64] = {};
+  snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+  ssize_t n = ::readlink(path, target, sizeof(target) - 1);
+  if (n < 13 || std::strncmp(target, "/SYSV", 5) != 0) return EPERM;
+  if (st.st_size <= 0 || st.st_size % kPage) return EINVAL;
+  if (static_cast<uint64_t>(st.st_size) > max_size) return EFBIG;
+  size = static_cast<uint64_t>(st.st_size);
+  return 0;
+}
+
+int check_memory_file(int fd, uint64_t max_size, uint64_t& size) {
+  int e = check_sealed(fd, max_size, size);
+  if (e == EPERM && check_sysv_segment(fd, max_size, size) == 0) return 0;
+  return e;
 }
 
 bool write_sealed(int fd) {

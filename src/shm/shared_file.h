@@ -19,6 +19,18 @@ int create_sealed(const char* name, uint64_t size, bool more_seals, int& fd);
 // EPERM (not sealed), EINVAL (hugetlbfs, empty), EFBIG (too large).
 int check_sealed(int fd, uint64_t max_size, uint64_t& size);
 
+// A System V shared memory segment's file (opened by vrdmad through /proc/PID/map_files of a
+// process that maps it shared and writable): its size was fixed when it was created and no
+// call of the System V interface changes it. Only a process holding a descriptor of it could
+// (ftruncate), and only vrdmad hands such descriptors out. 0 and its size, or a positive
+// errno as check_sealed() gives.
+int check_sysv_segment(int fd, uint64_t max_size, uint64_t& size);
+
+// The files registered memory may live in: check_sealed(), or check_sysv_segment() (a
+// registration over a System V segment leaves its pages where they are, shared as the
+// program shared them).
+int check_memory_file(int fd, uint64_t max_size, uint64_t& size);
+
 // Whether the file refuses new writable mappings (F_SEAL_FUTURE_WRITE or F_SEAL_WRITE).
 bool write_sealed(int fd);
 

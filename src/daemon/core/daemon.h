@@ -242,6 +242,7 @@ class Daemon : private CmPort {
   int keep_remote_ticket(const wire::Direct& d, const LocalQp* dst, uint16_t* port,
                          uint64_t* key);
   void handle(Client& c, const Decoded& d, const proto::DirectTakeReq& r);
+  void handle(Client& c, const Decoded& d, const proto::AdoptMemoryReq& r);  // adopt_memory.cc
   // The router for the mediated path: the cluster's, or one made for this host alone (null
   // when it cannot be made).
   RouterPool* mediation_router();
