@@ -21,8 +21,8 @@ MPI_CHECK = os.environ.get("VRDMA_MPI_CHECK") or shutil.which("mpi_check")
 def mpirun(sb, state, containers, program, *, tls="rc_verbs,ud_verbs,self", pml="ucx",
            timeout=300, extra_env=None):
     """Runs `program` (a list) as 2 ranks, rank i in containers[i]; returns (rc, output).
-    pml "ucx" confines UCX to vrdma (ucx_run.ucx_env); pml "ob1" uses Open MPI's TCP BTL on the
-    containers' interfaces (for comparison)."""
+    pml "ucx" runs UCX with the transports `tls` (None: UCX's defaults; ucx_run.ucx_env); pml
+    "ob1" uses Open MPI's TCP BTL on the containers' interfaces (for comparison)."""
     by_name = {c["name"]: c for c in state["containers"]}
     hosts = {h["name"]: h for h in state["hosts"]}
     launcher = hosts[by_name[containers[0]]["host"]]["netns"]

@@ -7,13 +7,17 @@ import re
 import threading
 import time
 
-# UCX over vrdma and nothing else: the vrdma device's port, the named verbs transports (self for
-# a process's messages to itself), and UCP's report of the transports each endpoint uses.
+# The vrdma device's port, as UCX names it.
 DEVICE = "vrdma0:1"
 
 
 def ucx_env(tls, log_info=True):
-    env = {"UCX_TLS": tls, "UCX_NET_DEVICES": DEVICE, "UCX_WARN_UNUSED_ENV_VARS": "n"}
+    """UCX's own settings, as a user of an RDMA device would give them: the transports `tls`
+    (None: UCX's defaults), and UCP's report of the transports each endpoint uses. UCX picks
+    the devices itself: nothing names vrdma."""
+    env = {"UCX_WARN_UNUSED_ENV_VARS": "n"}
+    if tls:
+        env["UCX_TLS"] = tls
     if log_info:
         env["UCX_LOG_LEVEL"] = "info"
     return env

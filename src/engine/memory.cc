@@ -27,6 +27,22 @@ constexpr uint64_t kPage = shm::kPage;
 std::atomic<uint32_t> g_next_fd_id{shm::kKeyTableFdId + 1};
 
 constexpr uint32_t kRemoteWrites = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC;
+// The rights for which a device pins pages writable.
+constexpr uint32_t kPinWritable = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+                                  IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_MW_BIND;
+
+// Whether `maps` (in address order) cover [start, end) without a gap, readable, and writable
+// if `writable`.
+bool maps_cover(const std::vector<Mapping>& maps, uint64_t start, uint64_t end, bool writable) {
+  uint64_t pos = start;
+  for (const Mapping& m : maps) {
+    if (m.start > pos) return false;
+    if (m.perms[0] != 'r' || (writable && !m.writable())) return false;
+    pos = std::max(pos, m.end);
+    if (pos >= end) return true;
+  }
+  return pos >= end;
+}
 
 bool read_only_class(uint32_t access) {
   return (access & IBV_ACCESS_REMOTE_READ) && !(access & kRemoteWrites);
@@ -499,6 +515,10 @@ int MemoryRegistry::reg(uint32_t pd, void* addr, size_t length, uint64_t iova, u
   }
   init_slots();
   if (free_slots_.empty()) return ENOMEM;
+  // The mappings under the range, read once: every page must be mapped readable, and writable
+  // when the access lets anyone write it (a device could not pin it otherwise: EFAULT).
+  const std::vector<Mapping> maps = mappings_over("/proc/self/maps", start, end);
+  if (!maps_cover(maps, start, end, access & kPinWritable)) return EFAULT;
 
   // Every MR must stay within kMaxMrSegments once the backings are cut at start and end.
   int cut_start = extra_segments_if_split(start), cut_end = extra_segments_if_split(end);
@@ -521,7 +541,7 @@ int MemoryRegistry::reg(uint32_t pd, void* addr, size_t length, uint64_t iova, u
       }
     }
     // A segment inside adds its own backing and may cut a hole in two.
-    for (const Mapping& m : mappings_over("/proc/self/maps", start, end))
+    for (const Mapping& m : maps)
       if (m.shared() && m.path.rfind("/SYSV", 0) == 0) own += 2;
     if (own > shm::kMaxMrSegments) return ENOMEM;
     std::vector<shm::MrSegment> segs;
@@ -553,7 +573,7 @@ int MemoryRegistry::reg(uint32_t pd, void* addr, size_t length, uint64_t iova, u
   }
   // Holes over System V segments get the segment's own file; the others backings of their own.
   std::vector<uint64_t> made;
-  if (int e = adopt_holes(start, end, writes, made)) {
+  if (int e = adopt_holes(maps, start, end, writes, made)) {
     for (uint64_t s : made) privatize(backings_.find(s));
     return e;
   }
@@ -669,9 +689,9 @@ bool sysv_segment(const Mapping& m) {
 // The parts of [start, end) that no backing covers and that map a System V segment get the
 // segment's file as their backing (its pages stay where they are). A segment vrdmad does not
 // take (EOPNOTSUPP) is left to be moved as other memory is. 0 or an errno.
-int MemoryRegistry::adopt_holes(uint64_t start, uint64_t end, bool writes,
-                                std::vector<uint64_t>& made) {
-  for (const Mapping& m : mappings_over("/proc/self/maps", start, end)) {
+int MemoryRegistry::adopt_holes(const std::vector<Mapping>& maps, uint64_t start, uint64_t end,
+                                bool writes, std::vector<uint64_t>& made) {
+  for (const Mapping& m : maps) {
     if (!sysv_segment(m)) continue;
     const uint64_t lo = std::max(start, m.start), hi = std::min(end, m.end);
     for (uint64_t pos = lo; pos < hi;) {

@@ -33,6 +33,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/proc_maps.h"
 #include "shm/key_index.h"
 #include "shm/layout.h"
 #include "shm/peer.h"
@@ -193,7 +194,8 @@ class MemoryRegistry {
   using BackingMap = std::map<uint64_t, Backing>;
 
   int split_at(uint64_t x);                                         // requires mu_
-  int adopt_holes(uint64_t start, uint64_t end, bool writes, std::vector<uint64_t>& made);
+  int adopt_holes(const std::vector<Mapping>& maps, uint64_t start, uint64_t end,
+                  bool writes, std::vector<uint64_t>& made);  // requires mu_
   int replace(BackingMap::iterator it, bool sealed);               // requires mu_
   void begin_move();                                               // requires mu_
   void end_move();                                                 // requires mu_

@@ -1,9 +1,11 @@
 """UCX (Debian's ucx-utils 1.13, unmodified) over vrdma between two containers, on one host or
 on two (topology.py): ucx_info finds the device and its verbs transports, and ucx_perftest runs
-the UCP tests with UCX confined to vrdma (UCX_TLS, UCX_NET_DEVICES) — with RC for data and UD
-for wire-up, and with UD alone. UCP's own report of the transports it chose, and the QPs `vrdma
-status` shows in the containers, say the traffic went through vrdma. (ucx_perftest 1.13 has no
-data check; the Open MPI suite checks data carried by UCX over vrdma.)"""
+the UCP tests with UCX's verbs transports (UCX_TLS, as on any RDMA device; UCX picks the device
+itself) — with RC for data and UD for wire-up, and with UD alone — and with UCX's defaults
+(which add its shared-memory transports: the sandbox's hosts share one machine). UCP's own report
+of the transports it chose, and the QPs `vrdma status` shows in the containers, say the traffic
+went through vrdma. (ucx_perftest 1.13 has no data check; the Open MPI suite checks data carried
+by UCX over vrdma.)"""
 
 import re
 import unittest
@@ -85,6 +87,25 @@ class Perftest(unittest.TestCase):
 
     def test_ud_alone(self):
         self.run_matrix("ud")
+
+    def test_ucx_defaults(self):
+        # Nothing set: UCX registers its System V and POSIX shared memory with vrdma too, and
+        # both must go on working (the pages of a segment stay the segment's).
+        ip = container_ip(SERVER)
+        for test, size in (("tag_bw", 1 << 20), ("ucp_put_bw", 65536), ("ucp_get", 65536),
+                           ("stream_bw", 65536), ("ucp_am_bw", 65536), ("ucp_fadd", 8)):
+            with self.subTest(test=test):
+                Perftest.port += 1
+                (src, sout), (crc, cout) = perftest_pair(SB, SERVER, CLIENT, ip, None, test, size,
+                                                         200, Perftest.port, warmup=20)
+                self.assertEqual(crc, 0, f"client failed:\n{cout}\nserver:\n{sout}")
+                self.assertEqual(src, 0, f"server failed:\n{sout}")
+                row = final_row(cout)
+                self.assertIsNotNone(row, f"no Final row:\n{cout}")
+                self.assertEqual(row["iters"], 200, cout)
+                for text in (cout, sout):
+                    self.assertNotIn(" UCX  ERROR", text)
+                    self.assertNotIn("Unable to detach shared memory", text)
 
     def test_vrdma_status_shows_the_qps(self):
         # A longer run, sampled by `vrdma status` on the client's host: the client's QPs of

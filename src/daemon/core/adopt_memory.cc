@@ -64,6 +64,7 @@ void Daemon::handle(Client& c, const Decoded& d, const proto::AdoptMemoryReq& r)
   ClientFd e;
   e.kind = proto::FdKind::kMemory;
   e.size = rep.file_size;
+  e.segment = true;
   const int out = fd.get();
   e.fd = std::move(fd);
   c.fds.emplace(r.fd_id, std::move(e));

@@ -28,6 +28,9 @@ struct ClientFd {
   // Who unmaps `kept` once the router can no longer be using it (null: unmapped at once).
   std::function<void(void*, size_t)> unmap_kept;
   ObjectView object;  // QP objects: the daemon's mapping
+  // Memory: a System V segment's file (AdoptMemory), not a sealed memfd. Whoever holds a
+  // writable descriptor of it could shrink it, so vrdmad's router never maps it.
+  bool segment = false;
   ClientFd() = default;
   ClientFd(ClientFd&& o) noexcept
       : fd(std::move(o.fd)),
@@ -35,7 +38,8 @@ struct ClientFd {
         size(o.size),
         kept(std::exchange(o.kept, nullptr)),
         unmap_kept(std::move(o.unmap_kept)),
-        object(std::move(o.object)) {}
+        object(std::move(o.object)),
+        segment(o.segment) {}
   ClientFd& operator=(ClientFd&&) = delete;
   ~ClientFd();
 };

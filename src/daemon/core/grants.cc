@@ -307,6 +307,10 @@ int Daemon::router_grant(uint32_t owner_id, uint32_t key, uint64_t addr, uint64_
   proto::GetMrRep rep{};
   const ClientFd* files[shm::kMaxMrSegments] = {};
   if (int err = describe_mr(*owner, *mr, mr_key, rep, files)) return err;
+  // A System V segment can shrink under a mapping (anyone granted it writable can truncate it):
+  // the router, which serves every client of the host, does not map one.
+  for (uint32_t i = 0; i < rep.nseg; ++i)
+    if (files[i]->segment) return EACCES;
   out.implicit = k->implicit;
   out.slot = rep.slot;
   out.gen = rep.gen;

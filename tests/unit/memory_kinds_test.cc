@@ -1,0 +1,233 @@
+// The kinds of memory a program can hand to ibv_reg_mr, each registered, written and read by a
+// peer QP with RDMA WRITE and READ, and deregistered, with the results rdma-core gives on a real
+// device: anonymous, heap, a private file mapping, a shared memfd, a System V segment (whose
+// pages stay the segment's: a second attachment sees what the peer wrote, and the segment
+// detaches and goes away as the program expects), memory remapped while registered, and the
+// refusals (unmapped pages, a read-only mapping registered for local writes).
+#include <fcntl.h>
+#include <sys/ipc.h>
+#include <sys/mman.h>
+#include <sys/shm.h>
+#include <unistd.h>
+
+#include <functional>
+#include <string>
+
+#include "verbs_fixture.h"
+
+namespace vrdma::testing {
+namespace {
+
+constexpr size_t kLen = 16 * 4096;
+constexpr int kAccess =
+    IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+
+// One kind of memory: where it is, and how it goes away.
+struct Region {
+  uint8_t* base = nullptr;
+  std::function<void()> release;
+  // Another view of the same pages (a second attachment or mapping), or nullptr when the kind
+  // has none.
+  uint8_t* alias = nullptr;
+};
+
+class MemoryKindsTest : public VerbsTest {
+ protected:
+  void SetUp() override {
+    VerbsTest::SetUp();
+    ca = cq();
+    cb = cq();
+    a = qp(ca, ca);
+    b = qp(cb, cb);
+    ASSERT_TRUE(a && b);
+    connect(a, b);
+    peer.mem.resize(kLen);
+    peer.mr = ibv_reg_mr(pd, peer.data(), kLen, kAccess);
+    ASSERT_NE(peer.mr, nullptr);
+  }
+
+  ibv_wc_status rdma(ibv_wr_opcode op, uint64_t raddr, uint32_t rkey, uint32_t len) {
+    ibv_sge sge{peer.addr(), len, peer.mr->lkey};
+    ibv_send_wr wr = send_wr(op, sge);
+    wr.wr.rdma.remote_addr = raddr;
+    wr.wr.rdma.rkey = rkey;
+    return complete_one(b, wr, cb);
+  }
+
+  // Registers the region (at an odd offset, an odd length), has the peer write it and read it
+  // back, checks every byte and the alias, deregisters, checks the contents stayed.
+  void use(Region& r, const char* what) {
+    SCOPED_TRACE(what);
+    uint8_t* at = r.base + 100;
+    const uint32_t len = kLen - 300;
+    fill_random(r.base, kLen, 3);
+    std::vector<uint8_t> before(r.base, r.base + kLen);
+    ibv_mr* mr = ibv_reg_mr(pd, at, len, kAccess);
+    ASSERT_NE(mr, nullptr) << strerror(errno);
+    EXPECT_EQ(0, memcmp(r.base, before.data(), kLen)) << "registration changed the contents";
+    fill_random(peer.data(), len, 4);
+    std::vector<uint8_t> sent(peer.data(), peer.data() + len);
+    ASSERT_EQ(rdma(IBV_WR_RDMA_WRITE, reinterpret_cast<uint64_t>(at), mr->rkey, len),
+              IBV_WC_SUCCESS);
+    EXPECT_EQ(0, memcmp(at, sent.data(), len)) << "the WRITE did not land in the program's pages";
+    EXPECT_EQ(0, memcmp(r.base, before.data(), 100)) << "bytes before the MR changed";
+    if (r.alias) {
+      EXPECT_EQ(0, memcmp(r.alias + 100, sent.data(), len)) << "the other view lost the WRITE";
+    }
+    // The program writes; the peer reads what it wrote.
+    fill_random(at, len, 5);
+    std::vector<uint8_t> mine(at, at + len);
+    memset(peer.data(), 0, len);
+    ASSERT_EQ(rdma(IBV_WR_RDMA_READ, reinterpret_cast<uint64_t>(at), mr->rkey, len),
+              IBV_WC_SUCCESS);
+    EXPECT_EQ(0, memcmp(peer.data(), mine.data(), len)) << "the READ did not see the pages";
+    std::vector<uint8_t> last(r.base, r.base + kLen);
+    ASSERT_EQ(ibv_dereg_mr(mr), 0);
+    EXPECT_EQ(0, memcmp(r.base, last.data(), kLen)) << "deregistration changed the contents";
+    if (r.alias) {
+      // Still one set of pages after deregistration.
+      r.base[kLen / 2] ^= 0xff;
+      EXPECT_EQ(r.alias[kLen / 2], r.base[kLen / 2]);
+    }
+    if (r.release) r.release();
+  }
+
+  ibv_cq *ca = nullptr, *cb = nullptr;
+  ibv_qp *a = nullptr, *b = nullptr;
+  Buffer peer;
+};
+
+uint8_t* map(int prot, int flags, int fd = -1, off_t off = 0) {
+  void* p = ::mmap(nullptr, kLen, prot, flags, fd, off);
+  return p == MAP_FAILED ? nullptr : static_cast<uint8_t*>(p);
+}
+
+TEST_F(MemoryKindsTest, AnonymousAndHeap) {
+  Region anon{map(PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS)};
+  ASSERT_NE(anon.base, nullptr);
+  anon.release = [&] { ::munmap(anon.base, kLen); };
+  use(anon, "private anonymous");
+  std::vector<uint8_t> heap(kLen);
+  Region h{heap.data()};
+  use(h, "heap");
+}
+
+TEST_F(MemoryKindsTest, PrivateFileMapping) {
+  char path[] = "/tmp/vrdma-kinds-XXXXXX";
+  int fd = ::mkstemp(path);
+  ASSERT_GE(fd, 0);
+  ::unlink(path);
+  ASSERT_EQ(::ftruncate(fd, kLen), 0);
+  Region r{map(PROT_READ | PROT_WRITE, MAP_PRIVATE, fd)};
+  ASSERT_NE(r.base, nullptr);
+  r.release = [&] { ::munmap(r.base, kLen); };
+  use(r, "private file mapping");
+  ::close(fd);
+}
+
+TEST_F(MemoryKindsTest, SystemVSegmentStaysShared) {
+  int id = ::shmget(IPC_PRIVATE, kLen, IPC_CREAT | 0600);
+  ASSERT_GE(id, 0) << strerror(errno);
+  Region r;
+  r.base = static_cast<uint8_t*>(::shmat(id, nullptr, 0));
+  r.alias = static_cast<uint8_t*>(::shmat(id, nullptr, 0));
+  // Marked for removal while attached, as UCX does: it goes away with its last detachment, so a
+  // registration that detached it would destroy it under the other users.
+  ASSERT_EQ(::shmctl(id, IPC_RMID, nullptr), 0);
+  ASSERT_NE(r.base, reinterpret_cast<uint8_t*>(-1));
+  ASSERT_NE(r.alias, reinterpret_cast<uint8_t*>(-1));
+  if (::geteuid() != 0)
+    GTEST_SKIP() << "vrdmad opens a segment's file through /proc/PID/map_files: needs root";
+  use(r, "System V segment");
+  // Both attachments are still the segment's: each detaches.
+  EXPECT_EQ(::shmdt(r.base), 0) << strerror(errno);
+  EXPECT_EQ(::shmdt(r.alias), 0) << strerror(errno);
+}
+
+TEST_F(MemoryKindsTest, SystemVSegmentRegisteredTwiceAndInParts) {
+  if (::geteuid() != 0)
+    GTEST_SKIP() << "vrdmad opens a segment's file through /proc/PID/map_files: needs root";
+  int id = ::shmget(IPC_PRIVATE, kLen, IPC_CREAT | 0600);
+  ASSERT_GE(id, 0);
+  auto* p = static_cast<uint8_t*>(::shmat(id, nullptr, 0));
+  auto* q = static_cast<uint8_t*>(::shmat(id, nullptr, 0));
+  ASSERT_EQ(::shmctl(id, IPC_RMID, nullptr), 0);
+  // Overlapping registrations cut the backing; the cuts stay the segment's.
+  ibv_mr* whole = ibv_reg_mr(pd, p, kLen, kAccess);
+  ibv_mr* middle = ibv_reg_mr(pd, p + 4096 * 3, 4096 * 5, kAccess);
+  ASSERT_TRUE(whole && middle) << strerror(errno);
+  fill_random(peer.data(), 4096, 9);
+  ASSERT_EQ(rdma(IBV_WR_RDMA_WRITE, reinterpret_cast<uint64_t>(p + 4096 * 4), middle->rkey, 4096),
+            IBV_WC_SUCCESS);
+  ASSERT_EQ(rdma(IBV_WR_RDMA_WRITE, reinterpret_cast<uint64_t>(p + 4096 * 12), whole->rkey, 4096),
+            IBV_WC_SUCCESS);
+  EXPECT_EQ(0, memcmp(q + 4096 * 4, peer.data(), 4096));
+  EXPECT_EQ(0, memcmp(q + 4096 * 12, peer.data(), 4096));
+  EXPECT_EQ(ibv_dereg_mr(whole), 0);
+  ASSERT_EQ(rdma(IBV_WR_RDMA_READ, reinterpret_cast<uint64_t>(p + 4096 * 3), middle->rkey, 4096),
+            IBV_WC_SUCCESS);
+  EXPECT_EQ(0, memcmp(peer.data(), q + 4096 * 3, 4096));
+  EXPECT_EQ(ibv_dereg_mr(middle), 0);
+  EXPECT_EQ(::shmdt(p), 0);
+  EXPECT_EQ(::shmdt(q), 0);
+}
+
+TEST_F(MemoryKindsTest, SharedMemfdMapping) {
+  int fd = ::memfd_create("kinds", MFD_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::ftruncate(fd, kLen), 0);
+  Region r{map(PROT_READ | PROT_WRITE, MAP_SHARED, fd)};
+  ASSERT_NE(r.base, nullptr);
+  r.release = [&] { ::munmap(r.base, kLen); };
+  use(r, "shared memfd");
+  ::close(fd);
+}
+
+TEST_F(MemoryKindsTest, MemoryRemappedWhileRegisteredKeepsTheMrPages) {
+  // The MR keeps the pages it was registered with, as pinned pages do on a device: the
+  // program maps something else there and the peer's WRITE goes to the old pages, not the new.
+  uint8_t* base = map(PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS);
+  ASSERT_NE(base, nullptr);
+  ibv_mr* mr = ibv_reg_mr(pd, base, kLen, kAccess);
+  ASSERT_NE(mr, nullptr);
+  ASSERT_EQ(::mmap(base, kLen, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED,
+                   -1, 0),
+            base);
+  fill_random(peer.data(), 4096, 6);
+  EXPECT_EQ(rdma(IBV_WR_RDMA_WRITE, reinterpret_cast<uint64_t>(base), mr->rkey, 4096),
+            IBV_WC_SUCCESS);
+  std::vector<uint8_t> zero(4096, 0);
+  EXPECT_EQ(0, memcmp(base, zero.data(), 4096)) << "the new mapping took the WRITE";
+  EXPECT_EQ(ibv_dereg_mr(mr), 0);
+  EXPECT_EQ(0, memcmp(base, zero.data(), 4096)) << "deregistration touched the new mapping";
+  ::munmap(base, kLen);
+}
+
+TEST_F(MemoryKindsTest, Refusals) {
+  // Unmapped pages: EFAULT.
+  uint8_t* base = map(PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS);
+  ASSERT_NE(base, nullptr);
+  ASSERT_EQ(::munmap(base, kLen), 0);
+  errno = 0;
+  EXPECT_EQ(ibv_reg_mr(pd, base, kLen, IBV_ACCESS_LOCAL_WRITE), nullptr);
+  EXPECT_EQ(errno, EFAULT);
+  // A read-only mapping registered for writes: the device could not pin it writable (EFAULT);
+  // registered for remote reads only, it is accepted and read.
+  uint8_t* ro = map(PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS);
+  ASSERT_NE(ro, nullptr);
+  errno = 0;
+  EXPECT_EQ(ibv_reg_mr(pd, ro, kLen, IBV_ACCESS_LOCAL_WRITE), nullptr);
+  EXPECT_EQ(errno, EFAULT);
+  ibv_mr* mr = ibv_reg_mr(pd, ro, kLen, IBV_ACCESS_REMOTE_READ);
+  ASSERT_NE(mr, nullptr) << strerror(errno);
+  memset(peer.data(), 0xaa, 4096);
+  EXPECT_EQ(rdma(IBV_WR_RDMA_READ, reinterpret_cast<uint64_t>(ro), mr->rkey, 4096),
+            IBV_WC_SUCCESS);
+  std::vector<uint8_t> zero(4096, 0);
+  EXPECT_EQ(0, memcmp(peer.data(), zero.data(), 4096));
+  EXPECT_EQ(ibv_dereg_mr(mr), 0);
+  ::munmap(ro, kLen);
+}
+
+}  // namespace
+}  // namespace vrdma::testing
