@@ -80,6 +80,7 @@ MODES = {
         "lat_bytes": 256 << 20, "lat_iters": (100, 10_000),
         "cross_host_div": 8,  # fewer bytes across hosts (unknown speed)
         "tcp_seconds": 1, "memcpy_ms": 200,
+        "reg_sizes": [4 * KIB, 64 * KIB, MIB, 8 * MIB, 64 * MIB], "reg_reps": 9,
         "pairs": [1, 2, 4, 8, 16, 32], "pair_duration": 4, "pair_margin": 1,
         "tcp_pairs": [8],  # pair counts also measured with iperf3 (across hosts)
         "pair_lat_iters": 4000,  # divided among pairs (each waits for the CPU)
@@ -90,7 +91,7 @@ MODES = {
         "idle_seconds": 5, "run_timeout": 60, "probe_timeout": 20,
         "tls_reps": 2,  # TLS / plaintext alternations (each a sandbox of its own)
         "tls_pairs": 8,  # pairs also measured at once in each mode (as many as tcp_pairs)
-        "budget": {"idle": 10, "memory": 45, "memcpy": 10, "probe": 30, "same_host": 200,
+        "budget": {"idle": 10, "memory": 45, "memcpy": 10, "registration": 30, "probe": 30, "same_host": 200,
                    "cross_host": 200, "scalability": 290, "connections": 90, "tls": 120,
                    "clients": 240, "qos": 120},
         "qos_seconds": 24,  # the fairness run: the first senders' duration
@@ -101,6 +102,7 @@ MODES = {
         "lat_bytes": 16 << 20, "lat_iters": (50, 1000),
         "cross_host_div": 32,
         "tcp_seconds": 1, "memcpy_ms": 50,
+        "reg_sizes": [4 * KIB, 8 * MIB], "reg_reps": 5,
         "pairs": [1, 4], "pair_duration": 1, "pair_margin": 0, "tcp_pairs": [4],
         "pair_lat_iters": 200,
         "qps": [1, 1024], "qp_size": 4 * KIB, "qp_messages": 20_000, "qps_timeout": 20,
@@ -109,7 +111,7 @@ MODES = {
         "idle_seconds": 2, "run_timeout": 40, "probe_timeout": 8,
         "tls_reps": 1,
         "tls_pairs": 4,
-        "budget": {"idle": 4, "memory": 10, "memcpy": 4, "probe": 10, "same_host": 36,
+        "budget": {"idle": 4, "memory": 10, "memcpy": 4, "registration": 10, "probe": 10, "same_host": 36,
                    "cross_host": 46, "scalability": 20, "connections": 14, "tls": 60,
                    "clients": 90, "qos": 60},
         "qos_seconds": 15,
@@ -204,7 +206,8 @@ def find_tools():
     dirs += [os.path.join(d, "..", "..", "bench"), os.path.join(d, "..", "libexec", "vrdma"),
              "/usr/local/libexec/vrdma"]
     tools = {}
-    for key, name in (("memcpy", "vrdma-bench-memcpy"), ("conn", "vrdma-bench-conn")):
+    for key, name in (("memcpy", "vrdma-bench-memcpy"), ("conn", "vrdma-bench-conn"),
+                      ("reg", "vrdma-bench-reg")):
         for dd in dirs:
             p = os.path.join(dd, name)
             if os.access(p, os.X_OK):
@@ -337,6 +340,12 @@ class Suite:
                        self.memcpy,
                        summary=lambda r: ", ".join(f"{human_size(x['size'])} "
                                                    f"{x['mb_s'] / 1000:.1f} GB/s" for x in r)))
+        steps.append(S("registration", "registration",
+                       f"ibv_reg_mr + ibv_dereg_mr, {len(c['reg_sizes'])} sizes, in h0c0",
+                       ("registration", "results"), self.registration,
+                       summary=lambda r: ", ".join(
+                           f"{human_size(x['size'])} {x['reg_dereg_us']:.0f} us "
+                           f"({x['vs_first_touch']:.2f}x first touch)" for x in r)))
         steps.append(S("cross-host probe", "probe", "ib_write_bw 8 B between h0c0 and h1c0",
                        ("cross_host_probe", "result"), self.probe,
                        summary=lambda r: "cross-host RDMA works"))
@@ -661,6 +670,9 @@ class Suite:
 
     def memcpy(self):
         return m.memcpy(self.bench, self.cfg["sizes"], self.cfg["memcpy_ms"])
+
+    def registration(self):
+        return m.registration(self.bench, "h0c0", self.cfg["reg_sizes"], self.cfg["reg_reps"])
 
     def probe(self):
         server, client = self.cross_pair()

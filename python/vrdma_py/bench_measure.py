@@ -270,6 +270,29 @@ def memcpy(b, sizes, ms):
         job.close()
 
 
+def registration(b, container, sizes, reps):
+    """ibv_reg_mr and ibv_dereg_mr per size in `container` (vrdma-bench-reg), against the first
+    touch of as many fresh pages (the floor: what any use of new memory costs), medians."""
+    job = b.r.start(container, [b.tool("reg"), "--reps", reps, *sizes])
+    try:
+        job.wait(b.run_timeout)
+        if job.rc != 0:
+            raise bp.failure(job)
+        out = []
+        for line in job.stdout().splitlines():
+            if not line.startswith("{"):
+                continue
+            d = json.loads(line)
+            d["reg_dereg_us"] = d["reg_us"] + d["dereg_us"]
+            d["vs_first_touch"] = d["reg_dereg_us"] / d["first_touch_us"]
+            out.append(d)
+        if len(out) != len(sizes):
+            raise RuntimeError(f"vrdma-bench-reg gave {len(out)} of {len(sizes)} sizes")
+        return out
+    finally:
+        job.kill()
+
+
 # ---- scalability -------------------------------------------------------------------
 
 def group(b, pairs, server_argv, client_argv, parse, timeout, port=PERFTEST_PORT, lib=True):

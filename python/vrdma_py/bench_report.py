@@ -142,6 +142,15 @@ def headline(results):
         else:
             entry["error"] = "not measured (see router_security)"
         H.append(entry)
+    # Registration: ibv_reg_mr + ibv_dereg_mr of 8 MiB against the first touch of as many pages.
+    reg_size = 8 * MIB
+    e = _ratio_entry(f"Registration of {human_size(reg_size)}, vs first touch of its pages",
+                     "ibv_reg_mr + ibv_dereg_mr", ("registration", "results"),
+                     "first touch of as many fresh pages", ("registration", "results"),
+                     None, "us", "lower", results, reg_size, reg_size, "reg_dereg_us",
+                     "first_touch_us")
+    e["id"] = "registration_vs_first_touch"
+    H.append(e)
     # Memory: absolute figures (no baseline runs a daemon).
     for key, title, field in (
             ("per_container", "vrdmad memory per container (its private memory's growth)",

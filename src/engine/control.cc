@@ -79,6 +79,19 @@ int Control::call(proto::Op op, const void* req, size_t len, Packet* reply, cons
   return status;
 }
 
+int Control::post(proto::Op op, const void* req, size_t len) {
+  if (op == proto::Op::kDropFd) dropped(req, len);
+  std::lock_guard lock(mu_);
+  if (lost_) return ENODEV;
+  uint32_t seq = ++seq_;
+  if (seq == 0) seq = ++seq_;
+  if (send_packet(fd_, op, seq, 0, req, len) != 0) {
+    mark_lost();
+    return ENODEV;
+  }
+  return 0;
+}
+
 int Control::call_locked(proto::Op op, const void* req, size_t len, Packet* reply,
                          const int* fds, int nfds) {
   std::lock_guard lock(mu_);

@@ -52,6 +52,16 @@ class Control {
   // `fd_id` (the caller owns it), or -1. What the process's own direct connections map of
   // itself comes from here (engine/self_source.h).
   int dup_handed(uint32_t fd_id) const;
+  // Sends a request whose answer nobody waits for (its reply, when it comes, is read and
+  // dropped like any other not waited for): what undoes something and cannot fail in a way the
+  // caller could act on (DropFd, FreeKey). Requests are handled in the order sent, so a later
+  // call sees its effect. 0 or ENODEV.
+  int post(proto::Op op, const void* req, size_t len);
+  template <typename Req>
+  int post(proto::Op op, const Req& req) {
+    return post(op, &req, sizeof(req));
+  }
+
   // A descriptor vrdmad opened for the process and keeps under `fd_id` (AdoptMemory): known to
   // dup_handed() as if the process had handed it over, until DropFd.
   void note_handed(uint32_t fd_id, int fd);

@@ -269,7 +269,7 @@ void MemoryRegistry::drop_fd(const Backing& b) {
     if (u != adopted_users_.end()) adopted_users_.erase(u);
   }
   proto::DropFdReq req{b.fd_id};
-  control_.call(proto::Op::kDropFd, req);
+  control_.post(proto::Op::kDropFd, req);
   ::close(b.fd);
 }
 
@@ -638,7 +638,7 @@ int MemoryRegistry::dereg_locked(uint32_t key) {
   if (found < 0 || local_[found].key != key) return EINVAL;
   retire(static_cast<uint32_t>(found));
   proto::FreeKeyReq req{key};
-  control_.call(proto::Op::kFreeKey, req);
+  control_.post(proto::Op::kFreeKey, req);
   return 0;
 }
 

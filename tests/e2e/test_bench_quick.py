@@ -134,8 +134,8 @@ class Run(Case):
         cfg = RESULTS.get("config", {})
         self.assertIn(8, cfg.get("sizes", []))
         self.assertIn(65536, cfg.get("sizes", []))
-        for section in ("memcpy", "throughput", "latency", "cpu", "memory", "scalability",
-                        "cross_host_probe"):
+        for section in ("memcpy", "registration", "throughput", "latency", "cpu", "memory",
+                        "scalability", "cross_host_probe"):
             self.assertIn(section, RESULTS.get("sections", {}), f"section {section} missing")
             self.assertIn(RESULTS["sections"][section].get("status"), ("ok", "partial", "error"))
 
@@ -146,6 +146,12 @@ class Sections(Case):
 
     def test_memcpy(self):
         self.per_size("memcpy", node("memcpy", "results"), self.sizes(), ["mb_s"])
+        self.done()
+
+    def test_registration(self):
+        self.per_size("registration", node("registration", "results"),
+                      RESULTS["config"]["reg_sizes"],
+                      ["first_touch_us", "reg_us", "dereg_us", "reg_dereg_us"])
         self.done()
 
     def throughput(self, topo, keys):
@@ -303,7 +309,8 @@ class Sections(Case):
                      "cross_host_throughput_vs_ucx_tcp", "cross_host_throughput_vs_tcp",
                      "cross_host_latency_p50_vs_ucx_tcp", "cross_host_latency_p50_vs_tcp",
                      "same_host_cpu_per_gb_vs_tcp", "cross_host_cpu_per_gb_vs_tcp",
-                     "memory_vrdmad_kib_per_container", "same_host_pairs_scaling",
+                     "memory_vrdmad_kib_per_container", "registration_vs_first_touch",
+                     "same_host_pairs_scaling",
                      "cross_host_pairs_scaling", "cross_host_tls_write_bw_mb_s",
                      "cross_host_tls_write_lat_p50_us", "cross_host_tls_pairs_bw_aggregate_mb_s",
                      *(f"cross_host_plaintext_pairs{p}_vs_tcp"
