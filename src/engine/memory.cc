@@ -17,6 +17,7 @@
 #include "engine/control.h"
 #include "engine/mapping_check.h"
 #include "engine/write_hold.h"
+#include "shm/asym_fence.h"
 #include "shm/shared_file.h"
 
 namespace vrdma {
@@ -120,6 +121,7 @@ int MemoryRegistry::init() {
   keys_->magic = shm::kKeyTableMagic;
   keys_->version = shm::kArenaVersion;
   keys_->slots = shm::kMrSlots;
+  keys_->heavy_fence = shm::can_issue_heavy_fence() ? 1 : 0;
   // Nobody but this mapping ever writes it: peers get it read-only and cannot reopen it writable.
   if (::fcntl(keys_fd_, F_ADD_SEALS, F_SEAL_FUTURE_WRITE | F_SEAL_SEAL) < 0) return errno;
   proto::PutFdReq req{shm::kKeyTableFdId, static_cast<uint32_t>(proto::FdKind::kKeyTable), size,
@@ -288,7 +290,12 @@ void MemoryRegistry::privatize(BackingMap::iterator it) {
 // KeyTable::moves is odd from before pages of registered memory are copied to another file
 // until the MRs over them are published again. Nothing between asks vrdmad anything: its router
 // may wait for the end of a move (it places data again that went to the old file meanwhile).
-void MemoryRegistry::begin_move() { keys_->moves.fetch_add(1, std::memory_order_seq_cst); }
+void MemoryRegistry::begin_move() {
+  keys_->moves.fetch_add(1, std::memory_order_seq_cst);
+  // Readers that skip their own fence (settle.h) see the increment before the copy reads the
+  // pages, or the copy sees what they placed.
+  if (keys_->heavy_fence) shm::heavy_fence();
+}
 void MemoryRegistry::end_move() { keys_->moves.fetch_add(1, std::memory_order_seq_cst); }
 
 // The same pages in a new file (write-sealed or not): the old file stops aliasing them.

@@ -385,6 +385,9 @@ struct alignas(kCacheLine) KeyTable {
   // +1 before the copy, +1 once the new backings are published. Whoever placed data through a
   // mapping it translated before a move can tell, and place it again (vrdmad's router).
   std::atomic<uint32_t> moves;
+  // 1: the owner issues a heavy fence (asym_fence.h) after each increment of moves, so that a
+  // reader registered for them needs no fence of its own between its placement and its read.
+  uint32_t heavy_fence;
   alignas(kCacheLine) std::atomic<uint32_t> gen[kMrSlots];  // changes on every reg, dereg, move
 };
 

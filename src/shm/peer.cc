@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "common/mremap_fixed.h"
+#include "shm/asym_fence.h"
 #include "shm/shared_file.h"
 #include "shm/sigbus_guard.h"
 
@@ -49,7 +50,9 @@ bool grant_ok(const MrGrant& g) {
 uint8_t* FdSource::kept_mapping(uint32_t, uint32_t, uint64_t&) { return nullptr; }
 
 Peer::Peer(FdSource& source, uint32_t client_id)
-    : source_(source), client_id_(client_id), views_(new View[kMrSlots]) {}
+    : source_(source), client_id_(client_id), views_(new View[kMrSlots]) {
+  receives_heavy_fences();  // before anything is placed through this process's mappings
+}
 
 Peer::~Peer() {
   for (auto& [p, len] : kept_) ::munmap(p, len);
@@ -141,6 +144,9 @@ int Peer::attach_keys(uint32_t via_qpn) {
     return EPROTO;
   }
   keys_size_ = size;
+  uint32_t heavy = 0;
+  guarded_call([&] { heavy = __atomic_load_n(&k->heavy_fence, __ATOMIC_RELAXED); });
+  light_fence_.store(heavy == 1 && receives_heavy_fences(), std::memory_order_relaxed);
   keys_.store(k, std::memory_order_release);
   return 0;
 }

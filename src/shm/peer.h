@@ -121,8 +121,12 @@ class Peer {
     const KeyTable* k = keys_.load(std::memory_order_acquire);
     return k ? k->moves.load(std::memory_order_seq_cst) : 0;
   }
+  // Whether the owner's heavy fences reach this process (asym_fence.h): a placement then needs
+  // only a compiler barrier before moves() is read again (settle.h, moved_since).
+  bool light_fence() const { return light_fence_.load(std::memory_order_relaxed); }
 
  private:
+  std::atomic<bool> light_fence_{false};
   struct View {
     std::atomic<uint64_t> tag{0};  // key | gen << 32; 0 when empty
     uint8_t* base = nullptr;       // where the MR's map_start is mapped here

@@ -14,7 +14,11 @@ namespace vrdma::shm {
 bool moved_since(const Peer& peer, uint32_t before) {
   // The owner increments moves before it copies the pages: the placement's stores must be
   // visible before this load, or a move that began in between copies the pages without them.
-  std::atomic_thread_fence(std::memory_order_seq_cst);
+  // An owner that follows its increment with a heavy fence (asym_fence.h) orders them for us.
+  if (peer.light_fence())
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+  else
+    std::atomic_thread_fence(std::memory_order_seq_cst);
   const uint32_t now = peer.moves();
   return now != before || (now & 1);
 }
