@@ -47,6 +47,8 @@ packages=(
   ibverbs-utils rdmacm-utils perftest ucx-utils iperf3 sockperf
   # programs that link the RDMA libraries, loaded by e2e_library_load
   libfabric1 libfabric-bin openmpi-bin libopenmpi-dev python3-pyverbs
+  # MPICH (on UCX), run with its defaults by e2e_mpich (Open MPI stays the default mpicc)
+  mpich libmpich-dev
   # test bed and tests
   iproute2 iputils-ping procps strace python3
   # the cluster directory of a multi-host sandbox (etcd over TLS with the sandbox's own PKI:

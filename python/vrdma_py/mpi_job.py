@@ -16,6 +16,7 @@ from .ucx_run import ucx_env
 HERE = os.path.dirname(os.path.abspath(__file__))
 AGENT = os.path.join(HERE, "mpi_launch_agent")
 MPI_CHECK = os.environ.get("VRDMA_MPI_CHECK") or shutil.which("mpi_check")
+MPICH_CHECK = os.environ.get("VRDMA_MPICH_CHECK")
 
 
 def mpirun(sb, state, containers, program, *, tls="rc_verbs,ud_verbs,self", pml="ucx",
@@ -57,4 +58,29 @@ def mpirun(sb, state, containers, program, *, tls="rc_verbs,ud_verbs,self", pml=
         raise AssertionError(f"mpirun did not finish within {timeout}s:\n{out}")
     finally:
         shutil.rmtree(session, ignore_errors=True)
+    return p.returncode, out
+
+
+def mpiexec_mpich(sb, state, containers, program, *, timeout=300, extra_env=None):
+    """Runs `program` (a list, built with MPICH) as 2 ranks under MPICH's mpiexec (Hydra), rank
+    i in containers[i], with UCX's defaults; returns (rc, output). Hydra's proxies start through
+    mpi_launch_agent and call back to mpiexec at the launching host's bridge address."""
+    by_name = {c["name"]: c for c in state["containers"]}
+    hosts = {h["name"]: h for h in state["hosts"]}
+    host = hosts[by_name[containers[0]]["host"]]
+    cmd = ["nsenter", f"--net=/run/netns/{host['netns']}", "mpiexec.mpich",
+           "-localhost", host["ip"], "-launcher", "rsh", "-launcher-exec", AGENT,
+           "-hosts", ",".join(by_name[c]["ip"] for c in containers), "-n",
+           str(len(containers)), "-ppn", "1", "-env", "UCX_LOG_LEVEL", "info"]
+    for k, v in (extra_env or {}).items():
+        cmd += ["-env", k, v]
+    cmd += program
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         start_new_session=True)
+    try:
+        out, _ = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, 9)
+        out, _ = p.communicate()
+        raise AssertionError(f"mpiexec did not finish within {timeout}s:\n{out}")
     return p.returncode, out
