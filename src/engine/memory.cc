@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <string.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
@@ -230,7 +231,50 @@ PageMover::~PageMover() {
   if (thread_.joinable()) thread_.join();
 }
 
-int PageMover::run(int (*fn)(void*), void* arg) {
+namespace {
+
+// Whether [start, end) may hold the calling thread's stack or thread-local storage: it does not
+// when the thread runs on the stack its thread attributes describe (not a signal stack, not a
+// coroutine's) and the range lies outside that stack and away from its TLS. The bounds are
+// looked up once per thread.
+bool may_hold_own_stack(uint64_t start, uint64_t end) {
+  thread_local uint64_t lo = 0, hi = 0;
+  thread_local bool known = false;
+  if (!known) {
+    pthread_attr_t a;
+    if (pthread_getattr_np(pthread_self(), &a) != 0) return true;
+    void* base = nullptr;
+    size_t size = 0;
+    const int e = pthread_attr_getstack(&a, &base, &size);
+    pthread_attr_destroy(&a);
+    if (e != 0) return true;
+    lo = reinterpret_cast<uint64_t>(base);
+    hi = lo + size;
+    known = true;
+  }
+  const auto sp = reinterpret_cast<uint64_t>(__builtin_frame_address(0));
+  if (sp < lo || sp >= hi) return true;
+  if (start < hi && end > lo) return true;
+  // Nor the thread's own static TLS (errno among it), which for the main thread lies outside its
+  // stack: a write there while the range is held would wait for this very thread.
+  constexpr uint64_t kTlsMargin = 64 * 1024;
+  const auto tls = reinterpret_cast<uint64_t>(&known);
+  return start < tls + kTlsMargin && end + kTlsMargin > tls;
+}
+
+}  // namespace
+
+int PageMover::run(int (*fn)(void*), void* arg, uint64_t start, uint64_t end) {
+  if (!may_hold_own_stack(start, end)) {
+    // A signal handler of this thread touching the range would wait for a hold this thread
+    // lifts: none runs until the pages are in place.
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &old);
+    const int r = fn(arg);
+    pthread_sigmask(SIG_SETMASK, &old, nullptr);
+    return r;
+  }
   std::unique_lock lock(mu_);
   if (!thread_.joinable()) {
     // The mover takes no signals meant for the application.
@@ -262,7 +306,7 @@ void PageMover::loop() {
   }
 }
 
-int MemoryRegistry::commit(Prepared& p) { return mover_.run(commit_job, &p); }
+int MemoryRegistry::commit(Prepared& p) { return mover_.run(commit_job, &p, p.start, p.end); }
 
 void MemoryRegistry::drop_fd(const Backing& b) {
   if (b.adopted) {
@@ -282,7 +326,7 @@ void MemoryRegistry::privatize(BackingMap::iterator it) {
   PrivatizeJob job{it->first, it->second.end};
   // A System V segment's pages stay the segment's.
   if (!it->second.adopted && range_maps_file(job.start, job.end, it->second.fd))
-    mover_.run(privatize_job, &job);
+    mover_.run(privatize_job, &job, job.start, job.end);
   drop_fd(it->second);
   backings_.erase(it);
 }

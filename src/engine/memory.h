@@ -50,9 +50,11 @@ class Control;
 class PageMover {
  public:
   ~PageMover();
-  // Runs fn(arg) on the mover's thread and returns its result. fn must copy what it needs out
-  // of *arg before it copies pages, and write nothing into *arg until they are in place.
-  int run(int (*fn)(void*), void* arg);
+  // Runs fn(arg), which moves the pages of [start, end), and returns its result: on the calling
+  // thread (its signals blocked meanwhile) when the range cannot hold that thread's stack, else
+  // on the mover's thread. fn must copy what it needs out of *arg before it copies pages, and
+  // write nothing into *arg until they are in place.
+  int run(int (*fn)(void*), void* arg, uint64_t start, uint64_t end);
 
  private:
   void loop();
