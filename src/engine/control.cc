@@ -81,15 +81,23 @@ int Control::call(proto::Op op, const void* req, size_t len, Packet* reply, cons
 
 int Control::post(proto::Op op, const void* req, size_t len) {
   if (op == proto::Op::kDropFd) dropped(req, len);
-  std::lock_guard lock(mu_);
-  if (lost_) return ENODEV;
-  uint32_t seq = ++seq_;
-  if (seq == 0) seq = ++seq_;
-  if (send_packet(fd_, op, seq, 0, req, len) != 0) {
-    mark_lost();
-    return ENODEV;
+  {
+    std::lock_guard lock(mu_);
+    if (posted_ < kMaxPosted) {
+      ++posted_;
+      if (lost_) return ENODEV;
+      uint32_t seq = ++seq_;
+      if (seq == 0) seq = ++seq_;
+      if (send_packet(fd_, op, seq, 0, req, len) != 0) {
+        mark_lost();
+        return ENODEV;
+      }
+      return 0;
+    }
   }
-  return 0;
+  // Enough replies unread: this one is waited for, reading theirs on the way.
+  const int e = call_locked(op, req, len, nullptr, nullptr, 0);
+  return e == ENODEV || e == ETIMEDOUT ? ENODEV : 0;
 }
 
 int Control::call_locked(proto::Op op, const void* req, size_t len, Packet* reply,
@@ -135,6 +143,7 @@ int Control::call_locked(proto::Op op, const void* req, size_t len, Packet* repl
       reply->close_fds();
       continue;
     }
+    posted_ = 0;  // the replies of requests sent before this one were read before it
     if (!own) return reply->header.status;
     reply->close_fds();
     return reply->header.status;

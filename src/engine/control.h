@@ -55,7 +55,9 @@ class Control {
   // Sends a request whose answer nobody waits for (its reply, when it comes, is read and
   // dropped like any other not waited for): what undoes something and cannot fail in a way the
   // caller could act on (DropFd, FreeKey). Requests are handled in the order sent, so a later
-  // call sees its effect. 0 or ENODEV.
+  // call sees its effect. At most kMaxPosted go unanswered: the next waits for its reply (and
+  // so reads all of theirs), so that replies never fill the socket, which would make vrdmad
+  // drop the process. 0 or ENODEV.
   int post(proto::Op op, const void* req, size_t len);
   template <typename Req>
   int post(proto::Op op, const Req& req) {
@@ -76,6 +78,8 @@ class Control {
 
   int fd_ = -1;
   uint32_t seq_ = 0;
+  static constexpr int kMaxPosted = 32;
+  int posted_ = 0;  // requests posted since the last call that waited (requires mu_)
   bool lost_ = false;
   std::mutex mu_;  // one reader and one writer at a time
   EventHandler on_event_;

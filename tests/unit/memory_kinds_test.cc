@@ -45,6 +45,10 @@ class MemoryKindsTest : public VerbsTest {
     peer.mr = ibv_reg_mr(pd, peer.data(), kLen, kAccess);
     ASSERT_NE(peer.mr, nullptr);
   }
+  void TearDown() override {
+    if (peer.mr) ibv_dereg_mr(peer.mr);
+    VerbsTest::TearDown();
+  }
 
   ibv_wc_status rdma(ibv_wr_opcode op, uint64_t raddr, uint32_t rkey, uint32_t len) {
     ibv_sge sge{peer.addr(), len, peer.mr->lkey};
@@ -201,6 +205,23 @@ TEST_F(MemoryKindsTest, MemoryRemappedWhileRegisteredKeepsTheMrPages) {
   EXPECT_EQ(ibv_dereg_mr(mr), 0);
   EXPECT_EQ(0, memcmp(base, zero.data(), 4096)) << "deregistration touched the new mapping";
   ::munmap(base, kLen);
+}
+
+TEST_F(MemoryKindsTest, HundredsOfDeregistrationsInARowKeepTheDeviceAlive) {
+  // Deregistration does not wait for vrdmad's answers; unread answers must never pile up
+  // until vrdmad finds the process's socket full and drops it.
+  constexpr int kMrs = 600;  // each holds a descriptor: within the default 1024
+  std::vector<uint8_t> mem(kMrs * 4096);
+  std::vector<ibv_mr*> mrs;
+  for (int i = 0; i < kMrs; ++i) {
+    ibv_mr* mr = ibv_reg_mr(pd, mem.data() + size_t(i) * 4096, 4096, IBV_ACCESS_LOCAL_WRITE);
+    ASSERT_NE(mr, nullptr) << i << ": " << strerror(errno);
+    mrs.push_back(mr);
+  }
+  for (ibv_mr* mr : mrs) ASSERT_EQ(ibv_dereg_mr(mr), 0);
+  // Still served: a registration and a WRITE through it.
+  Region r{mem.data()};
+  use(r, "after the deregistrations");
 }
 
 TEST_F(MemoryKindsTest, Refusals) {
