@@ -17,6 +17,31 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 AGENT = os.path.join(HERE, "mpi_launch_agent")
 MPI_CHECK = os.environ.get("VRDMA_MPI_CHECK") or shutil.which("mpi_check")
 MPICH_CHECK = os.environ.get("VRDMA_MPICH_CHECK")
+# What mpi_check prints when every part of its default run passed.
+CHECK_PARTS = ["ok point-to-point 4194304 bytes", "ok non-blocking exchange", "ok allreduce",
+               "ok bcast", "ok alltoall", "ok MPI_Put/MPI_Get with fences",
+               "ok MPI_Put/MPI_Get under MPI_Win_lock", "mpi_check: all checks passed"]
+
+
+def _launch_host(state, containers):
+    """The sandbox's containers by name, and the host of the first: where the launcher runs."""
+    by_name = {c["name"]: c for c in state["containers"]}
+    hosts = {h["name"]: h for h in state["hosts"]}
+    return by_name, hosts[by_name[containers[0]]["host"]]
+
+
+def _run_launcher(cmd, what, timeout, env=None):
+    """Runs an MPI launcher in a session of its own; (rc, output). Killed, with everything it
+    started, past `timeout`."""
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         env=env, start_new_session=True)
+    try:
+        out, _ = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, 9)
+        out, _ = p.communicate()
+        raise AssertionError(f"{what} did not finish within {timeout}s:\n{out}")
+    return p.returncode, out
 
 
 def mpirun(sb, state, containers, program, *, tls="rc_verbs,ud_verbs,self", pml="ucx",
@@ -24,9 +49,8 @@ def mpirun(sb, state, containers, program, *, tls="rc_verbs,ud_verbs,self", pml=
     """Runs `program` (a list) as 2 ranks, rank i in containers[i]; returns (rc, output).
     pml "ucx" runs UCX with the transports `tls` (None: UCX's defaults; ucx_run.ucx_env); pml
     "ob1" uses Open MPI's TCP BTL on the containers' interfaces (for comparison)."""
-    by_name = {c["name"]: c for c in state["containers"]}
-    hosts = {h["name"]: h for h in state["hosts"]}
-    launcher = hosts[by_name[containers[0]]["host"]]["netns"]
+    by_name, host = _launch_host(state, containers)
+    launcher = host["netns"]
     host_list = ",".join(f"{by_name[c]['ip']}:1" for c in containers)
     cmd = ["nsenter", f"--net=/run/netns/{launcher}", "mpirun", "--allow-run-as-root",
            "--bind-to", "none", "-np", str(len(containers)), "--host", host_list,
@@ -48,26 +72,17 @@ def mpirun(sb, state, containers, program, *, tls="rc_verbs,ud_verbs,self", pml=
     for k, v in (extra_env or {}).items():
         cmd += ["-x", f"{k}={v}"]
     cmd += program
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                         env=env, start_new_session=True)
     try:
-        out, _ = p.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(p.pid, 9)
-        out, _ = p.communicate()
-        raise AssertionError(f"mpirun did not finish within {timeout}s:\n{out}")
+        return _run_launcher(cmd, "mpirun", timeout, env)
     finally:
         shutil.rmtree(session, ignore_errors=True)
-    return p.returncode, out
 
 
 def mpiexec_mpich(sb, state, containers, program, *, timeout=300, extra_env=None):
     """Runs `program` (a list, built with MPICH) as 2 ranks under MPICH's mpiexec (Hydra), rank
     i in containers[i], with UCX's defaults; returns (rc, output). Hydra's proxies start through
     mpi_launch_agent and call back to mpiexec at the launching host's bridge address."""
-    by_name = {c["name"]: c for c in state["containers"]}
-    hosts = {h["name"]: h for h in state["hosts"]}
-    host = hosts[by_name[containers[0]]["host"]]
+    by_name, host = _launch_host(state, containers)
     cmd = ["nsenter", f"--net=/run/netns/{host['netns']}", "mpiexec.mpich",
            "-localhost", host["ip"], "-launcher", "rsh", "-launcher-exec", AGENT,
            "-hosts", ",".join(by_name[c]["ip"] for c in containers), "-n",
@@ -75,12 +90,4 @@ def mpiexec_mpich(sb, state, containers, program, *, timeout=300, extra_env=None
     for k, v in (extra_env or {}).items():
         cmd += ["-env", k, v]
     cmd += program
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                         start_new_session=True)
-    try:
-        out, _ = p.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(p.pid, 9)
-        out, _ = p.communicate()
-        raise AssertionError(f"mpiexec did not finish within {timeout}s:\n{out}")
-    return p.returncode, out
+    return _run_launcher(cmd, "mpiexec", timeout)

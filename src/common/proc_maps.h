@@ -17,6 +17,9 @@ struct Mapping {
 
   bool shared() const { return perms[3] == 's'; }
   bool writable() const { return perms[1] == 'w'; }
+  // A shared, writable mapping of a System V segment (the kernel names its file "/SYSV" and the
+  // key): what a registration leaves in place (AdoptMemory).
+  bool sysv_segment() const { return shared() && writable() && path.rfind("/SYSV", 0) == 0; }
 };
 
 // Parses one line of a maps file. False when it is not one.

@@ -138,14 +138,17 @@ namespace {
 // hold): EFAULT when a page is not mapped or not readable. The first write to each new page costs
 // a fault (and on a virtual machine that shadows page tables, an exit), so a large range is not
 // copied twice to find out: the process's mappings say. A small one is copied by the kernel into
-// the new file, which answers as quickly.
-int check_source(int fd, uint64_t start, uint64_t end) {
+// the new file, which answers as quickly (and also for pages mapped past the end of their file).
+// `mapped`: the caller has read the mappings already.
+int check_source(int fd, uint64_t start, uint64_t end, bool mapped) {
   constexpr uint64_t kCopyToCheck = 64 * 1024;
   if (end - start <= kCopyToCheck) return copy_into(fd, start, end);
-  return range_readable(start, end) ? 0 : EFAULT;
+  return mapped || range_readable(start, end) ? 0 : EFAULT;
 }
 
-int prepare(Control& control, uint64_t start, uint64_t end, bool sealed, Prepared& out) {
+// `mapped`: the caller read the mappings and every page of the range is mapped readable.
+int prepare(Control& control, uint64_t start, uint64_t end, bool sealed, Prepared& out,
+            bool mapped = false) {
   size_t len = end - start;
   Prepared p;
   p.start = start;
@@ -153,7 +156,7 @@ int prepare(Control& control, uint64_t start, uint64_t end, bool sealed, Prepare
   p.sealed = sealed;
   // A file that will be sealed against writes keeps F_SEAL_SEAL open for vrdmad to add it.
   if (int e = shm::create_sealed("vrdma-mr", len, sealed, p.fd)) return e;
-  if (int e = check_source(p.fd, start, end)) {
+  if (int e = check_source(p.fd, start, end, mapped)) {
     ::close(p.fd);
     return e;
   }
@@ -593,7 +596,7 @@ int MemoryRegistry::reg(uint32_t pd, void* addr, size_t length, uint64_t iova, u
     }
     // A segment inside adds its own backing and may cut a hole in two.
     for (const Mapping& m : maps)
-      if (m.shared() && m.path.rfind("/SYSV", 0) == 0) own += 2;
+      if (m.sysv_segment()) own += 2;
     if (own > shm::kMaxMrSegments) return ENOMEM;
     std::vector<shm::MrSegment> segs;
     for (uint32_t s = 1; s < shm::kMrSlots; ++s) {
@@ -628,18 +631,10 @@ int MemoryRegistry::reg(uint32_t pd, void* addr, size_t length, uint64_t iova, u
     for (uint64_t s : made) privatize(backings_.find(s));
     return e;
   }
-  for (uint64_t pos = start; pos < end;) {
-    auto it = backings_.upper_bound(pos);
-    if (it != backings_.begin()) {
-      auto prev = std::prev(it);
-      if (prev->second.end > pos) {
-        pos = prev->second.end;
-        continue;
-      }
-    }
-    uint64_t gap_end = (it != backings_.end() && it->first < end) ? it->first : end;
+  // (maps_cover read the mappings of these pages: prepare need not read them again.)
+  for (uint64_t pos = start, gap_end; next_hole(pos, end, gap_end); pos = gap_end) {
     Prepared p;
-    int e = prepare(control_, pos, gap_end, ro, p);
+    int e = prepare(control_, pos, gap_end, ro, p, true);
     if (!e && (e = commit(p)) != 0) abandon(control_, p);
     if (e) {
       for (uint64_t s : made) privatize(backings_.find(s));
@@ -647,7 +642,6 @@ int MemoryRegistry::reg(uint32_t pd, void* addr, size_t length, uint64_t iova, u
     }
     backings_.emplace(pos, Backing{gap_end, p.fd, p.fd_id, 0, ro, writes});
     made.push_back(pos);
-    pos = gap_end;
   }
 
   uint32_t slot = free_slots_.back();
@@ -728,14 +722,20 @@ void MemoryRegistry::retire(uint32_t slot) {
   --count_;
 }
 
-namespace {
-
-// A shared, writable mapping of a System V segment: its file is the backing (AdoptMemory).
-bool sysv_segment(const Mapping& m) {
-  return m.shared() && m.writable() && m.path.rfind("/SYSV", 0) == 0;
+// The first part of [pos, limit) that no backing covers: pos moves to its start and gap_end to
+// its end. False when none is left.
+bool MemoryRegistry::next_hole(uint64_t& pos, uint64_t limit, uint64_t& gap_end) const {
+  while (pos < limit) {
+    auto it = backings_.upper_bound(pos);
+    if (it != backings_.begin() && std::prev(it)->second.end > pos) {
+      pos = std::prev(it)->second.end;  // covered up to there (the next may start right at it)
+      continue;
+    }
+    gap_end = (it != backings_.end() && it->first < limit) ? it->first : limit;
+    return true;
+  }
+  return false;
 }
-
-}  // namespace
 
 // The parts of [start, end) that no backing covers and that map a System V segment get the
 // segment's file as their backing (its pages stay where they are). A segment vrdmad does not
@@ -743,18 +743,9 @@ bool sysv_segment(const Mapping& m) {
 int MemoryRegistry::adopt_holes(const std::vector<Mapping>& maps, uint64_t start, uint64_t end,
                                 bool writes, std::vector<uint64_t>& made) {
   for (const Mapping& m : maps) {
-    if (!sysv_segment(m)) continue;
+    if (!m.sysv_segment()) continue;
     const uint64_t lo = std::max(start, m.start), hi = std::min(end, m.end);
-    for (uint64_t pos = lo; pos < hi;) {
-      auto it = backings_.upper_bound(pos);
-      if (it != backings_.begin()) {
-        auto prev = std::prev(it);
-        if (prev->second.end > pos) {
-          pos = prev->second.end;
-          continue;
-        }
-      }
-      const uint64_t gap_end = (it != backings_.end() && it->first < hi) ? it->first : hi;
+    for (uint64_t pos = lo, gap_end; next_hole(pos, hi, gap_end); pos = gap_end) {
       proto::AdoptMemoryReq req{allocate_fd_id(), 0, m.start, m.end};
       auto reply = std::make_unique<Packet>();
       int e = control_.call(proto::Op::kAdoptMemory, req, reply.get());
@@ -773,7 +764,6 @@ int MemoryRegistry::adopt_holes(const std::vector<Mapping>& maps, uint64_t start
                                      rep->offset + (pos - m.start), true});
       adopted_users_[req.fd_id] = 1;
       made.push_back(pos);
-      pos = gap_end;
     }
   }
   return 0;

@@ -196,6 +196,7 @@ class MemoryRegistry {
   using BackingMap = std::map<uint64_t, Backing>;
 
   int split_at(uint64_t x);                                         // requires mu_
+  bool next_hole(uint64_t& pos, uint64_t limit, uint64_t& gap_end) const;  // requires mu_
   int adopt_holes(const std::vector<Mapping>& maps, uint64_t start, uint64_t end,
                   bool writes, std::vector<uint64_t>& made);  // requires mu_
   int replace(BackingMap::iterator it, bool sealed);               // requires mu_

@@ -10,17 +10,12 @@ import unittest
 
 import conftest_path  # noqa: F401
 
-from vrdma_py.mpi_job import MPICH_CHECK, mpiexec_mpich  # noqa: E402
+from vrdma_py.mpi_job import CHECK_PARTS, MPICH_CHECK, mpiexec_mpich  # noqa: E402
 from vrdma_py.ucx_run import DEVICE, lanes  # noqa: E402
 from topology import CLIENT, SB, SERVER  # noqa: E402
 
 setUpModule = SB.up
 tearDownModule = SB.down
-
-PARTS = ["ok point-to-point 4194304 bytes", "ok non-blocking exchange", "ok allreduce",
-         "ok bcast", "ok alltoall", "ok MPI_Put/MPI_Get with fences",
-         "ok MPI_Put/MPI_Get under MPI_Win_lock", "mpi_check: all checks passed"]
-
 
 @unittest.skipUnless(MPICH_CHECK, "mpi_check was not built with MPICH (no mpicc.mpich)")
 class Mpich(unittest.TestCase):
@@ -28,7 +23,7 @@ class Mpich(unittest.TestCase):
         containers = [CLIENT, SERVER]
         rc, out = mpiexec_mpich(SB, SB.state(), containers, [MPICH_CHECK])
         self.assertEqual(rc, 0, out)
-        for part in PARTS:
+        for part in CHECK_PARTS:
             self.assertIn(part, out)
         where = set(re.findall(r"^rank \d of 2 runs in (\S+)$", out, re.M))
         self.assertEqual(where, set(containers), out)

@@ -35,7 +35,7 @@ int open_segment(pid_t pid, uint64_t start, uint64_t end, UniqueFd& fd, uint64_t
   if (!find_mapping(path, start, m) || m.start != start || m.end != end) return EINVAL;
   // Shared and writable now: the process opened the file for writing (a mapping of a file
   // opened read-only can never become writable), so vrdmad's descriptor gives it nothing new.
-  if (!m.shared() || !m.writable() || m.path.rfind("/SYSV", 0) != 0) return EOPNOTSUPP;
+  if (!m.sysv_segment()) return EOPNOTSUPP;
   std::snprintf(path, sizeof(path), "/proc/%d/map_files/%" PRIx64 "-%" PRIx64,
                 static_cast<int>(pid), start, end);
   fd.reset(::open(path, O_RDWR | O_CLOEXEC));
