@@ -47,16 +47,11 @@ std::string perms_at(uint64_t addr) {
   return "";
 }
 
-class ImplicitOdpTest : public VerbsTest {
+class ImplicitOdpTest : public PairTest {
  protected:
   void SetUp() override {
     VerbsTest::SetUp();
-    ca = cq();
-    cb = cq();
-    a = qp(ca, ca);
-    b = qp(cb, cb);
-    ASSERT_TRUE(a && b);
-    connect(a, b);
+    connect_pair();
     mr = ibv_reg_mr(pd, nullptr, SIZE_MAX, kAll);
     ASSERT_NE(mr, nullptr) << strerror(errno);
   }
@@ -68,11 +63,7 @@ class ImplicitOdpTest : public VerbsTest {
   }
   ibv_wc_status rdma(ibv_qp* q, ibv_cq* c, ibv_wr_opcode op, uint64_t laddr, uint32_t len,
                      uint64_t raddr) {
-    ibv_sge sge{laddr, len, mr->lkey};
-    ibv_send_wr wr = send_wr(op, sge);
-    wr.wr.rdma.remote_addr = raddr;
-    wr.wr.rdma.rkey = mr->rkey;
-    return complete_one(q, wr, c);
+    return rdma_on(q, c, op, laddr, mr->lkey, len, raddr, mr->rkey);
   }
   ibv_wc_status atomic(ibv_wr_opcode op, uint64_t laddr, uint64_t raddr, uint64_t add_or_cmp,
                        uint64_t swap = 0) {
@@ -84,8 +75,6 @@ class ImplicitOdpTest : public VerbsTest {
     wr.wr.atomic.swap = swap;
     return complete_one(a, wr, ca);
   }
-  ibv_cq *ca = nullptr, *cb = nullptr;
-  ibv_qp *a = nullptr, *b = nullptr;
   ibv_mr* mr = nullptr;
 };
 

@@ -1,7 +1,7 @@
 // Device memory (ibv_alloc_dm, the copies, ibv_reg_dm_mr as a local SGE and a remote target),
 // parent domains with the application's allocator and thread domains, and on-demand paging
-// (explicit ODP MRs, ibv_advise_mr; implicit ODP is implicit_odp_test.cc's), with data checked byte for byte and
-// their error paths.
+// (explicit ODP MRs, ibv_advise_mr; implicit ODP is implicit_odp_test.cc's), with data checked byte
+// for byte and their error paths.
 #include <algorithm>
 
 #include "verbs_fixture.h"
@@ -9,32 +9,14 @@
 namespace vrdma::testing {
 namespace {
 
-class MemoryExtTest : public VerbsTest {
+class MemoryExtTest : public PairTest {
  protected:
-  void pair() {
-    ca = cq();
-    cb = cq();
-    a = qp(ca, ca);
-    b = qp(cb, cb);
-    ASSERT_TRUE(a && b);
-    connect(a, b);
-  }
-  ibv_wc_status rdma(ibv_qp* q, ibv_cq* c, ibv_wr_opcode op, uint64_t laddr, uint32_t lkey,
-                     uint32_t len, uint64_t raddr, uint32_t rkey) {
-    ibv_sge sge{laddr, len, lkey};
-    ibv_send_wr wr = send_wr(op, sge);
-    wr.wr.rdma.remote_addr = raddr;
-    wr.wr.rdma.rkey = rkey;
-    return complete_one(q, wr, c);
-  }
   ibv_dm* dm(size_t len) {
     ibv_alloc_dm_attr attr{len, 0, 0};
     ibv_dm* d = ibv_alloc_dm(ctx, &attr);
     EXPECT_NE(d, nullptr) << strerror(errno);
     return d;
   }
-  ibv_cq *ca = nullptr, *cb = nullptr;
-  ibv_qp *a = nullptr, *b = nullptr;
 };
 
 // ---- device memory ------------------------------------------------------------------------
@@ -81,7 +63,7 @@ TEST_F(MemoryExtTest, DeviceMemoryCopiesWithinItsBoundsOnly) {
 }
 
 TEST_F(MemoryExtTest, DeviceMemoryMrIsZeroBasedLocalSourceAndRemoteTarget) {
-  pair();
+  connect_pair();
   const size_t n = 8192;
   ibv_dm* d = dm(n);
   ASSERT_NE(d, nullptr);
@@ -98,22 +80,22 @@ TEST_F(MemoryExtTest, DeviceMemoryMrIsZeroBasedLocalSourceAndRemoteTarget) {
   // Remote target: the peer writes at DM offsets 0.. through the rkey.
   Buffer& src = buffer(n);
   fill_random(src.data(), n, 13);
-  EXPECT_EQ(rdma(a, ca, IBV_WR_RDMA_WRITE, src.addr(), src.mr->lkey, n, 0, mr->rkey),
+  EXPECT_EQ(rdma_on(a, ca, IBV_WR_RDMA_WRITE, src.addr(), src.mr->lkey, n, 0, mr->rkey),
             IBV_WC_SUCCESS);
   std::vector<uint8_t> got(n);
   ASSERT_EQ(ibv_memcpy_from_dm(got.data(), d, 0, n), 0);
   EXPECT_EQ(memcmp(got.data(), src.data(), n), 0);
   // Past its end: refused.
-  EXPECT_EQ(rdma(a, ca, IBV_WR_RDMA_WRITE, src.addr(), src.mr->lkey, 8, n - 4, mr->rkey),
+  EXPECT_EQ(rdma_on(a, ca, IBV_WR_RDMA_WRITE, src.addr(), src.mr->lkey, 8, n - 4, mr->rkey),
             IBV_WC_REM_ACCESS_ERR);
   // Local source: b writes from the DM (SGE addresses from 0) into a's buffer (a new pair: the
   // access error above put a's QP in the error state).
-  pair();
+  connect_pair();
   std::vector<uint8_t> fresh(n);
   fill_random(fresh.data(), n, 14);
   ASSERT_EQ(ibv_memcpy_to_dm(d, 0, fresh.data(), n), 0);
   Buffer& dst = buffer(n);
-  EXPECT_EQ(rdma(b, cb, IBV_WR_RDMA_WRITE, 4096, mr->lkey, 4096, dst.addr(), dst.mr->rkey),
+  EXPECT_EQ(rdma_on(b, cb, IBV_WR_RDMA_WRITE, 4096, mr->lkey, 4096, dst.addr(), dst.mr->rkey),
             IBV_WC_SUCCESS);
   EXPECT_EQ(memcmp(dst.data(), fresh.data() + 4096, 4096), 0);
   // An MR keeps its DM: free refused until it is deregistered.
@@ -268,7 +250,7 @@ TEST_F(MemoryExtTest, ParentDomainAllocatorHoldsTheSendQueue) {
 // ---- on-demand paging ---------------------------------------------------------------------
 
 TEST_F(MemoryExtTest, OdpMrsWorkAndAdviceIsChecked) {
-  pair();
+  connect_pair();
   const size_t n = 3 * 4096 + 100;
   const int odp = IBV_ACCESS_ON_DEMAND | IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
                   IBV_ACCESS_REMOTE_READ;
@@ -279,13 +261,13 @@ TEST_F(MemoryExtTest, OdpMrsWorkAndAdviceIsChecked) {
   ibv_sge adv{target.addr(), static_cast<uint32_t>(n), target.mr->lkey};
   EXPECT_EQ(
       ibv_advise_mr(pd, IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE, IBV_ADVISE_MR_FLAG_FLUSH, &adv, 1), 0);
-  EXPECT_EQ(
-      rdma(a, ca, IBV_WR_RDMA_WRITE, src.addr(), src.mr->lkey, n, target.addr(), target.mr->rkey),
-      IBV_WC_SUCCESS);
+  EXPECT_EQ(rdma_on(a, ca, IBV_WR_RDMA_WRITE, src.addr(), src.mr->lkey, n, target.addr(),
+                    target.mr->rkey),
+            IBV_WC_SUCCESS);
   EXPECT_EQ(memcmp(target.data(), src.data(), n), 0);
   Buffer& rd = buffer(n, odp);
   EXPECT_EQ(
-      rdma(a, ca, IBV_WR_RDMA_READ, rd.addr(), rd.mr->lkey, n, target.addr(), target.mr->rkey),
+      rdma_on(a, ca, IBV_WR_RDMA_READ, rd.addr(), rd.mr->lkey, n, target.addr(), target.mr->rkey),
       IBV_WC_SUCCESS);
   EXPECT_EQ(memcmp(rd.data(), src.data(), n), 0);
   // Advice beyond the MR, on an MR without ON_DEMAND, of an unknown kind: refused.

@@ -19,8 +19,7 @@ namespace vrdma::testing {
 namespace {
 
 constexpr size_t kLen = 16 * 4096;
-constexpr int kAccess =
-    IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+constexpr int kAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
 
 // One kind of memory: where it is, and how it goes away.
 struct Region {
@@ -31,16 +30,11 @@ struct Region {
   uint8_t* alias = nullptr;
 };
 
-class MemoryKindsTest : public VerbsTest {
+class MemoryKindsTest : public PairTest {
  protected:
   void SetUp() override {
     VerbsTest::SetUp();
-    ca = cq();
-    cb = cq();
-    a = qp(ca, ca);
-    b = qp(cb, cb);
-    ASSERT_TRUE(a && b);
-    connect(a, b);
+    connect_pair();
     peer.mem.resize(kLen);
     peer.mr = ibv_reg_mr(pd, peer.data(), kLen, kAccess);
     ASSERT_NE(peer.mr, nullptr);
@@ -51,11 +45,7 @@ class MemoryKindsTest : public VerbsTest {
   }
 
   ibv_wc_status rdma(ibv_wr_opcode op, uint64_t raddr, uint32_t rkey, uint32_t len) {
-    ibv_sge sge{peer.addr(), len, peer.mr->lkey};
-    ibv_send_wr wr = send_wr(op, sge);
-    wr.wr.rdma.remote_addr = raddr;
-    wr.wr.rdma.rkey = rkey;
-    return complete_one(b, wr, cb);
+    return rdma_on(b, cb, op, peer.addr(), peer.mr->lkey, len, raddr, rkey);
   }
 
   // Registers the region (at an odd offset, an odd length), has the peer write it and read it
@@ -96,8 +86,6 @@ class MemoryKindsTest : public VerbsTest {
     if (r.release) r.release();
   }
 
-  ibv_cq *ca = nullptr, *cb = nullptr;
-  ibv_qp *a = nullptr, *b = nullptr;
   Buffer peer;
 };
 
@@ -194,9 +182,9 @@ TEST_F(MemoryKindsTest, MemoryRemappedWhileRegisteredKeepsTheMrPages) {
   ASSERT_NE(base, nullptr);
   ibv_mr* mr = ibv_reg_mr(pd, base, kLen, kAccess);
   ASSERT_NE(mr, nullptr);
-  ASSERT_EQ(::mmap(base, kLen, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED,
-                   -1, 0),
-            base);
+  ASSERT_EQ(
+      ::mmap(base, kLen, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0),
+      base);
   fill_random(peer.data(), 4096, 6);
   EXPECT_EQ(rdma(IBV_WR_RDMA_WRITE, reinterpret_cast<uint64_t>(base), mr->rkey, 4096),
             IBV_WC_SUCCESS);
@@ -242,8 +230,7 @@ TEST_F(MemoryKindsTest, Refusals) {
   ibv_mr* mr = ibv_reg_mr(pd, ro, kLen, IBV_ACCESS_REMOTE_READ);
   ASSERT_NE(mr, nullptr) << strerror(errno);
   memset(peer.data(), 0xaa, 4096);
-  EXPECT_EQ(rdma(IBV_WR_RDMA_READ, reinterpret_cast<uint64_t>(ro), mr->rkey, 4096),
-            IBV_WC_SUCCESS);
+  EXPECT_EQ(rdma(IBV_WR_RDMA_READ, reinterpret_cast<uint64_t>(ro), mr->rkey, 4096), IBV_WC_SUCCESS);
   std::vector<uint8_t> zero(4096, 0);
   EXPECT_EQ(0, memcmp(peer.data(), zero.data(), 4096));
   EXPECT_EQ(ibv_dereg_mr(mr), 0);

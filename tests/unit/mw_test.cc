@@ -10,29 +10,16 @@ namespace {
 
 constexpr int kMrAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_MW_BIND;
 
-class MwTest : public VerbsTest {
+class MwTest : public PairTest {
  protected:
   void SetUp() override {
     VerbsTest::SetUp();
     connect_pair();
   }
-  // A fresh connected pair: an access error puts the requester's QP in the error state.
-  void connect_pair() {
-    ca = cq();
-    cb = cq();
-    a = qp(ca, ca);
-    b = qp(cb, cb);
-    ASSERT_TRUE(a && b);
-    connect(a, b);
-  }
 
   // `a` reaches `rkey` at `addr` with `op` from/to `local`; returns the status.
   ibv_wc_status rdma(ibv_wr_opcode op, Buffer& local, uint32_t len, uint64_t addr, uint32_t rkey) {
-    ibv_sge sge{local.addr(), len, local.mr->lkey};
-    ibv_send_wr wr = send_wr(op, sge);
-    wr.wr.rdma.remote_addr = addr;
-    wr.wr.rdma.rkey = rkey;
-    return complete_one(a, wr, ca);
+    return rdma_on(a, ca, op, local.addr(), local.mr->lkey, len, addr, rkey);
   }
 
   // Binds a type-2 window on `q` (completion on `c`); returns the status.
@@ -75,9 +62,6 @@ class MwTest : public VerbsTest {
     EXPECT_NE(m, nullptr) << strerror(errno);
     return m;
   }
-
-  ibv_cq *ca = nullptr, *cb = nullptr;
-  ibv_qp *a = nullptr, *b = nullptr;
 };
 
 TEST_F(MwTest, DeviceAdvertisesWindows) {

@@ -92,7 +92,7 @@ class VerbsTest : public ::testing::Test {
   }
 
   static int to_init(ibv_qp* q, int access = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
-                                              IBV_ACCESS_REMOTE_ATOMIC) {
+                                             IBV_ACCESS_REMOTE_ATOMIC) {
     ibv_qp_attr a{};
     a.qp_state = IBV_QPS_INIT;
     a.port_num = 1;
@@ -197,6 +197,33 @@ class VerbsTest : public ::testing::Test {
   std::vector<ibv_qp*> qps;
   std::vector<ibv_cq*> cqs;
   std::vector<std::unique_ptr<Buffer>> bufs;
+};
+
+// Two RC QPs, a and b, each with a CQ of its own (ca, cb), connected to each other.
+class PairTest : public VerbsTest {
+ protected:
+  // A fresh connected pair (an access error puts a requester's QP in the error state).
+  void connect_pair() {
+    ca = cq();
+    cb = cq();
+    a = qp(ca, ca);
+    b = qp(cb, cb);
+    ASSERT_TRUE(a && b);
+    connect(a, b);
+  }
+  // One signaled RDMA (or atomic) request on `q` from/to [laddr, +len) under `lkey`, to `raddr`
+  // under `rkey`; the status of its completion on `c`.
+  static ibv_wc_status rdma_on(ibv_qp* q, ibv_cq* c, ibv_wr_opcode op, uint64_t laddr,
+                               uint32_t lkey, uint32_t len, uint64_t raddr, uint32_t rkey) {
+    ibv_sge sge{laddr, len, lkey};
+    ibv_send_wr wr = send_wr(op, sge);
+    wr.wr.rdma.remote_addr = raddr;
+    wr.wr.rdma.rkey = rkey;
+    return complete_one(q, wr, c);
+  }
+
+  ibv_cq *ca = nullptr, *cb = nullptr;
+  ibv_qp *a = nullptr, *b = nullptr;
 };
 
 }  // namespace vrdma::testing
