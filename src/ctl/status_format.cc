@@ -70,6 +70,7 @@ std::string page_moves_text(const json& c) {
   if (g == "unknown") return "";
   if (g == "none") return "  page moves UNPROTECTED (no userfaultfd)";
   if (g == "userfaultfd-user-only") return "  page moves held (user-mode writes)";
+  if (g == "threads-stopped") return "  page moves held (threads stopped)";
   return "  page moves held (" + g + ")";
 }
 

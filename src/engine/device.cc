@@ -15,6 +15,7 @@
 #include "engine/objects.h"
 #include "engine/qp.h"
 #include "engine/self_source.h"
+#include "engine/thread_stop.h"
 #include "engine/write_hold.h"
 #include "engine/xrc_shared_qp.h"
 #include "shm/shared_file.h"
@@ -448,6 +449,7 @@ int64_t Device::progress_direct(const epoll_event* events, int n) {
 }
 
 void Device::progress_loop() {
+  ThreadStop::Exempt exempt;  // never writes into memory being registered
   constexpr int64_t kLinger = 100'000'000;  // ns of timed sleeps after the last blocked QP
   constexpr int64_t kTick = 1'000'000;
   bool lost_handled = false;

@@ -24,6 +24,7 @@
 #include <thread>
 
 #include "engine/control.h"
+#include "engine/thread_stop.h"
 
 namespace vrdma {
 
@@ -94,6 +95,7 @@ class OdpFaults {
     uint64_t addr, length;
   };
   void loop() {
+    ThreadStop::Exempt exempt;  // registers, never writes into memory being registered
     std::unique_lock lock(mu_);
     for (;;) {
       cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });

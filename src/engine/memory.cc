@@ -2,9 +2,9 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <string.h>
 #include <pthread.h>
 #include <signal.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -17,6 +17,7 @@
 #include "common/proc_maps.h"
 #include "engine/control.h"
 #include "engine/mapping_check.h"
+#include "engine/thread_stop.h"
 #include "engine/write_hold.h"
 #include "shm/asym_fence.h"
 #include "shm/shared_file.h"
@@ -84,18 +85,22 @@ int copy_into(int fd, uint64_t start, uint64_t end) {
 // loop the sanitizer does not check (the volatile read keeps it a loop).
 #if defined(__SANITIZE_ADDRESS__)
 __attribute__((no_sanitize("address"), noinline)) void copy_pages(void* dst, const void* src,
-                                                                 size_t len) {
+                                                                  size_t len) {
   auto* d = static_cast<uint64_t*>(dst);
   const auto* s = static_cast<const volatile uint64_t*>(src);
   for (size_t i = 0; i < len / sizeof(uint64_t); ++i) d[i] = s[i];
 }
 #else
-void copy_pages(void* dst, const void* src, size_t len) { memcpy(dst, src, len); }
+void copy_pages(void* dst, const void* src, size_t len) {
+  memcpy(dst, src, len);
+}
 #endif
 
 }  // namespace
 
-uint32_t allocate_fd_id() { return g_next_fd_id.fetch_add(1); }
+uint32_t allocate_fd_id() {
+  return g_next_fd_id.fetch_add(1);
+}
 
 MemoryRegistry::~MemoryRegistry() {
   stop_faults();
@@ -125,8 +130,8 @@ int MemoryRegistry::init() {
   keys_->heavy_fence = shm::can_issue_heavy_fence() ? 1 : 0;
   // Nobody but this mapping ever writes it: peers get it read-only and cannot reopen it writable.
   if (::fcntl(keys_fd_, F_ADD_SEALS, F_SEAL_FUTURE_WRITE | F_SEAL_SEAL) < 0) return errno;
-  proto::PutFdReq req{shm::kKeyTableFdId, static_cast<uint32_t>(proto::FdKind::kKeyTable), size,
-                      0, 0};
+  proto::PutFdReq req{shm::kKeyTableFdId, static_cast<uint32_t>(proto::FdKind::kKeyTable), size, 0,
+                      0};
   return control_.call(proto::Op::kPutFd, req, nullptr, &keys_fd_, 1);
 }
 
@@ -193,7 +198,7 @@ void abandon(Control& control, Prepared& p) {
 int copy_and_swap(void* dst, uint64_t start, uint64_t end) {
   const size_t len = end - start;
   WriteHold hold;
-  hold.hold(start, end);
+  hold.hold(start, end, PageMover::waiting_caller());
   copy_pages(dst, reinterpret_cast<void*>(start), len);
   void* r = mremap_fixed(dst, len, len, reinterpret_cast<void*>(start));
   if (r == MAP_FAILED) return errno;  // the old pages stay, and the hold lifts their protection
@@ -278,6 +283,11 @@ int PageMover::run(int (*fn)(void*), void* arg, uint64_t start, uint64_t end) {
     pthread_sigmask(SIG_SETMASK, &old, nullptr);
     return r;
   }
+  // The caller waits for the mover without taking signals: a handler of the application's
+  // could write into the range, and a stop of the other threads spares this one.
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, &old);
   std::unique_lock lock(mu_);
   if (!thread_.joinable()) {
     // The mover takes no signals meant for the application.
@@ -285,17 +295,29 @@ int PageMover::run(int (*fn)(void*), void* arg, uint64_t start, uint64_t end) {
     sigfillset(&all);
     pthread_sigmask(SIG_BLOCK, &all, &old);
     thread_ = std::thread([this] { loop(); });
-    pthread_sigmask(SIG_SETMASK, &old, nullptr);
   }
   fn_ = fn;
   arg_ = arg;
   done_ = false;
+  caller_ = static_cast<pid_t>(::syscall(SYS_gettid));
   cv_.notify_all();
   cv_.wait(lock, [&] { return done_; });
-  return result_;
+  const int result = result_;
+  lock.unlock();
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  return result;
+}
+
+namespace {
+thread_local pid_t t_waiting_caller = 0;
+}  // namespace
+
+pid_t PageMover::waiting_caller() {
+  return t_waiting_caller;
 }
 
 void PageMover::loop() {
+  ThreadStop::Exempt exempt;  // it is the thread that stops the others
   std::unique_lock lock(mu_);
   for (;;) {
     cv_.wait(lock, [&] { return stop_ || fn_ != nullptr; });
@@ -303,13 +325,17 @@ void PageMover::loop() {
     int (*fn)(void*) = fn_;
     void* arg = arg_;
     fn_ = nullptr;
+    t_waiting_caller = caller_;
     result_ = fn(arg);
+    t_waiting_caller = 0;
     done_ = true;
     cv_.notify_all();
   }
 }
 
-int MemoryRegistry::commit(Prepared& p) { return mover_.run(commit_job, &p, p.start, p.end); }
+int MemoryRegistry::commit(Prepared& p) {
+  return mover_.run(commit_job, &p, p.start, p.end);
+}
 
 void MemoryRegistry::drop_fd(const Backing& b) {
   if (b.adopted) {
@@ -343,7 +369,9 @@ void MemoryRegistry::begin_move() {
   // pages, or the copy sees what they placed.
   if (keys_->heavy_fence) shm::heavy_fence();
 }
-void MemoryRegistry::end_move() { keys_->moves.fetch_add(1, std::memory_order_seq_cst); }
+void MemoryRegistry::end_move() {
+  keys_->moves.fetch_add(1, std::memory_order_seq_cst);
+}
 
 // The same pages in a new file (write-sealed or not): the old file stops aliasing them.
 int MemoryRegistry::replace(BackingMap::iterator it, bool sealed) {
@@ -412,8 +440,7 @@ int MemoryRegistry::split_at(uint64_t x) {
   return 0;
 }
 
-int MemoryRegistry::segments(uint64_t start, uint64_t end,
-                             std::vector<shm::MrSegment>& out) const {
+int MemoryRegistry::segments(uint64_t start, uint64_t end, std::vector<shm::MrSegment>& out) const {
   out.clear();
   uint64_t pos = start;
   auto it = backings_.upper_bound(pos);
@@ -775,8 +802,7 @@ void MemoryRegistry::make_receivable(uint32_t key) {
   int slot = index_.find(key);
   if (slot < 0 || local_[slot].key != key) return;
   Range r = range_[slot];
-  for (auto it = backings_.lower_bound(r.start); it != backings_.end() && it->first < r.end;
-       ++it) {
+  for (auto it = backings_.lower_bound(r.start); it != backings_.end() && it->first < r.end; ++it) {
     it->second.write_class = true;
     if (it->second.sealed && replace(it, false) != 0) return;  // retried at the next post
   }

@@ -25,6 +25,8 @@
 // a mapping a peer made of it (docs/design.md, "Registered memory").
 #pragma once
 
+#include <sys/types.h>
+
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -55,6 +57,8 @@ class PageMover {
   // on the mover's thread. fn must copy what it needs out of *arg before it copies pages, and
   // write nothing into *arg until they are in place.
   int run(int (*fn)(void*), void* arg, uint64_t start, uint64_t end);
+  // On the mover's thread, during fn: the thread waiting for it (0 when fn runs on the caller).
+  static pid_t waiting_caller();
 
  private:
   void loop();
@@ -64,6 +68,7 @@ class PageMover {
   int (*fn_)(void*) = nullptr;
   void* arg_ = nullptr;
   int result_ = 0;
+  pid_t caller_ = 0;
   bool done_ = false;
   bool stop_ = false;
 };
@@ -169,22 +174,22 @@ class MemoryRegistry {
 
  private:
   struct Window {
-    uint32_t base = 0;    // the key vrdmad allocated (low byte 0)
-    uint32_t key = 0;     // the current key (base | a low byte)
-    uint32_t type = 0;    // IBV_MW_TYPE_1 or IBV_MW_TYPE_2
+    uint32_t base = 0;  // the key vrdmad allocated (low byte 0)
+    uint32_t key = 0;   // the current key (base | a low byte)
+    uint32_t type = 0;  // IBV_MW_TYPE_1 or IBV_MW_TYPE_2
     uint32_t pd = 0;
     uint32_t mr_key = 0;  // the MR it is bound to, 0 when not bound
   };
-  void unbind_window(uint32_t slot);     // requires mu_
+  void unbind_window(uint32_t slot);        // requires mu_
   void unbind_windows_of(uint32_t mr_key);  // requires mu_
-  
+
   struct Backing {
     uint64_t end;
     int fd;
     uint32_t fd_id;
     uint32_t refs;
-    bool sealed;       // refuses new writable mappings
-    bool write_class;  // remote writes or receives reach it: never to be sealed
+    bool sealed;          // refuses new writable mappings
+    bool write_class;     // remote writes or receives reach it: never to be sealed
     uint64_t offset = 0;  // in the file, of the backing's first page
     // A System V segment's own file (vrdmad opened it: AdoptMemory): the pages never move, and
     // backings cut from one adoption share its descriptor and id (adopted_users_ counts them).
@@ -195,24 +200,24 @@ class MemoryRegistry {
   };
   using BackingMap = std::map<uint64_t, Backing>;
 
-  int split_at(uint64_t x);                                         // requires mu_
+  int split_at(uint64_t x);                                                // requires mu_
   bool next_hole(uint64_t& pos, uint64_t limit, uint64_t& gap_end) const;  // requires mu_
-  int adopt_holes(const std::vector<Mapping>& maps, uint64_t start, uint64_t end,
-                  bool writes, std::vector<uint64_t>& made);  // requires mu_
-  int replace(BackingMap::iterator it, bool sealed);               // requires mu_
-  void begin_move();                                               // requires mu_
-  void end_move();                                                 // requires mu_
-  void privatize(BackingMap::iterator it);                          // requires mu_
-  void drop_fd(const Backing& b);                                   // requires mu_
+  int adopt_holes(const std::vector<Mapping>& maps, uint64_t start, uint64_t end, bool writes,
+                  std::vector<uint64_t>& made);       // requires mu_
+  int replace(BackingMap::iterator it, bool sealed);  // requires mu_
+  void begin_move();                                  // requires mu_
+  void end_move();                                    // requires mu_
+  void privatize(BackingMap::iterator it);            // requires mu_
+  void drop_fd(const Backing& b);                     // requires mu_
   int segments(uint64_t start, uint64_t end, std::vector<shm::MrSegment>& out) const;
-  int extra_segments_if_split(uint64_t x) const;                   // requires mu_
-  void publish(uint32_t slot);           // requires mu_: descriptor from the backings, new gen
+  int extra_segments_if_split(uint64_t x) const;  // requires mu_
+  void publish(uint32_t slot);  // requires mu_: descriptor from the backings, new gen
   void republish_over(uint64_t start, uint64_t end);  // requires mu_
   void make_receivable(uint32_t key);
   void retire(uint32_t slot);  // requires mu_: the slot's MR is gone (its key is not freed)
 
-  int commit(struct Prepared& p);  // requires mu_
-  int dereg_locked(uint32_t key);  // requires mu_
+  int commit(struct Prepared& p);    // requires mu_
+  int dereg_locked(uint32_t key);    // requires mu_
   int dereg_children(uint32_t key);  // requires odp_mu_, not mu_
 
   // Implicit MRs: their children by start address, per implicit key.
@@ -234,7 +239,7 @@ class MemoryRegistry {
   shm::KeyTable* keys_ = nullptr;
   int keys_fd_ = -1;
   mutable std::mutex mu_;
-  BackingMap backings_;  // page-aligned start -> backing
+  BackingMap backings_;                         // page-aligned start -> backing
   std::map<uint32_t, uint32_t> adopted_users_;  // adopted fd id -> backings that use it
   shm::KeyIndex index_;
   LocalMr local_[shm::kMrSlots];
@@ -242,7 +247,7 @@ class MemoryRegistry {
   std::atomic<bool> recv_ready_[shm::kMrSlots] = {};
   uint32_t generation_[shm::kMrSlots] = {};
   std::vector<uint32_t> free_slots_;
-  std::map<uint32_t, Window> windows_;  // by slot
+  std::map<uint32_t, Window> windows_;        // by slot
   std::map<uint32_t, uint32_t> window_slot_;  // base key -> slot
   bool slots_init_ = false;
   void init_slots();  // requires mu_

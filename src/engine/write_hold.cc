@@ -80,26 +80,35 @@ const Support& support() {
 
 WriteHold::Source WriteHold::source() {
   switch (support().flags) {
-    case -1:
-      return Source::kNone;
     case 0:
       return Source::kSyscall;
     case kByDevice:
       return Source::kDevice;
     default:
-      return Source::kSyscallUserOnly;
+      return Source::kThreads;
   }
 }
 
-bool WriteHold::hold(uint64_t start, uint64_t end) {
+bool WriteHold::hold(uint64_t start, uint64_t end, pid_t spared) {
   release();
-  const Support& s = support();
-  if (s.flags < 0 || end <= start) return false;
-  int fd = open_uffd(s.flags);
+  if (end <= start) return false;
+  const int flags = support().flags;
+  const bool whole = flags == 0 || flags == kByDevice;  // the kernel's writes wait too
+  if (whole && protect(flags, start, end)) return true;
+  // Stopped first, so that a system call copying into the range finishes before the protection
+  // would make it fail.
+  stop_.stop(spared);
+  if (flags == UFFD_USER_MODE_ONLY) protect(flags, start, end);
+  return active();
+}
+
+// Write-protects the range through a new userfaultfd opened by `flags`.
+bool WriteHold::protect(int flags, uint64_t start, uint64_t end) {
+  int fd = open_uffd(flags);
   if (fd < 0) return false;
   uffdio_api api{};
   api.api = UFFD_API;
-  api.features = s.features;
+  api.features = support().features;
   uffdio_register reg{};
   reg.range = {start, end - start};
   reg.mode = UFFDIO_REGISTER_MODE_WP;
@@ -107,9 +116,10 @@ bool WriteHold::hold(uint64_t start, uint64_t end) {
   wp.range = reg.range;
   wp.mode = UFFDIO_WRITEPROTECT_MODE_WP;
   // A range of a kind userfaultfd cannot protect, or one another userfaultfd of the process
-  // already watches, is refused here: the move then goes on without the hold.
+  // already watches, is refused here.
   if (::ioctl(fd, UFFDIO_API, &api) != 0 || ::ioctl(fd, UFFDIO_REGISTER, &reg) != 0 ||
-      !(reg.ioctls & (1ull << _UFFDIO_WRITEPROTECT)) || ::ioctl(fd, UFFDIO_WRITEPROTECT, &wp) != 0) {
+      !(reg.ioctls & (1ull << _UFFDIO_WRITEPROTECT)) ||
+      ::ioctl(fd, UFFDIO_WRITEPROTECT, &wp) != 0) {
     ::close(fd);  // unregisters whatever was registered
     return false;
   }
@@ -120,7 +130,10 @@ bool WriteHold::hold(uint64_t start, uint64_t end) {
 }
 
 void WriteHold::release() {
-  if (fd_ < 0) return;
+  if (fd_ < 0) {
+    stop_.release();
+    return;
+  }
   // The pages did not move (release_moved() is for those that did): still registered and
   // protected, so the protection is lifted (and the writers woken) before the descriptor goes.
   uffdio_writeprotect wp{};
@@ -131,9 +144,9 @@ void WriteHold::release() {
 }
 
 void WriteHold::release_moved() {
-  if (fd_ < 0) return;
-  ::close(fd_);
+  if (fd_ >= 0) ::close(fd_);
   fd_ = -1;
+  stop_.release();  // after the userfaultfd: a held thread's next write finds no protection
 }
 
 }  // namespace vrdma

@@ -82,6 +82,7 @@ enum PageMoveGuard : uint32_t {
   kGuardUserOnly = 2,   // userfaultfd(2) for user mode only: a system call's write fails instead
   kGuardSyscall = 3,    // userfaultfd(2): every write waits for the move
   kGuardDevice = 4,     // /dev/userfaultfd: every write waits for the move
+  kGuardThreads = 5,    // the other threads stop in a signal handler until the move is over
 };
 
 // One piece of an MR's backing: `length` bytes of memfd `fd_id` at `fd_offset`.

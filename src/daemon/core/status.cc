@@ -56,6 +56,8 @@ const char* page_move_guard_name(uint32_t g) {
       return "userfaultfd";
     case shm::kGuardDevice:
       return "/dev/userfaultfd";
+    case shm::kGuardThreads:
+      return "threads-stopped";
     default:
       return "unknown";
   }

@@ -113,7 +113,7 @@ uint32_t ArenaView::page_move_guard() const {
         x->guard = x->h->page_move_guard.load(std::memory_order_relaxed);
       },
       &ctx);
-  return ok && ctx.guard <= shm::kGuardDevice ? ctx.guard : shm::kGuardUnknown;
+  return ok && ctx.guard <= shm::kGuardThreads ? ctx.guard : shm::kGuardUnknown;
 }
 
 bool ArenaView::cq_overflowed(uint64_t offset) const {
