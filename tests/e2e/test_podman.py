@@ -4,6 +4,7 @@ spec), served by a vrdmad on the host that identifies them by their network name
 A container without the device sees no vrdma device. See python/vrdma_py/podman.py for the
 test bed and deploy/podman/ for the podman configuration."""
 
+import contextlib
 import json
 import os
 import re
@@ -305,26 +306,16 @@ class GeneratedSpec(unittest.TestCase):
     createContainer hook's sysfs view, as programs in the container find them."""
 
     def test_hook_builds_the_containers_sysfs_view(self):
-        spec = json.loads(vrdma("cdi", "generate", "-o", "-", "--socket", BED.socket,
-                                "--lib-dir", os.environ.get("VRDMA_LIBDIR") or
-                                "/usr/local/lib/vrdma").stdout)
-        spec["kind"] = f"vrdma-e2e-{os.getpid()}.example/hca"
-        self.assertEqual(spec["devices"][0]["containerEdits"]["hooks"][0]["hookName"],
-                         "createContainer")
-        path = os.path.join(CDI_DIR, f"vrdma-e2e-generated-{os.getpid()}.json")
-        with open(path, "w") as f:
-            json.dump(spec, f)
-        device = f"{spec['kind']}={spec['devices'][0]['name']}"
         script = ("stat -c '%F %t:%T' /dev/infiniband/uverbs0; "
                   "cat /sys/class/infiniband/vrdma0/ports/1/gids/0 "
                   "/sys/class/infiniband/vrdma0/node_guid "
                   "/sys/class/infiniband_verbs/uverbs0/ibdev; "
                   "ibv_devinfo -d vrdma0 | grep -E 'hca_id|state'")
-        try:
+        with generated_device() as (spec, device):
+            self.assertEqual(spec["devices"][0]["containerEdits"]["hooks"][0]["hookName"],
+                             "createContainer")
             rc, out, err = BED.run("gen", ["sh", "-c", script], OTHER_IP, device=False,
                                    options=["--device", device])
-        finally:
-            os.unlink(path)
         self.assertEqual(rc, 0, out + err)
         lines = out.splitlines()
         node = spec["devices"][0]["containerEdits"]["deviceNodes"][0]
@@ -335,6 +326,49 @@ class GeneratedSpec(unittest.TestCase):
         self.assertEqual(lines[3], "vrdma0")
         self.assertIn("hca_id:\tvrdma0", out)
         self.assertRegex(out, r"state:\s+PORT_ACTIVE")
+
+    def test_ucx_with_its_defaults(self):
+        # UCX as a user runs it, between two containers started the ordinary way with the
+        # generated spec (podman's default seccomp profile: registrations stop the other
+        # threads): it finds vrdma0 by itself and carries tag matching (1 MiB: rendezvous,
+        # registering the buffers) and RMA over rc_verbs. UCX_LOG_LEVEL=info only prints the
+        # transports it chose.
+        with generated_device() as (spec, device):
+            opts = ["--device", device]
+            for test, size in (("tag_bw", 1 << 20), ("ucp_put_bw", 65536)):
+                with self.subTest(test=test):
+                    s = BED.start("srv", ["ucx_perftest"], SERVER_IP, device=False, options=opts)
+                    try:
+                        self.assertTrue(BED.host.wait_listening("srv", 13337, proc=s), s.err)
+                        rc, out, err = BED.run(
+                            "cli", ["env", "UCX_LOG_LEVEL=info", "ucx_perftest", SERVER_IP,
+                                    "-t", test, "-s", str(size), "-n", "500"],
+                            CLIENT_IP, device=False, options=opts, timeout=120)
+                        self.assertEqual(s.wait(60), 0, s.err)
+                    finally:
+                        s.kill()
+                    self.assertEqual(rc, 0, out + err)
+                    self.assertRegex(out + err, r"ep_cfg\[\d+\]: \w+\(rc_verbs/vrdma0:1")
+                    self.assertIn("Final:", out)
+                    print(f"\nucx_perftest {test} {size} B between default podman containers: "
+                          f"{out.split('Final:')[1].split()[4]} MB/s")
+
+
+@contextlib.contextmanager
+def generated_device():
+    """The spec `vrdma cdi generate` writes (as an operator installs it, with its hook), under a
+    kind of this test's own; yields the spec and the --device name that selects it."""
+    spec = json.loads(vrdma("cdi", "generate", "-o", "-", "--socket", BED.socket,
+                            "--lib-dir", os.environ.get("VRDMA_LIBDIR") or
+                            "/usr/local/lib/vrdma").stdout)
+    spec["kind"] = f"vrdma-e2e-{os.getpid()}.example/hca"
+    path = os.path.join(CDI_DIR, f"vrdma-e2e-generated-{os.getpid()}.json")
+    with open(path, "w") as f:
+        json.dump(spec, f)
+    try:
+        yield spec, f"{spec['kind']}={spec['devices'][0]['name']}"
+    finally:
+        os.unlink(path)
 
 
 class DevicePluginAllocation(unittest.TestCase):
