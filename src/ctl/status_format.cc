@@ -212,6 +212,12 @@ void print_status(const json& status, std::ostream& out) {
     for (const auto& q : list(status, "containers"))
       if (text(q, "container") == container && q.contains("quota") && q["quota"].is_object())
         out << "  quota: " << quota_text(q["quota"]) << "\n";
+    if (first.contains("direct_traffic") && first["direct_traffic"].is_object()) {
+      const json& d = first["direct_traffic"];
+      out << "  direct path: sent " << human_bytes(number(d, "sent_bytes")) << ", received "
+          << human_bytes(number(d, "received_bytes")) << ", "
+          << plural(number(d, "connections"), "connection") << " (kernel socket statistics)\n";
+    }
     for (const json* c : members) print_client(*c, out);
   }
   out << "\ntotal: " << plural(by_container.size(), "container") << ", " << plural(shown, "client")

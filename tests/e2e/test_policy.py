@@ -19,6 +19,7 @@ import conftest_path  # noqa: F401
 from test_cross_host_load import PORT as STRESS_PORT
 from test_cross_host_load import find_stress, summary
 from mediated_common import rdma_cm_pair
+from vrdma_py.perftest_output import bw_rows
 from vrdma_py.sandbox import NETNS_PREFIX, Sandbox, container_ip
 
 DIRECT_PORT = 4791
@@ -157,3 +158,51 @@ class Policy(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+def direct_traffic(host, container):
+    """A container's direct-path figures in its host's vrdma status (the kernel's socket
+    statistics vrdmad reads), with the time they were read."""
+    status = SB.status(host)
+    for c in status["clients"]:
+        if c["container"].endswith(container) and "direct_traffic" in c:
+            return c["direct_traffic"], time.monotonic()
+    raise AssertionError(f"no direct_traffic for {container} in {host}'s status: {status}")
+
+
+class Metering(unittest.TestCase):
+    def test_direct_traffic_is_counted_from_the_kernels_socket_statistics(self):
+        # vrdmad moves none of the direct path's bytes: what it reports for each container is
+        # what the kernel counted on the container's direct-port connections. While ib_write_bw
+        # runs from h0c2 to h1c2, h0c2's sent bytes (on host 0) and h1c2's received bytes (on
+        # host 1) grow at the rate ib_write_bw reports.
+        server = SB.start("h1c2", "ib_write_bw", "-s", "65536", "-D", "5")
+        try:
+            self.assertTrue(SB.wait_listening("h1c2", 18515), server.err)
+            client = SB.start("h0c2", "ib_write_bw", "-s", "65536", "-D", "5",
+                              container_ip("h1c2"))
+            try:
+                time.sleep(2.0)
+                (sent0, t0), (recv0, u0) = direct_traffic("h0", "h0c2"), direct_traffic("h1", "h1c2")
+                time.sleep(1.5)
+                (sent1, t1), (recv1, u1) = direct_traffic("h0", "h0c2"), direct_traffic("h1", "h1c2")
+                self.assertEqual(client.wait(60), 0, client.err)
+            finally:
+                client.kill()
+            self.assertEqual(server.wait(60), 0, server.err)
+        finally:
+            server.kill()
+        rows = bw_rows(client.out)
+        self.assertEqual(len(rows), 1, client.out)
+        reported = rows[0][3] * 2**20  # perftest's MB: 2^20 bytes
+        sent_rate = (sent1["sent_bytes"] - sent0["sent_bytes"]) / (t1 - t0)
+        recv_rate = (recv1["received_bytes"] - recv0["received_bytes"]) / (u1 - u0)
+        print(f"\nib_write_bw {reported / 1e6:.0f} MB/s; the kernel's counts: h0c2 sent "
+              f"{sent_rate / 1e6:.0f} MB/s, h1c2 received {recv_rate / 1e6:.0f} MB/s")
+        self.assertGreaterEqual(sent1["connections"], 1)
+        for rate in (sent_rate, recv_rate):
+            self.assertGreater(rate, 0.5 * reported)
+            self.assertLess(rate, 2.0 * reported)
+        # The other way only acknowledgements and responses: small next to the data.
+        self.assertLess(sent1["received_bytes"] - sent0["received_bytes"],
+                        0.1 * (sent1["sent_bytes"] - sent0["sent_bytes"]))

@@ -284,6 +284,33 @@ TEST(Render, NamesAndLabels) {
   has("# TYPE vrdma_rx_write_requests_total counter\n");
 }
 
+TEST(Render, DirectPathFiguresOfContainersWithAPort) {
+  Snapshot s = one_qp(1, 10, 4096);
+  s.containers[0].tenant = "t";
+  s.containers[0].direct = true;
+  s.containers[0].direct_sent_bytes = 123456789;
+  s.containers[0].direct_received_bytes = 4321;
+  s.containers[0].direct_connections = 2;
+  ContainerSample other = s.containers[0];  // no direct port: no series
+  other.name = "c1";
+  other.ip = "10.0.0.2";
+  other.direct = false;
+  other.qps.clear();
+  s.containers.push_back(other);
+  CounterLedger l;
+  std::string t = render(s, l);
+  auto has = [&](const std::string& line) {
+    EXPECT_NE(t.find(line), std::string::npos) << line << "\n" << t;
+  };
+  const std::string labels = "{host=\"0\",container=\"c0\",ip=\"10.0.0.1\",tenant=\"t\"} ";
+  has("# TYPE vrdma_direct_sent_bytes_total counter\n");
+  has("vrdma_direct_sent_bytes_total" + labels + "123456789\n");
+  has("vrdma_direct_received_bytes_total" + labels + "4321\n");
+  has("# TYPE vrdma_direct_connections gauge\n");
+  has("vrdma_direct_connections" + labels + "2\n");
+  EXPECT_EQ(t.find("vrdma_direct_sent_bytes_total{host=\"0\",container=\"c1\""), std::string::npos);
+}
+
 TEST(Render, QosFlowsByContainerAndClass) {
   Snapshot s;
   QosSample bulk;

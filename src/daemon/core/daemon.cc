@@ -200,7 +200,8 @@ int Daemon::run() {
       if (int64_t dl = cm_->next_deadline(now); dl >= 0)
         timeout = static_cast<int>(std::max<int64_t>(1, (dl - now + 999999) / 1000000));
     }
-    if (!idle_addresses_.empty()) {
+    if (!idle_addresses_.empty() || !direct_ports_.empty()) {
+      // (The direct path's statistics are read as often: sample_direct_traffic.)
       const int idle_ms = static_cast<int>(kIdleCheckNs / 1000000);
       timeout = timeout < 0 ? idle_ms : std::min(timeout, idle_ms);
     }
@@ -246,6 +247,7 @@ int Daemon::run() {
       reap();
     }
     check_idle_addresses(now_ns());
+    sample_direct_traffic(now_ns());
     tickets_.expire(now_ns());
     if (metrics_) metrics_->expire(now_ns());
     if (router_) {

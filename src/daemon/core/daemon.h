@@ -43,6 +43,7 @@
 #include "daemon/core/locked_directory.h"
 #include "daemon/core/quotas.h"
 #include "daemon/direct/direct_port.h"
+#include "daemon/direct/socket_stats.h"
 #include "daemon/direct/tickets.h"
 #include "daemon/directory/directory.h"
 #include "daemon/identity/client_identity.h"
@@ -313,7 +314,19 @@ class Daemon : private CmPort {
   struct DirectListener {
     uint32_t id = 0;  // DirectPort's; 0 when the port could not be had
     size_t clients = 0;
+    // NETLINK_SOCK_DIAG sockets in the namespace: one to read its sockets' statistics, one
+    // told the final figures of each socket destroyed.
+    UniqueFd diag, destroyed;
+    DirectTraffic traffic;  // what the kernel counted on its direct-path connections
   };
+  // Reads every namespace's direct-path statistics, at most every kDirectStatsNs unless
+  // `force`.
+  void sample_direct_traffic(int64_t now, bool force = false);
+  void sample_direct_traffic(DirectListener& l);
+  int64_t next_direct_stats_ns_ = 0;
+  // A namespace's direct-path totals while it has no vrdma process: the next one's continue
+  // from them (bounded: some are forgotten when it is full).
+  std::map<NetnsId, SocketBytes> direct_carried_;
   std::map<NetnsId, DirectListener> direct_ports_;
   std::map<std::pair<uint32_t, uint32_t>, int64_t> probes_;  // (qpn, dest qpn) -> 0: passed
   std::set<std::pair<uint32_t, uint32_t>> probing_;

@@ -20,7 +20,9 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <string.h>
+#include <linux/netlink.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 
 #include "common/address.h"
 #include "common/clock.h"
@@ -36,6 +38,9 @@ constexpr int64_t kDialNs = 500'000'000;       // a connection whose far end doe
 // After a dial failed, ConnectQp of that QP answers "not ready" at once for this long (the QP
 // retries on its own timer; each retry does not wait for another dial).
 constexpr int64_t kFailedNs = 500'000'000;
+// How often the kernel's statistics of the direct path's sockets are read (a connection that
+// closes loses what it moved since the last reading from the figures).
+constexpr int64_t kDirectStatsNs = 1'000'000'000;
 
 bool connected_type(uint32_t t) {
   return t == static_cast<uint32_t>(proto::QpType::kRc) ||
@@ -71,6 +76,25 @@ void Daemon::direct_port_open(Client& c) {
   DirectListener& l = direct_ports_[c.ident.netns];
   if (l.clients++ > 0) return;
   int err = 0;
+  l.diag = identity_.socket_in(c.ident.netns, AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, &err,
+                               NETLINK_SOCK_DIAG);
+  if (l.diag)
+    l.destroyed = identity_.socket_in(c.ident.netns, AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, &err,
+                                      NETLINK_SOCK_DIAG);
+  if (l.destroyed && (err = subscribe_destroyed(l.destroyed.get())) != 0) l.destroyed.reset();
+  if (l.diag) {
+    const timeval wait{0, 200'000};  // a dump of a namespace's sockets takes microseconds
+    ::setsockopt(l.diag.get(), SOL_SOCKET, SO_RCVTIMEO, &wait, sizeof(wait));
+  }
+  if (!l.diag || !l.destroyed)
+    LOG_WARN("container %s: %s for its direct path: %s", c.ident.container.c_str(),
+             l.diag ? "no final figures of closed connections" : "no socket statistics",
+             strerror(err));
+  if (auto carried = direct_carried_.find(c.ident.netns); carried != direct_carried_.end()) {
+    l.traffic.carry(carried->second);
+    direct_carried_.erase(carried);
+  }
+  err = 0;
   UniqueFd s = identity_.socket_in(c.ident.netns, AF_INET,
                                    SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, &err);
   if (s) l.id = direct_->listen(std::move(s), c.ident.ipv4, cfg_.direct_port, &err);
@@ -85,9 +109,34 @@ void Daemon::direct_port_release(Client& c) {
   if (!c.direct_port) return;
   c.direct_port = false;
   auto it = direct_ports_.find(c.ident.netns);
-  if (it == direct_ports_.end() || --it->second.clients > 0) return;
+  if (it == direct_ports_.end()) return;
+  // A reading as the process goes: its connections, closing now, are mostly still there.
+  if (it->second.diag) sample_direct_traffic(it->second);
+  if (--it->second.clients > 0) return;
   if (it->second.id) direct_->unlisten(it->second.id);
+  if (it->second.diag) {
+    constexpr size_t kMaxCarried = 4096;
+    if (direct_carried_.size() >= kMaxCarried) direct_carried_.erase(direct_carried_.begin());
+    direct_carried_[c.ident.netns] = it->second.traffic.totals();
+  }
   direct_ports_.erase(it);
+}
+
+void Daemon::sample_direct_traffic(int64_t now, bool force) {
+  if (direct_ports_.empty() || (!force && now < next_direct_stats_ns_)) return;
+  next_direct_stats_ns_ = now + kDirectStatsNs;
+  for (auto& [ns, l] : direct_ports_)
+    if (l.diag) sample_direct_traffic(l);
+}
+
+void Daemon::sample_direct_traffic(DirectListener& l) {
+  std::map<uint64_t, SocketBytes> destroyed, live;
+  if (l.destroyed) read_destroyed(l.destroyed.get(), cfg_.direct_port, destroyed);
+  if (int e = read_port_sockets(l.diag.get(), cfg_.direct_port, live)) {
+    LOG_DEBUG("direct path statistics: %s", strerror(e));
+    return;
+  }
+  l.traffic.update(destroyed, live);
 }
 
 bool Daemon::has_direct_port(const NetnsId& ns) const {

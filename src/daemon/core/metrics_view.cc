@@ -86,6 +86,13 @@ metrics::ContainerSample Daemon::metrics_container(const Client& c) const {
   cs.name = c.ident.container;
   cs.ip = ipv4_text(c.ident.ipv4);
   cs.tenant = c.tenant;
+  if (auto it = direct_ports_.find(c.ident.netns); it != direct_ports_.end() && it->second.diag) {
+    const SocketBytes t = it->second.traffic.totals();
+    cs.direct = true;
+    cs.direct_sent_bytes = t.sent;
+    cs.direct_received_bytes = t.received;
+    cs.direct_connections = it->second.traffic.connections();
+  }
   return cs;
 }
 
@@ -119,6 +126,7 @@ void Daemon::metrics_retire(const Client& c, uint32_t qpn) {
 }
 
 std::string Daemon::metrics_text() {
+  sample_direct_traffic(now_ns(), true);
   metrics::Snapshot s;
   metrics::DaemonSample& d = s.daemon;
   d.host_id = cfg_.host_id;

@@ -96,17 +96,22 @@ json build(const StatusInput& in, size_t list_cap, size_t client_cap, bool trunc
       if (m.key_shown) mr["key"] = hex32(m.key);
       mrs.push_back(std::move(mr));
     }
-    clients.push_back({{"id", c.id},
-                       {"pid", c.pid},
-                       {"uid", c.uid},
-                       {"container", c.container},
-                       {"ip", ipv4_text(c.ipv4)},
-                       {"tenant", c.tenant},
-                       {"kind", c.kind},
-                       {"qps", std::move(qps)},
-                       {"mrs", std::move(mrs)},
-                       {"fds", c.fds},
-                       {"page_move_guard", page_move_guard_name(c.page_move_guard)}});
+    json client = {{"id", c.id},
+                   {"pid", c.pid},
+                   {"uid", c.uid},
+                   {"container", c.container},
+                   {"ip", ipv4_text(c.ipv4)},
+                   {"tenant", c.tenant},
+                   {"kind", c.kind},
+                   {"qps", std::move(qps)},
+                   {"mrs", std::move(mrs)},
+                   {"fds", c.fds},
+                   {"page_move_guard", page_move_guard_name(c.page_move_guard)}};
+    if (c.direct)
+      client["direct_traffic"] = {{"sent_bytes", c.direct_sent},
+                                  {"received_bytes", c.direct_received},
+                                  {"connections", c.direct_connections}};
+    clients.push_back(std::move(client));
   }
   json containers = json::array();
   for (size_t i = 0; i < in.containers.size() && i < client_cap; ++i) {

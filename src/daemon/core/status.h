@@ -45,6 +45,9 @@ struct StatusClient {
   std::string kind;  // "verbs", "cli", or "none" before Hello
   size_t fds = 0;
   uint32_t page_move_guard = 0;  // shm::PageMoveGuard, the client's word
+  // Its container's direct path as the kernel counts it (when the container has a port).
+  bool direct = false;
+  uint64_t direct_sent = 0, direct_received = 0, direct_connections = 0;
   std::vector<StatusQp> qps;
   std::vector<StatusMr> mrs;
 };

@@ -6,6 +6,7 @@
 
 #include "common/address.h"
 #include "common/cpu_list.h"
+#include "common/clock.h"
 #include "daemon/core/daemon.h"
 #include "daemon/core/status.h"
 
@@ -24,6 +25,7 @@ bool Daemon::sees_everything(const Client& viewer) const {
 }
 
 std::string Daemon::status_text(const Client& viewer) {
+  sample_direct_traffic(now_ns(), true);
   StatusInput in;
   in.pid = ::getpid();
   in.socket = cfg_.socket_path;
@@ -89,6 +91,13 @@ std::string Daemon::status_text(const Client& viewer) {
                                                                          : "verbs";
     sc.fds = c.fds.size();
     sc.page_move_guard = c.arena.page_move_guard();
+    if (auto it = direct_ports_.find(c.ident.netns); it != direct_ports_.end() && it->second.diag) {
+      const SocketBytes t = it->second.traffic.totals();
+      sc.direct = true;
+      sc.direct_sent = t.sent;
+      sc.direct_received = t.received;
+      sc.direct_connections = it->second.traffic.connections();
+    }
     for (uint32_t qpn : registry_.qpns_of(c.id)) {
       const QpRecord* rec = registry_.find_qp(qpn);
       StatusQp q;

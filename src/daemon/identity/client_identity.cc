@@ -128,10 +128,11 @@ int IdentityResolver::resolve_foreign(pid_t pid, int ns_fd, const NetnsId& ns, E
   return 0;
 }
 
-UniqueFd IdentityResolver::socket_in(const NetnsId& ns, int domain, int type, int* err) {
+UniqueFd IdentityResolver::socket_in(const NetnsId& ns, int domain, int type, int* err,
+                                     int protocol) {
   *err = 0;
   if (ns == own_) {
-    UniqueFd s(::socket(domain, type, 0));
+    UniqueFd s(::socket(domain, type, protocol));
     if (!s) *err = errno;
     return s;
   }
@@ -144,7 +145,7 @@ UniqueFd IdentityResolver::socket_in(const NetnsId& ns, int domain, int type, in
     *err = errno;
     return UniqueFd();
   }
-  UniqueFd s(::socket(domain, type, 0));
+  UniqueFd s(::socket(domain, type, protocol));
   if (!s) *err = errno;
   if (::setns(own_fd_.get(), CLONE_NEWNET) < 0) {
     LOG_ERROR("cannot return to the daemon's own network namespace: %s; aborting", strerror(errno));

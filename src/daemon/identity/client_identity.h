@@ -91,7 +91,7 @@ class IdentityResolver {
   // A socket made inside namespace `ns`, which a known client's: what it sends and receives
   // crosses that namespace's network (the direct path's sockets, core/direct.cc). Invalid with
   // *err (ENOENT: no client of that namespace is known).
-  UniqueFd socket_in(const NetnsId& ns, int domain, int type, int* err);
+  UniqueFd socket_in(const NetnsId& ns, int domain, int type, int* err, int protocol = 0);
 
   // Whether an entry of the netns directory still pins namespace `ns` (the container exists).
   bool pinned(const NetnsId& ns) const { return !lookup_name(ns, false).empty(); }

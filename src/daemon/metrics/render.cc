@@ -114,6 +114,24 @@ struct Writer {
         [](const ContainerSample& c, const CounterSet&) { return c.held_bytes; });
     per("vrdma_container_clients", Type::kGauge, "The container's processes using vrdma",
         [](const ContainerSample& c, const CounterSet&) { return uint64_t(c.clients); });
+    // The direct path, from the kernel's statistics of the container's sockets (containers
+    // with a direct port only): counted since its first vrdma process of this vrdmad came.
+    auto direct = [&](const char* name, Type t, const char* help, uint64_t ContainerSample::*v) {
+      e.family(name, t, help);
+      for (const auto& c : s.containers)
+        if (c.direct) e.sample(container_labels(c), c.*v);
+    };
+    direct("vrdma_direct_sent_bytes_total", Type::kCounter,
+           "Bytes the container sent on the direct path that its peers acknowledged (the "
+           "kernel's TCP statistics of its direct-port connections)",
+           &ContainerSample::direct_sent_bytes);
+    direct("vrdma_direct_received_bytes_total", Type::kCounter,
+           "Bytes the container received on the direct path (the kernel's TCP statistics of "
+           "its direct-port connections)",
+           &ContainerSample::direct_received_bytes);
+    direct("vrdma_direct_connections", Type::kGauge,
+           "The container's open direct-path connections (both directions)",
+           &ContainerSample::direct_connections);
   }
 
   Labels link_labels(const LinkSample& l) const {

@@ -45,6 +45,9 @@ struct ContainerSample {
   uint64_t mrs = 0, registered_bytes = 0;
   uint64_t cqs_overflowed = 0;  // CQs whose ring was found full (each stays in error)
   uint64_t held_requests = 0, held_bytes = 0;  // requests to it the router holds (RNR, not ready)
+  // Its direct path as the kernel counts it (daemon/direct/socket_stats.h), when it has one.
+  bool direct = false;
+  uint64_t direct_sent_bytes = 0, direct_received_bytes = 0, direct_connections = 0;
   std::string key() const { return name + "/" + ip; }
 };
 
