@@ -20,6 +20,8 @@ struct Mapping {
   // A shared, writable mapping of a System V segment (the kernel names its file "/SYSV" and the
   // key): what a registration leaves in place (AdoptMemory).
   bool sysv_segment() const { return shared() && writable() && path.rfind("/SYSV", 0) == 0; }
+  // Anonymous huge pages (MAP_HUGETLB): the kernel names their file "/anon_hugepage".
+  bool huge_pages() const { return path.rfind("/anon_hugepage", 0) == 0; }
 };
 
 // Parses one line of a maps file. False when it is not one.

@@ -11,6 +11,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cinttypes>
+#include <cstdio>
 #include <memory>
 
 #include "common/mremap_fixed.h"
@@ -579,6 +581,38 @@ void MemoryRegistry::republish_over(uint64_t start, uint64_t end) {
 
 // ---- registration --------------------------------------------------------------------------
 
+namespace {
+
+// The default huge page size (/proc/meminfo's Hugepagesize), 0 when unknown.
+uint64_t huge_page_size() {
+  static const uint64_t size = [] {
+    uint64_t kb = 0;
+    if (FILE* f = std::fopen("/proc/meminfo", "re")) {
+      char line[128];
+      while (std::fgets(line, sizeof(line), f))
+        if (std::sscanf(line, "Hugepagesize: %" SCNu64 " kB", &kb) == 1) break;
+      std::fclose(f);
+    }
+    return kb * 1024;
+  }();
+  return size;
+}
+
+}  // namespace
+
+// Huge pages move whole (the kernel unmaps and remaps them only whole): a range that starts or
+// ends inside one is widened to all of it. The backing is made of ordinary pages.
+void MemoryRegistry::widen_to_huge_pages(const std::vector<Mapping>& maps, uint64_t& start,
+                                         uint64_t& end) {
+  const uint64_t h = huge_page_size();
+  if (!h) return;
+  for (const Mapping& m : maps) {
+    if (!m.huge_pages()) continue;
+    if (m.start <= start && start < m.end) start = std::max(m.start, start & ~(h - 1));
+    if (m.start < end && end <= m.end) end = std::min(m.end, (end + h - 1) & ~(h - 1));
+  }
+}
+
 int MemoryRegistry::reg(uint32_t pd, void* addr, size_t length, uint64_t iova, uint32_t access,
                         LocalMr& out, uint32_t replaces) {
   if (length == 0 || !addr) return EINVAL;
@@ -600,6 +634,7 @@ int MemoryRegistry::reg(uint32_t pd, void* addr, size_t length, uint64_t iova, u
   // when the access lets anyone write it (a device could not pin it otherwise: EFAULT).
   const std::vector<Mapping> maps = mappings_over("/proc/self/maps", start, end);
   if (!maps_cover(maps, start, end, access & kPinWritable)) return EFAULT;
+  widen_to_huge_pages(maps, start, end);
 
   // Every MR must stay within kMaxMrSegments once the backings are cut at start and end.
   int cut_start = extra_segments_if_split(start), cut_end = extra_segments_if_split(end);

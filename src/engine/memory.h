@@ -200,6 +200,8 @@ class MemoryRegistry {
   };
   using BackingMap = std::map<uint64_t, Backing>;
 
+  static void widen_to_huge_pages(const std::vector<Mapping>& maps, uint64_t& start,
+                                  uint64_t& end);
   int split_at(uint64_t x);                                                // requires mu_
   bool next_hole(uint64_t& pos, uint64_t limit, uint64_t& gap_end) const;  // requires mu_
   int adopt_holes(const std::vector<Mapping>& maps, uint64_t start, uint64_t end, bool writes,

@@ -10,6 +10,9 @@
 #include <sys/shm.h>
 #include <unistd.h>
 
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <string>
 
@@ -210,6 +213,70 @@ TEST_F(MemoryKindsTest, HundredsOfDeregistrationsInARowKeepTheDeviceAlive) {
   // Still served: a registration and a WRITE through it.
   Region r{mem.data()};
   use(r, "after the deregistrations");
+}
+
+// Reserves `n` more huge pages of the default size for its lifetime (root), where fewer are
+// free; the count is put back after.
+class HugePageReserve {
+ public:
+  explicit HugePageReserve(long n) {
+    const long free_pages = meminfo("HugePages_Free:");
+    if (free_pages >= n) {
+      ok_ = true;
+      return;
+    }
+    before_ = read_nr();
+    if (before_ < 0 || !write_nr(before_ + n - free_pages)) return;
+    ok_ = meminfo("HugePages_Free:") >= n;
+  }
+  ~HugePageReserve() {
+    if (before_ >= 0) write_nr(before_);
+  }
+  bool ok() const { return ok_; }
+
+ private:
+  static long meminfo(const char* key) {
+    FILE* f = std::fopen("/proc/meminfo", "re");
+    if (!f) return -1;
+    char line[128];
+    long v = -1;
+    while (std::fgets(line, sizeof(line), f))
+      if (std::strncmp(line, key, std::strlen(key)) == 0) v = std::atol(line + std::strlen(key));
+    std::fclose(f);
+    return v;
+  }
+  static long read_nr() {
+    FILE* f = std::fopen("/proc/sys/vm/nr_hugepages", "re");
+    long v = -1;
+    if (f && std::fscanf(f, "%ld", &v) != 1) v = -1;
+    if (f) std::fclose(f);
+    return v;
+  }
+  static bool write_nr(long v) {
+    FILE* f = std::fopen("/proc/sys/vm/nr_hugepages", "we");
+    if (!f) return false;
+    const bool ok = std::fprintf(f, "%ld", v) > 0;
+    return std::fclose(f) == 0 && ok;
+  }
+  long before_ = -1;
+  bool ok_ = false;
+};
+
+// Huge pages (MAP_HUGETLB) a device pins as they are: vrdma moves them whole (the MR's pages
+// and the rest of each huge page they touch) into ordinary shared pages. Reserving pages needs
+// root; the test command runs as root.
+TEST_F(MemoryKindsTest, HugePages) {
+  HugePageReserve reserve(2);
+  if (!reserve.ok()) GTEST_SKIP() << "no huge page free, and none can be reserved (not root)";
+  constexpr size_t kHuge = 4 << 20;
+  Region r{static_cast<uint8_t*>(::mmap(nullptr, kHuge, PROT_READ | PROT_WRITE,
+                                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB, -1, 0))};
+  ASSERT_NE(r.base, MAP_FAILED) << strerror(errno);
+  use(r, "huge pages");
+  // An MR across the boundary of the two huge pages: both move.
+  Region across{r.base + (2 << 20) - kLen / 2};
+  use(across, "huge pages, across two");
+  EXPECT_EQ(::munmap(r.base, kHuge), 0);
 }
 
 TEST_F(MemoryKindsTest, Refusals) {
