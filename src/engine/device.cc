@@ -80,8 +80,10 @@ int Device::init() {
   if (int e = control_.connect(path, info_, &refused)) {
     if (const char* q = getenv("VRDMA_QUIET"); !q || !*q) {
       if (refused)
-        fprintf(stderr, "vrdma: vrdmad at %s gives this process no device: %s (vrdmad's log "
-                "says why)\n", path.c_str(), strerror(e));
+        fprintf(stderr,
+                "vrdma: vrdmad at %s gives this process no device: %s (vrdmad's log "
+                "says why)\n",
+                path.c_str(), strerror(e));
       else
         fprintf(stderr, "vrdma: cannot reach vrdmad at %s: %s\n", path.c_str(), strerror(e));
     }
@@ -195,7 +197,9 @@ Qp* Device::pin_qp(uint32_t qpn) {
   return it->second;
 }
 
-void Device::unpin_qp(Qp* qp) { qp->unpin(); }
+void Device::unpin_qp(Qp* qp) {
+  qp->unpin();
+}
 
 void Device::queue_fatal(uint32_t qpn, proto::FatalReason why) {
   {
@@ -267,7 +271,9 @@ int64_t Device::retry_blocked(bool from_thread) {
   return next;
 }
 
-void Device::progress_blocked() { retry_blocked(false); }
+void Device::progress_blocked() {
+  retry_blocked(false);
+}
 
 void Device::handle_event(const Packet& pkt) {
   if (proto::is_cm_event(pkt.header.op)) {
@@ -330,13 +336,26 @@ void Device::handle_fatal_qps() {
   }
 }
 
+// vrdmad went away (a restart, an upgrade, a crash). Data between containers of this host moves
+// through shared memory and on the direct path through the processes' own sockets: those QPs go
+// on. The QPs whose requests vrdmad's router carried fail as a fabric's would when a switch
+// goes. What needs vrdmad (new QPs, registrations, rdma_cm) fails with ENODEV on this device;
+// a device opened again (ibv_get_device_list) reaches the vrdmad that comes back.
 void Device::handle_lost() {
   std::vector<Qp*> qps;
   std::lock_guard qlock(qps_mu_);
   for (auto& [n, qp] : qps_) qps.push_back(qp);
-  for (Qp* qp : qps) qp->fatal(IBV_EVENT_QP_FATAL);
-  std::lock_guard lock(contexts_mu_);
-  for (Context* c : contexts_) c->push_event(IBV_EVENT_DEVICE_FATAL, nullptr);
+  size_t failed = 0;
+  for (Qp* qp : qps)
+    if (qp->on_router()) {
+      qp->fatal(IBV_EVENT_QP_FATAL);
+      ++failed;
+    }
+  if (const char* q = getenv("VRDMA_QUIET"); !q || !*q)
+    fprintf(stderr,
+            "vrdma: lost vrdmad: %zu QP(s) on its router failed, %zu go on; new objects need "
+            "the device opened again\n",
+            failed, qps.size() - failed);
 }
 
 void Device::add_shared_qp(SharedRecvQp* q) {
@@ -433,8 +452,7 @@ int64_t Device::progress_direct(const epoll_event* events, int n) {
     if (polled) c.stand_down(true);
     if (polled && (due < 0 || polled_until < due)) due = polled_until;
     // Room in a full socket is waited for only while frames wait for it.
-    const uint32_t want =
-        (polled ? 0u : EPOLLIN) | EPOLLRDHUP | (c.wants_room() ? EPOLLOUT : 0u);
+    const uint32_t want = (polled ? 0u : EPOLLIN) | EPOLLRDHUP | (c.wants_room() ? EPOLLOUT : 0u);
     if (want != it->second.events) {
       epoll_event ev{};
       ev.events = want;
@@ -449,7 +467,7 @@ int64_t Device::progress_direct(const epoll_event* events, int n) {
 }
 
 void Device::progress_loop() {
-  ThreadStop::Exempt exempt;  // never writes into memory being registered
+  ThreadStop::Exempt exempt;                // never writes into memory being registered
   constexpr int64_t kLinger = 100'000'000;  // ns of timed sleeps after the last blocked QP
   constexpr int64_t kTick = 1'000'000;
   bool lost_handled = false;

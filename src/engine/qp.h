@@ -103,6 +103,10 @@ class Qp {
 
   void* user = nullptr;
 
+  // Whether vrdmad's router carries its requests (a destination on another host, not on the
+  // direct path): what a vrdmad that goes away takes with it.
+  bool on_router();
+
  private:
   // kRouted: handed to the router, which completes it; kFull: the router's queue is full.
   // kPaced: a same-host rate limit holds the request until `not_before` (no retry counted).

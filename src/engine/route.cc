@@ -140,6 +140,16 @@ void Qp::joined_direct_in(std::shared_ptr<DirectLink> c) {
   send_cq_->attach_direct(c);
 }
 
+bool Qp::on_router() {
+  bool routed;
+  {
+    std::lock_guard lock(lock_);
+    routed = routed_;
+  }
+  std::lock_guard lock(direct_lock_);
+  return routed && !direct_out_;
+}
+
 void Qp::close_direct() {
   std::vector<std::shared_ptr<DirectLink>> in;
   {

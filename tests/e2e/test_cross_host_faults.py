@@ -13,7 +13,9 @@ import unittest
 
 import conftest_path  # noqa: F401
 from vrdma_py.perftest_output import bw_rows
-from vrdma_py.sandbox import NETNS_PREFIX, ROUTED, Sandbox, container_ip
+from test_cross_host_load import PORT as STRESS_PORT
+from test_cross_host_load import find_stress, summary
+from vrdma_py.sandbox import NETNS_PREFIX, ROUTED, VRDMAD, Sandbox, container_ip
 
 SERVER, CLIENT = "h1c0", "h0c0"
 # perftest's RC attributes: timeout 14 (4.096 us << 14 = 67 ms), retry_cnt 7: a lost peer must
@@ -146,6 +148,55 @@ class HostLoss(unittest.TestCase):
         else:
             self.fail(f"host 1's directory entries did not expire: {keys}")
         self.assertIn("/vrdma/hosts/0/info", keys)
+
+
+class DirectPathDaemonRestart(unittest.TestCase):
+    """A host's vrdmad killed and started again under a vrdma_stress pair on the direct path:
+    the data never passes through vrdmad, so the pair finishes clean."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.sb = Sandbox(hosts=2, containers=1)
+        cls.sb.up()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.sb.down()
+
+    def test_pair_on_the_direct_path_survives_a_vrdmad_restart(self):
+        sb = self.sb
+        stress = find_stress()
+        server = sb.start(SERVER, stress)
+        new_daemon = None
+        try:
+            self.assertTrue(sb.wait_listening(SERVER, STRESS_PORT, timeout=30), server.err)
+            client = sb.start(CLIENT, stress, "--seconds", "8", "--gid-index", "0",
+                              container_ip(SERVER))
+            wait_traffic(sb, path="direct")
+            new_daemon = []
+            for host in ("h1", "h0"):  # the server's vrdmad, then the client's
+                args = sb.daemon_args(host)
+                os.kill(sb.daemon_pid(host), signal.SIGKILL)
+                time.sleep(0.5)
+                new_daemon.append(sb.start(host, VRDMAD, *args, lib=False))
+                time.sleep(1.0)
+            crc = client.wait(60)
+            src = server.wait(30)
+            report = f"client rc={crc}\n{client.out}{client.err}\nserver rc={src}\n" \
+                     f"{server.out}{server.err}"
+            self.assertEqual((crc, src), (0, 0), report)
+            for side in (summary(client.out), summary(server.out)):
+                self.assertIsNotNone(side, report)
+                for k in ("errors", "corrupt", "lost"):
+                    self.assertEqual(side[k], 0, f"{k}: {report}")
+            self.assertIn("lost vrdmad", client.err)
+            self.assertIn("lost vrdmad", server.err)
+            print(f"\n  across both hosts' vrdmad restarts: {client.out.strip()}", flush=True)
+        finally:
+            server.kill()
+            for d in new_daemon or []:
+                d.kill(signal.SIGTERM)
+                d.wait(10)
 
 
 class EtcdOutage(unittest.TestCase):
