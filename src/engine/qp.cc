@@ -30,6 +30,9 @@ Qp::Qp(const QpConfig& cfg)
 
 Qp::~Qp() {
   Device& dev = context().device();
+  // What already reached this process for the QP is taken (and answered) before it goes, as a
+  // device has taken whatever arrived before its QP was destroyed.
+  drain_direct_in();
   dev.remove_qp(this);
   // A direct connection taking in a new pair for it holds it meanwhile.
   while (pins_.load(std::memory_order_acquire)) std::this_thread::yield();

@@ -159,6 +159,8 @@ class Qp {
   int join_direct(DirectJoin& j, uint32_t dst_qpn);
   // Its direct connections end (the QP is destroyed or reset): the other ends are told.
   void close_direct();
+  // Runs its incoming direct connections once: requests that arrived are executed and answered.
+  void drain_direct_in();
   // Sends what route() queued for the direct connection (requires lock_).
   void kick_direct();
   int validate(const ibv_send_wr& wr) const;

@@ -150,6 +150,15 @@ bool Qp::on_router() {
   return routed && !direct_out_;
 }
 
+void Qp::drain_direct_in() {
+  std::vector<std::shared_ptr<DirectLink>> in;
+  {
+    std::lock_guard lock(direct_lock_);
+    in = direct_in_;
+  }
+  for (auto& c : in) c->drive(now_ns(), DirectLink::Driver::kPost);
+}
+
 void Qp::close_direct() {
   std::vector<std::shared_ptr<DirectLink>> in;
   {
