@@ -291,13 +291,8 @@ int PageMover::run(int (*fn)(void*), void* arg, uint64_t start, uint64_t end) {
   sigfillset(&all);
   pthread_sigmask(SIG_BLOCK, &all, &old);
   std::unique_lock lock(mu_);
-  if (!thread_.joinable()) {
-    // The mover takes no signals meant for the application.
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_BLOCK, &all, &old);
-    thread_ = std::thread([this] { loop(); });
-  }
+  // The mover takes no signals meant for the application: it starts with the mask above.
+  if (!thread_.joinable()) thread_ = std::thread([this] { loop(); });
   fn_ = fn;
   arg_ = arg;
   done_ = false;

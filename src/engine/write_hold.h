@@ -48,14 +48,11 @@ class WriteHold {
   // How holds are taken in this process (the first call finds out).
   // (Valued as the shm::PageMoveGuard the library writes for vrdma status.)
   enum class Source : uint32_t {
-    kNone = shm::kGuardNone,
     kSyscall = shm::kGuardSyscall,
-    kSyscallUserOnly = shm::kGuardUserOnly,
     kDevice = shm::kGuardDevice,
     kThreads = shm::kGuardThreads,
   };
   static Source source();
-  static bool available() { return source() != Source::kNone; }
 
  private:
   bool protect(int flags, uint64_t start, uint64_t end);

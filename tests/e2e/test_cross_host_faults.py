@@ -14,7 +14,7 @@ import unittest
 import conftest_path  # noqa: F401
 from vrdma_py.perftest_output import bw_rows
 from test_cross_host_load import PORT as STRESS_PORT
-from test_cross_host_load import find_stress, summary
+from test_cross_host_load import check_stress_pair, find_stress
 from vrdma_py.sandbox import NETNS_PREFIX, ROUTED, VRDMAD, Sandbox, container_ip
 
 SERVER, CLIENT = "h1c0", "h0c0"
@@ -182,16 +182,10 @@ class DirectPathDaemonRestart(unittest.TestCase):
                 time.sleep(1.0)
             crc = client.wait(60)
             src = server.wait(30)
-            report = f"client rc={crc}\n{client.out}{client.err}\nserver rc={src}\n" \
-                     f"{server.out}{server.err}"
-            self.assertEqual((crc, src), (0, 0), report)
-            for side in (summary(client.out), summary(server.out)):
-                self.assertIsNotNone(side, report)
-                for k in ("errors", "corrupt", "lost"):
-                    self.assertEqual(side[k], 0, f"{k}: {report}")
+            check_stress_pair(self, "across both hosts' vrdmad restarts (h0c0 -> h1c0)", crc,
+                              client, src, server)
             self.assertIn("lost vrdmad", client.err)
             self.assertIn("lost vrdmad", server.err)
-            print(f"\n  across both hosts' vrdmad restarts: {client.out.strip()}", flush=True)
         finally:
             server.kill()
             for d in new_daemon or []:

@@ -60,12 +60,11 @@ def summary(out):
     return {"role": m.group(1), **{k: int(v) for k, v in fields.items()}}
 
 
-def check_stress_pair(t, i, crc, c, src, s):
-    """Asserts what a vrdma_stress pair reported (client h0c<i>, server h1c<i>; their exit
-    codes and processes): both exited 0, no error, corruption or loss on either side, every
-    opcode used, every message received. Returns the client's counters."""
-    report = (f"pair {i} (h0c{i} -> h1c{i}):\nclient rc={crc}\n{c.out}{c.err}\n"
-              f"server rc={src}\n{s.out}{s.err}")
+def check_stress_pair(t, name, crc, c, src, s):
+    """Asserts what a vrdma_stress pair reported (`name` says which; their exit codes and
+    processes): both exited 0, no error, corruption or loss on either side, every opcode used,
+    every message received. Returns the client's counters."""
+    report = f"{name}:\nclient rc={crc}\n{c.out}{c.err}\nserver rc={src}\n{s.out}{s.err}"
     t.assertEqual((crc, src), (0, 0), report)
     cs, ss = summary(c.out), summary(s.out)
     t.assertIsNotNone(cs, report)
@@ -76,7 +75,7 @@ def check_stress_pair(t, i, crc, c, src, s):
     for op in OPCODES:
         t.assertGreater(cs[op], 0, f"no {op} operations: {report}")
     t.assertEqual(cs["msgs"], ss["msgs"], report)
-    print(f"  pair {i}: {c.out.strip()}", flush=True)
+    print(f"  {name}: {c.out.strip()}", flush=True)
     return cs
 
 
@@ -114,7 +113,8 @@ class StressPairs:
 
     def check(self, t, results):
         """Asserts every pair's result (check_stress_pair); returns the clients' counters."""
-        return [check_stress_pair(t, i, crc, self.clients[i], src, self.servers[i])
+        return [check_stress_pair(t, f"pair {i} (h0c{i} -> h1c{i})", crc, self.clients[i], src,
+                                  self.servers[i])
                 for i, (crc, src) in enumerate(results)]
 
     def run(self, t):

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "daemon_test_util.h"
+#include "verbs_fixture.h"
 
 namespace {
 
@@ -30,45 +31,13 @@ ibv_context* open_first() {
   return ctx;
 }
 
-int to_rts(ibv_qp* q, uint32_t dest) {
-  ibv_qp_attr a{};
-  a.qp_state = IBV_QPS_INIT;
-  a.port_num = 1;
-  a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
-  if (int e = ibv_modify_qp(q, &a,
-                            IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
-    return e;
-  a = {};
-  a.qp_state = IBV_QPS_RTR;
-  a.path_mtu = IBV_MTU_4096;
-  a.dest_qp_num = dest;
-  a.max_dest_rd_atomic = 1;
-  a.min_rnr_timer = 1;
-  a.ah_attr.port_num = 1;
-  if (int e = ibv_modify_qp(q, &a,
-                            IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-                                IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
-    return e;
-  a = {};
-  a.qp_state = IBV_QPS_RTS;
-  a.timeout = 10;
-  a.retry_cnt = 3;
-  a.rnr_retry = 7;
-  a.max_rd_atomic = 1;
-  return ibv_modify_qp(q, &a,
-                       IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-                           IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC);
-}
-
-// One completion from `cq` within 5 s (status IBV_WC_GENERAL_ERR + 100 when none came).
-ibv_wc one(ibv_cq* cq) {
-  ibv_wc wc{};
-  wc.status = static_cast<ibv_wc_status>(IBV_WC_GENERAL_ERR + 100);
-  auto end = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  while (std::chrono::steady_clock::now() < end)
-    if (ibv_poll_cq(cq, 1, &wc) == 1) return wc;
-  return wc;
-}
+// The verbs tests' helpers that bring a QP through its states and poll its completions.
+struct Verbs : vrdma::testing::VerbsTest {
+  using VerbsTest::poll;
+  using VerbsTest::to_init;
+  using VerbsTest::to_rtr;
+  using VerbsTest::to_rts;
+};
 
 TEST(DaemonLoss, ConnectionsOnThisHostGoOnAndARestartedDaemonServesNewContexts) {
   DaemonFixture first;
@@ -87,8 +56,12 @@ TEST(DaemonLoss, ConnectionsOnThisHostGoOnAndARestartedDaemonServesNewContexts) 
   ibv_qp* b = ibv_create_qp(pd, &ia);
   ASSERT_NE(a, nullptr);
   ASSERT_NE(b, nullptr);
-  ASSERT_EQ(to_rts(a, b->qp_num), 0);
-  ASSERT_EQ(to_rts(b, a->qp_num), 0);
+  ASSERT_EQ(Verbs::to_init(a), 0);
+  ASSERT_EQ(Verbs::to_init(b), 0);
+  ASSERT_EQ(Verbs::to_rtr(a, b->qp_num), 0);
+  ASSERT_EQ(Verbs::to_rtr(b, a->qp_num), 0);
+  ASSERT_EQ(Verbs::to_rts(a), 0);
+  ASSERT_EQ(Verbs::to_rts(b), 0);
   std::vector<uint8_t> buf(8192);
   ibv_mr* mr =
       ibv_reg_mr(pd, buf.data(), buf.size(), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
@@ -112,9 +85,9 @@ TEST(DaemonLoss, ConnectionsOnThisHostGoOnAndARestartedDaemonServesNewContexts) 
     swr.send_flags = IBV_SEND_SIGNALED;
     ibv_send_wr* sbad;
     ASSERT_EQ(ibv_post_send(b, &swr, &sbad), 0);
-    ibv_wc w1 = one(cq), w2 = one(cq);
-    EXPECT_EQ(w1.status, IBV_WC_SUCCESS);
-    EXPECT_EQ(w2.status, IBV_WC_SUCCESS);
+    const std::vector<ibv_wc> both = Verbs::poll(cq, 2);
+    ASSERT_EQ(both.size(), 2u);
+    for (const ibv_wc& w : both) EXPECT_EQ(w.status, IBV_WC_SUCCESS);
     for (int i = 0; i < 64; ++i) ASSERT_EQ(buf[i], tag) << i;
     // And a WRITE from b into the second half of the buffer, through a's rkey.
     memset(buf.data() + 4096, tag + 1, 64);
@@ -122,7 +95,9 @@ TEST(DaemonLoss, ConnectionsOnThisHostGoOnAndARestartedDaemonServesNewContexts) 
     swr.wr.rdma.remote_addr = reinterpret_cast<uint64_t>(buf.data() + 6000);
     swr.wr.rdma.rkey = mr->rkey;
     ASSERT_EQ(ibv_post_send(b, &swr, &sbad), 0);
-    EXPECT_EQ(one(cq).status, IBV_WC_SUCCESS);
+    const std::vector<ibv_wc> written = Verbs::poll(cq, 1);
+    ASSERT_EQ(written.size(), 1u);
+    EXPECT_EQ(written[0].status, IBV_WC_SUCCESS);
     for (int i = 0; i < 64; ++i) ASSERT_EQ(buf[6000 + i], tag + 1) << i;
   };
   exchange(0x11);

@@ -323,6 +323,8 @@ class Daemon : private CmPort {
   // `force`.
   void sample_direct_traffic(int64_t now, bool force = false);
   void sample_direct_traffic(DirectListener& l);
+  // The direct-path figures of namespace `ns`; false when it has no statistics.
+  bool direct_traffic_of(const NetnsId& ns, SocketBytes* totals, size_t* connections) const;
   int64_t next_direct_stats_ns_ = 0;
   // A namespace's direct-path totals while it has no vrdma process: the next one's continue
   // from them (bounded: some are forgotten when it is full).

@@ -139,6 +139,15 @@ void Daemon::sample_direct_traffic(DirectListener& l) {
   l.traffic.update(destroyed, live);
 }
 
+bool Daemon::direct_traffic_of(const NetnsId& ns, SocketBytes* totals,
+                               size_t* connections) const {
+  auto it = direct_ports_.find(ns);
+  if (it == direct_ports_.end() || !it->second.diag) return false;
+  *totals = it->second.traffic.totals();
+  *connections = it->second.traffic.connections();
+  return true;
+}
+
 bool Daemon::has_direct_port(const NetnsId& ns) const {
   auto it = direct_ports_.find(ns);
   return it != direct_ports_.end() && it->second.id != 0;

@@ -86,12 +86,12 @@ metrics::ContainerSample Daemon::metrics_container(const Client& c) const {
   cs.name = c.ident.container;
   cs.ip = ipv4_text(c.ident.ipv4);
   cs.tenant = c.tenant;
-  if (auto it = direct_ports_.find(c.ident.netns); it != direct_ports_.end() && it->second.diag) {
-    const SocketBytes t = it->second.traffic.totals();
-    cs.direct = true;
+  SocketBytes t;
+  size_t connections = 0;
+  if ((cs.direct = direct_traffic_of(c.ident.netns, &t, &connections))) {
     cs.direct_sent_bytes = t.sent;
     cs.direct_received_bytes = t.received;
-    cs.direct_connections = it->second.traffic.connections();
+    cs.direct_connections = connections;
   }
   return cs;
 }

@@ -91,12 +91,12 @@ std::string Daemon::status_text(const Client& viewer) {
                                                                          : "verbs";
     sc.fds = c.fds.size();
     sc.page_move_guard = c.arena.page_move_guard();
-    if (auto it = direct_ports_.find(c.ident.netns); it != direct_ports_.end() && it->second.diag) {
-      const SocketBytes t = it->second.traffic.totals();
-      sc.direct = true;
+    SocketBytes t;
+    size_t connections = 0;
+    if ((sc.direct = direct_traffic_of(c.ident.netns, &t, &connections))) {
       sc.direct_sent = t.sent;
       sc.direct_received = t.received;
-      sc.direct_connections = it->second.traffic.connections();
+      sc.direct_connections = connections;
     }
     for (uint32_t qpn : registry_.qpns_of(c.id)) {
       const QpRecord* rec = registry_.find_qp(qpn);
