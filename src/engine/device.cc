@@ -404,7 +404,7 @@ void Device::adopt_direct() {
     const int fd = c->fd();
     if (!c->live() || watched_.count(fd)) continue;
     epoll_event ev{};
-    ev.events = EPOLLIN | EPOLLRDHUP;
+    ev.events = EPOLLIN | EPOLLRDHUP | EPOLLET;
     ev.data.u64 = static_cast<uint64_t>(fd);
     if (::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev) < 0) continue;
     watched_.emplace(fd, Watched{std::move(c), ev.events});
@@ -415,12 +415,27 @@ void Device::adopt_direct() {
 
 int64_t Device::progress_direct(const epoll_event* events, int n) {
   constexpr int64_t kAwakeNs = 1'000'000'000;
+  constexpr uint32_t kIdleWakes = 8;
   const int64_t now = now_ns();
+  // Sockets are watched edge-triggered: one wake per arrival, never a loop around a socket a
+  // poller is reading (DirectLink::drive hands an arrival that finds it busy to the poller).
   for (int i = 0; i < n; ++i) {
     const uint64_t tag = events[i].data.u64;
     if (tag == kWakeEvent || tag == kControlEvent) continue;
     auto it = watched_.find(static_cast<int>(tag));
-    if (it != watched_.end()) it->second.conn->drive(now, DirectLink::Driver::kProgress);
+    if (it == watched_.end()) continue;
+    Watched& w = it->second;
+    const uint64_t before = w.conn->one_sided();
+    w.conn->drive(now, DirectLink::Driver::kProgress);
+    // While the program polls, what it polls for (its receives, its requests' answers) is its
+    // poller's to take: this thread's wakes for them only take its core. It stays awake for
+    // one-sided requests, which no poll of the target program waits for.
+    const bool poller = w.conn->last_poll() + DirectLink::kPolledNs > now;
+    w.idle_wakes = poller && w.conn->one_sided() == before ? w.idle_wakes + 1 : 0;
+    if (w.idle_wakes >= kIdleWakes) {
+      w.awake_until = 0;
+      w.idle_wakes = 0;
+    }
   }
   int64_t next = -1;
   for (auto it = watched_.begin(); it != watched_.end();) {
@@ -452,7 +467,8 @@ int64_t Device::progress_direct(const epoll_event* events, int n) {
     if (polled) c.stand_down(true);
     if (polled && (due < 0 || polled_until < due)) due = polled_until;
     // Room in a full socket is waited for only while frames wait for it.
-    const uint32_t want = (polled ? 0u : EPOLLIN) | EPOLLRDHUP | (c.wants_room() ? EPOLLOUT : 0u);
+    const uint32_t want =
+        (polled ? 0u : EPOLLIN) | EPOLLRDHUP | EPOLLET | (c.wants_room() ? EPOLLOUT : 0u);
     if (want != it->second.events) {
       epoll_event ev{};
       ev.events = want;

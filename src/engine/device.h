@@ -121,6 +121,9 @@ class Device {
   void add_context(Context* c);
   void remove_context(Context* c);
 
+  // Rouses the progress thread from its wait (it recomputes its timers).
+  void wake();
+
  private:
   Device() = default;
   int init();
@@ -133,7 +136,6 @@ class Device {
   void handle_event(const Packet& pkt);
   void handle_lost();
   void handle_fatal_qps();
-  void wake();
   int64_t retry_blocked(bool from_thread);  // returns ns until the next deadline, -1 none
   void map_pacing();
 
@@ -178,6 +180,9 @@ class Device {
     // Until when it does not stand down (ns): requests waited for a poller that had stopped
     // (a program that polls its CQ, then waits on memory for the other side's WRITE).
     int64_t awake_until = 0;
+    // Wakes in a row, while awake, that found what arrived already taken by a poller: the
+    // program polls again, and the thread stands down rather than take a core from it.
+    uint32_t idle_wakes = 0;
   };
   std::unordered_map<int, Watched> watched_;  // by descriptor; the progress thread's
   std::atomic<int> router_doorbell_{-1};

@@ -58,25 +58,56 @@ DirectLink::DirectLink(Device& dev, UniqueFd fd, uint64_t key, bool outbound)
 
 DirectLink::~DirectLink() = default;
 
-bool DirectLink::drive(int64_t now, Driver who) {
+bool DirectLink::drive(int64_t now, Driver who, bool read) {
   if (who == Driver::kPoll) last_poll_ns_.store(now, std::memory_order_relaxed);
   std::unique_lock lock(mu_, std::defer_lock);
   if (who == Driver::kPost) {
     lock.lock();
-  } else if (!lock.try_lock()) {
-    return true;  // another thread drives it now
+  } else {
+    // The progress thread's socket is edge-triggered: an arrival it was woken for and that
+    // finds another thread driving is that thread's to read (it looks at `again_` once it has
+    // let go), never dropped.
+    if (who == Driver::kProgress) again_.store(true, std::memory_order_seq_cst);
+    if (!lock.try_lock()) return true;
   }
+  // Bounded: each pass reads what arrived meanwhile; a last arrival still unread after them
+  // is the progress thread's at once (deadline now).
+  for (int pass = 0;; ++pass) {
+    again_.store(false, std::memory_order_relaxed);
+    pass_locked(now, who, read);
+    read = true;
+    lock.unlock();
+    if (!again_.load(std::memory_order_seq_cst)) break;
+    if (pass == 3) {
+      deadline_.store(now, std::memory_order_relaxed);
+      dev_.wake();
+      break;
+    }
+    if (!lock.try_lock()) break;  // the thread that has it looks at again_ after it
+    now = now_ns();
+  }
+  return live_;
+}
+
+void DirectLink::pass_locked(int64_t now, Driver who, bool read) {
   now_ = now;
+  bool rx_owed = false;
   if (live_ && link_.has_room(kRoomToReceive)) {
     const char* why = nullptr;
     const uint64_t before = link_.bytes_in;
-    link_.rx_ready = true;  // nobody tells this thread: a read finds out
+    // Nobody tells this thread whether bytes came: a read finds out (a poller was told none
+    // came; a budget spent earlier left rx_ready set).
+    if (read) link_.rx_ready = true;
     if (!link_.receive(*this, kReceiveBudget, &why, kDirectReadBudget)) {
       finish(why ? why : "receive failed");
     } else if (link_.bytes_in != before) {
       link_.last_rx_ns = now;
       received_.store(link_.bytes_in, std::memory_order_relaxed);
     }
+    // A budget spent with bytes still in the socket: no new edge says so.
+    rx_owed = live_ && link_.rx_ready;
+  } else if (live_) {
+    rx_owed = true;  // the ring's room comes back as its frames are written
   }
   resp_.retry_held(now, [this](uint32_t) { return &link_; });
   // Once the connection is over, a pass still flushes what was posted meanwhile (a post that
@@ -86,8 +117,11 @@ bool DirectLink::drive(int64_t now, Driver who) {
   if (live_ && link_.tx_pending()) {
     // Responses a poll made wait for the program's next post (which takes them along) or its
     // next poll; a standing-down progress thread writes them if neither comes.
-    if (who == Driver::kPoll && !sent && !deferred_ &&
-        stood_down_.load(std::memory_order_relaxed)) {
+    const bool defer = who == Driver::kPoll && !sent &&
+                       stood_down_.load(std::memory_order_relaxed) &&
+                       (!deferred_ || now - deferred_since_ < kDeferNs);
+    if (defer) {
+      if (!deferred_) deferred_since_ = now;
       deferred_ = true;
     } else {
       deferred_ = false;
@@ -97,6 +131,7 @@ bool DirectLink::drive(int64_t now, Driver who) {
   if (self_->has_retired() && !link_.tx_pending() && !req_.placing() && !resp_.placing())
     self_->reclaim();
   wants_room_.store(live_ && link_.tx_pending() && !deferred_, std::memory_order_relaxed);
+  has_deferred_.store(live_ && deferred_, std::memory_order_relaxed);
   int64_t due = -1;
   if (live_) {
     for (const auto& [qpn, q] : senders_)
@@ -105,9 +140,23 @@ bool DirectLink::drive(int64_t now, Driver who) {
         break;
       }
     if (resp_.held_count() && (due < 0 || now + kHeldRetryNs < due)) due = now + kHeldRetryNs;
+    // What is left in the socket is read at once, unless the writes wait for the socket's
+    // room (its EPOLLOUT edge comes first).
+    if (rx_owed && !wants_room_.load(std::memory_order_relaxed)) due = now;
   }
   deadline_.store(due, std::memory_order_relaxed);
-  return live_;
+  owed_.store(live_ && (rx_owed || link_.tx_pending() || resp_.held_count() != 0),
+              std::memory_order_relaxed);
+}
+
+void DirectLink::flush_deferred(int64_t now) {
+  if (!has_deferred_.load(std::memory_order_relaxed)) return;
+  std::unique_lock lock(mu_, std::try_to_lock);
+  if (!lock.owns_lock() || !deferred_) return;  // whoever has it writes them
+  deferred_ = false;
+  has_deferred_.store(false, std::memory_order_relaxed);
+  if (live_ && !link_.flush(now)) finish("send failed");
+  wants_room_.store(live_ && link_.tx_pending(), std::memory_order_relaxed);
 }
 
 void DirectLink::finish(const char* why) {
@@ -129,6 +178,9 @@ bool DirectLink::on_frame(transport::Link& link, wire::Type type, const uint8_t*
         *why = "a datagram on a direct connection";
         return false;
       }
+      if (r.opcode == IBV_WR_RDMA_WRITE || r.opcode == IBV_WR_RDMA_READ ||
+          r.opcode == IBV_WR_ATOMIC_CMP_AND_SWP || r.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD)
+        one_sided_.fetch_add(1, std::memory_order_relaxed);
       // A request of a QP that never joined (or left) is answered REM_INV_REQ_ERR.
       resp_.on_request(link, r, payload, dest, now_);
       return true;

@@ -64,7 +64,16 @@ class DirectLink final : public transport::LinkHandler,
   // Reads what arrived, runs what is due, writes what waits. False once the connection
   // carries nothing more (failed, or the other side closed it): the progress thread lets it go
   // (its QPs keep it while they are attached).
-  bool drive(int64_t now, Driver who);
+  bool drive(int64_t now, Driver who, bool read = true);
+  // A poller's turn (Cq::poll): `readable` says whether the socket has bytes. A connection
+  // with nothing to read and nothing to write is only marked polled (no system call).
+  void poll(int64_t now, bool readable) {
+    last_poll_ns_.store(now, std::memory_order_relaxed);
+    if (readable || owed_.load(std::memory_order_relaxed)) drive(now, Driver::kPoll, readable);
+  }
+  // Its socket could not join a CQ's readiness set: polls read it each time.
+  void read_every_poll() { read_every_poll_.store(true, std::memory_order_relaxed); }
+  bool reads_every_poll() const { return read_every_poll_.load(std::memory_order_relaxed); }
   // How long a poll keeps the progress thread standing down (ns).
   static constexpr int64_t kPolledNs = 1'000'000;
 
@@ -82,6 +91,9 @@ class DirectLink final : public transport::LinkHandler,
   int64_t last_poll() const { return last_poll_ns_.load(std::memory_order_relaxed); }
   // Bytes received so far (frames and payload).
   uint64_t received() const { return received_.load(std::memory_order_relaxed); }
+  // One-sided requests (WRITE, READ, atomics) received so far: work no poll of this program
+  // waits for.
+  uint64_t one_sided() const { return one_sided_.load(std::memory_order_relaxed); }
   // The progress thread stands down (looks at the connection every kPolledNs at the latest).
   void stand_down(bool yes) { stood_down_.store(yes, std::memory_order_relaxed); }
 
@@ -97,6 +109,14 @@ class DirectLink final : public transport::LinkHandler,
   void detach_sender(uint32_t qpn);
   // Sends what a QP posted (the posting thread).
   void kick(int64_t now) { drive(now, Driver::kPost); }
+  // Writes the responses polls left waiting (after a post: they follow what it sent). Only
+  // tries the lock.
+  void flush_deferred(int64_t now);
+  bool has_deferred() const { return has_deferred_.load(std::memory_order_relaxed); }
+  // How long polls leave responses waiting for the program's next post (ns): in a ping-pong
+  // the answer to a request then follows the program's reply instead of delaying it, and a
+  // stream of requests is answered a few at a time.
+  static constexpr int64_t kDeferNs = 25'000;
 
   // ---- QPs of the other process send to this process's (direct_receive.cc) ----
   // QP `src_qpn` at `src_ipv4` sends to `qp` on the connection (vrdmad took its ticket).
@@ -114,7 +134,8 @@ class DirectLink final : public transport::LinkHandler,
   void on_payload(transport::Link& link) override {
     if (!resp_.on_payload(link)) req_.on_payload(link, now_);
   }
-  void finish(const char* why);  // under mu_: the end of the connection
+  void pass_locked(int64_t now, Driver who, bool read);  // under mu_: reads, runs, writes
+  void finish(const char* why);               // under mu_: the end of the connection
 
   // Sending side (direct_send.cc), under mu_: the senders' requests, a few of each in turn
   // (how many went), the senders' timers, a receiver of the other side that went away, the
@@ -152,8 +173,16 @@ class DirectLink final : public transport::LinkHandler,
   std::atomic<int64_t> deadline_{-1};
   std::atomic<int64_t> last_poll_ns_{0};
   std::atomic<uint64_t> received_{0};
+  std::atomic<uint64_t> one_sided_{0};
   std::atomic<bool> stood_down_{false};
+  std::atomic<bool> again_{false};  // the progress thread was woken while another drove it
+  // A pass is owed without new bytes: frames wait to be written (or deferred), bytes wait in
+  // the socket beyond a pass's budget, or requests are held.
+  std::atomic<bool> owed_{false};
+  std::atomic<bool> read_every_poll_{false};
   bool deferred_ = false;  // a poll left what it queued for the next write
+  int64_t deferred_since_ = 0;
+  std::atomic<bool> has_deferred_{false};  // deferred_, for threads without the lock
 
   // Sending side.
   std::map<uint32_t, transport::SendQp> senders_;  // by QPN (node-stable)

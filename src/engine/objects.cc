@@ -138,6 +138,7 @@ Cq::~Cq() {
     ctx_.device().control().call(proto::Op::kDropFd, req);
   }
   if (event_fd_ >= 0) ::close(event_fd_);
+  if (direct_epfd_ >= 0) ::close(direct_epfd_);
   if (offset_) ctx_.device().arena().free(offset_);
 }
 
@@ -357,6 +358,14 @@ void Cq::attach_direct(std::shared_ptr<DirectLink> c) {
   // Several QPs of the CQ may use one connection: counted.
   for (auto& [conn, n] : direct_)
     if (conn == c) return void(++n);
+  if (direct_epfd_ < 0) direct_epfd_ = ::epoll_create1(EPOLL_CLOEXEC);
+  if (direct_epfd_ >= 0) {
+    epoll_event ev{};
+    ev.events = EPOLLIN | EPOLLRDHUP;
+    ev.data.ptr = c.get();
+    // Not watched (no descriptor to spare): its polls read it every time, as without the set.
+    if (::epoll_ctl(direct_epfd_, EPOLL_CTL_ADD, c->fd(), &ev) < 0) c->read_every_poll();
+  }
   direct_.emplace_back(std::move(c), 1);
   has_direct_.store(true, std::memory_order_relaxed);
 }
@@ -365,10 +374,25 @@ void Cq::detach_direct(const DirectLink* c) {
   std::lock_guard lock(direct_lock_);
   for (auto it = direct_.begin(); it != direct_.end(); ++it)
     if (it->first.get() == c) {
-      if (--it->second == 0) direct_.erase(it);
+      if (--it->second == 0) {
+        if (direct_epfd_ >= 0) ::epoll_ctl(direct_epfd_, EPOLL_CTL_DEL, c->fd(), nullptr);
+        direct_.erase(it);
+      }
       break;
     }
   has_direct_.store(!direct_.empty(), std::memory_order_relaxed);
+}
+
+void Cq::flush_deferred_direct(int64_t now) {
+  if (!has_direct_.load(std::memory_order_relaxed)) return;
+  thread_local std::vector<std::shared_ptr<DirectLink>> conns;
+  {
+    std::lock_guard lock(direct_lock_);
+    for (auto& [c, n] : direct_)
+      if (c->has_deferred()) conns.push_back(c);
+  }
+  for (auto& c : conns) c->flush_deferred(now);
+  conns.clear();
 }
 
 void Cq::drive_direct() {
@@ -383,8 +407,15 @@ void Cq::drive_direct() {
     if (++next_direct_ >= n) next_direct_ = 0;
     for (size_t i = 0; i < n; ++i) conns.push_back(direct_[(next_direct_ + i) % n].first);
   }
+  // Which sockets have bytes (or news of their end): only those are read.
+  epoll_event ready[64];
+  int nready = direct_epfd_ >= 0 ? ::epoll_wait(direct_epfd_, ready, 64, 0) : -1;
   const int64_t now = now_ns();
-  for (auto& c : conns) c->drive(now, DirectLink::Driver::kPoll);
+  for (auto& c : conns) {
+    bool readable = nready < 0 || nready == 64 || c->reads_every_poll();
+    for (int i = 0; i < nready && !readable; ++i) readable = ready[i].data.ptr == c.get();
+    c->poll(now, readable);
+  }
   conns.clear();
 }
 

@@ -149,6 +149,8 @@ class Cq {
   // thread.
   void attach_direct(std::shared_ptr<DirectLink> c);
   void detach_direct(const DirectLink* c);
+  // The connections' responses that polls held back are written (DirectLink::flush_deferred).
+  void flush_deferred_direct(int64_t now);
   // The receive completions reported for `src` and not polled yet move to the CQ's own ring, in
   // their order and checked as a poll checks them: whatever is pushed after them (a flush) is
   // polled after them.
@@ -203,6 +205,9 @@ class Cq {
   std::vector<std::pair<std::shared_ptr<DirectLink>, uint32_t>> direct_;
   size_t next_direct_ = 0;                          // where the next poll starts driving them
   std::atomic<bool> has_direct_{false};
+  // The connections' sockets, level-triggered: a poll reads only those with bytes (one
+  // epoll_wait for all, which takes no socket's lock), never spins on recvmsg.
+  int direct_epfd_ = -1;
   std::vector<RecvSource*> sources_;  // guarded by poll_lock_
   std::vector<const shm::SendQueue*> sqs_;  // guarded by poll_lock_
   poll_backoff::MoreHint more_coming_;  // the last receive report's kRecvMore; poll_lock_

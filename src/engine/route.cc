@@ -181,7 +181,12 @@ void Qp::close_direct() {
 void Qp::kick_direct() {
   if (!kick_) return;
   kick_ = false;
-  if (direct_out_) direct_out_->kick(now_ns());
+  if (!direct_out_) return;
+  const int64_t now = now_ns();
+  direct_out_->kick(now);
+  // Answers this program's polls held back go after what it just sent.
+  recv_cq_->flush_deferred_direct(now);
+  if (send_cq_ != recv_cq_) send_cq_->flush_deferred_direct(now);
 }
 
 }  // namespace vrdma
