@@ -110,28 +110,47 @@ void DirectLink::pass_locked(int64_t now, Driver who, bool read) {
     rx_owed = true;  // the ring's room comes back as its frames are written
   }
   resp_.retry_held(now, [this](uint32_t) { return &link_; });
+  const bool answers_came = link_.bytes_in != bytes_in_seen_;
+  bytes_in_seen_ = link_.bytes_in;
+  bool in_flight = false;
+  if (who == Driver::kPost)
+    for (const auto& [qpn, q] : senders_) in_flight = in_flight || q.done != q.sent;
   // Once the connection is over, a pass still flushes what was posted meanwhile (a post that
   // raced the end: its QP failed after the poster looked).
   const uint32_t sent = pump(now);
   if (live_ && !check_senders(now)) finish("no answer within the QPs' timeout");
   if (live_ && link_.tx_pending()) {
-    // Responses a poll made wait for the program's next post (which takes them along) or its
-    // next poll; a standing-down progress thread writes them if neither comes.
-    const bool defer = who == Driver::kPoll && !sent &&
-                       stood_down_.load(std::memory_order_relaxed) &&
-                       (!deferred_ || now - deferred_since_ < kDeferNs);
-    if (defer) {
+    // While the program polls (the progress thread stands down), frames may wait a little to
+    // leave together, at most kDeferNs: responses a poll made wait for the program's next post
+    // (and follow it) or a later poll; requests a program streams (posts coming one right
+    // after another while earlier ones are unanswered) wait for their answers, a poll that
+    // finds some, or kCorkBytes. A standing-down progress thread writes what nobody comes for.
+    bool hold = stood_down_.load(std::memory_order_relaxed) &&
+                (!deferred_ || now - deferred_since_ < kDeferNs);
+    if (who == Driver::kPost) {
+      hold = hold && sent && in_flight && now - last_post_end_ns_ < kStreamNs &&
+             link_.unwritten_bytes() < kCorkBytes;
+      if (hold) corked_ = true;
+    } else if (who == Driver::kPoll) {
+      hold = hold && !sent && !(corked_ && answers_came);
+    } else {
+      hold = false;
+    }
+    if (hold) {
       if (!deferred_) deferred_since_ = now;
       deferred_ = true;
     } else {
-      deferred_ = false;
+      deferred_ = corked_ = false;
       if (!link_.flush(now)) finish("send failed");
     }
   }
+  if (who == Driver::kPost) last_post_end_ns_ = now_ns();
   if (self_->has_retired() && !link_.tx_pending() && !req_.placing() && !resp_.placing())
     self_->reclaim();
   wants_room_.store(live_ && link_.tx_pending() && !deferred_, std::memory_order_relaxed);
-  has_deferred_.store(live_ && deferred_, std::memory_order_relaxed);
+  // (Requests held are not written after the program's next post: they wait for answers.)
+  has_deferred_.store(live_ && deferred_ && !corked_, std::memory_order_relaxed);
+  has_held_.store(live_ && deferred_, std::memory_order_relaxed);
   int64_t due = -1;
   if (live_) {
     for (const auto& [qpn, q] : senders_)
@@ -152,9 +171,20 @@ void DirectLink::pass_locked(int64_t now, Driver who, bool read) {
 void DirectLink::flush_deferred(int64_t now) {
   if (!has_deferred_.load(std::memory_order_relaxed)) return;
   std::unique_lock lock(mu_, std::try_to_lock);
-  if (!lock.owns_lock() || !deferred_) return;  // whoever has it writes them
-  deferred_ = false;
+  if (!lock.owns_lock() || !deferred_ || corked_) return;  // whoever has it writes them
+  write_held(now);
+}
+
+void DirectLink::flush_held(int64_t now) {
+  if (!has_held_.load(std::memory_order_relaxed)) return;
+  std::lock_guard lock(mu_);
+  if (deferred_) write_held(now);
+}
+
+void DirectLink::write_held(int64_t now) {
+  deferred_ = corked_ = false;
   has_deferred_.store(false, std::memory_order_relaxed);
+  has_held_.store(false, std::memory_order_relaxed);
   if (live_ && !link_.flush(now)) finish("send failed");
   wants_room_.store(live_ && link_.tx_pending(), std::memory_order_relaxed);
 }

@@ -107,16 +107,24 @@ class DirectLink final : public transport::LinkHandler,
   // QP `qpn` is going (destroyed, or reset): the other end is told this is no failure (Close),
   // and its work is no longer carried.
   void detach_sender(uint32_t qpn);
-  // Sends what a QP posted (the posting thread).
-  void kick(int64_t now) { drive(now, Driver::kPost); }
+  // Sends what a QP posted (the posting thread). It reads nothing: what arrives is for the
+  // pollers and the progress thread.
+  void kick(int64_t now) { drive(now, Driver::kPost, false); }
   // Writes the responses polls left waiting (after a post: they follow what it sent). Only
   // tries the lock.
   void flush_deferred(int64_t now);
   bool has_deferred() const { return has_deferred_.load(std::memory_order_relaxed); }
+  bool has_held() const { return has_held_.load(std::memory_order_relaxed); }
   // How long polls leave responses waiting for the program's next post (ns): in a ping-pong
   // the answer to a request then follows the program's reply instead of delaying it, and a
   // stream of requests is answered a few at a time.
   static constexpr int64_t kDeferNs = 25'000;
+  // Posts that come less than kStreamNs after the previous post's return stream; their
+  // requests wait (see pass_locked) until kCorkBytes are queued.
+  static constexpr int64_t kStreamNs = 5'000;
+  static constexpr uint64_t kCorkBytes = 32 * 1024;
+  // Writes what waits (the program arms a CQ: it will sleep, not poll).
+  void flush_held(int64_t now);
 
   // ---- QPs of the other process send to this process's (direct_receive.cc) ----
   // QP `src_qpn` at `src_ipv4` sends to `qp` on the connection (vrdmad took its ticket).
@@ -136,6 +144,7 @@ class DirectLink final : public transport::LinkHandler,
   }
   void pass_locked(int64_t now, Driver who, bool read);  // under mu_: reads, runs, writes
   void finish(const char* why);               // under mu_: the end of the connection
+  void write_held(int64_t now);               // under mu_: what waits leaves
 
   // Sending side (direct_send.cc), under mu_: the senders' requests, a few of each in turn
   // (how many went), the senders' timers, a receiver of the other side that went away, the
@@ -182,7 +191,11 @@ class DirectLink final : public transport::LinkHandler,
   std::atomic<bool> read_every_poll_{false};
   bool deferred_ = false;  // a poll left what it queued for the next write
   int64_t deferred_since_ = 0;
-  std::atomic<bool> has_deferred_{false};  // deferred_, for threads without the lock
+  bool corked_ = false;            // what waits includes requests (they wait for answers)
+  int64_t last_post_end_ns_ = 0;   // when the last post's pass ended
+  uint64_t bytes_in_seen_ = 0;     // link_.bytes_in at the last pass
+  std::atomic<bool> has_deferred_{false};  // responses wait (deferred_ && !corked_)
+  std::atomic<bool> has_held_{false};      // anything waits (deferred_)
 
   // Sending side.
   std::map<uint32_t, transport::SendQp> senders_;  // by QPN (node-stable)

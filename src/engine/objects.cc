@@ -383,15 +383,20 @@ void Cq::detach_direct(const DirectLink* c) {
   has_direct_.store(!direct_.empty(), std::memory_order_relaxed);
 }
 
-void Cq::flush_deferred_direct(int64_t now) {
+void Cq::flush_deferred_direct(int64_t now, bool all) {
   if (!has_direct_.load(std::memory_order_relaxed)) return;
   thread_local std::vector<std::shared_ptr<DirectLink>> conns;
   {
     std::lock_guard lock(direct_lock_);
     for (auto& [c, n] : direct_)
-      if (c->has_deferred()) conns.push_back(c);
+      if (all ? c->has_held() : c->has_deferred()) conns.push_back(c);
   }
-  for (auto& c : conns) c->flush_deferred(now);
+  for (auto& c : conns) {
+    if (all)
+      c->flush_held(now);
+    else
+      c->flush_deferred(now);
+  }
   conns.clear();
 }
 
@@ -420,6 +425,9 @@ void Cq::drive_direct() {
 }
 
 int Cq::arm(bool solicited_only) {
+  // The program is about to sleep on the CQ: what its polls left waiting on its direct
+  // connections leaves now.
+  flush_deferred_direct(now_ns(), true);
   std::lock_guard lock(poll_lock_);
   armed_.store(solicited_only ? 2 : 1, std::memory_order_seq_cst);
   shm::arm_word(view_.cq->armed, solicited_only);

@@ -149,8 +149,9 @@ class Cq {
   // thread.
   void attach_direct(std::shared_ptr<DirectLink> c);
   void detach_direct(const DirectLink* c);
-  // The connections' responses that polls held back are written (DirectLink::flush_deferred).
-  void flush_deferred_direct(int64_t now);
+  // The connections' responses that polls held back are written (DirectLink::flush_deferred);
+  // `all`: every frame held back, requests too (DirectLink::flush_held).
+  void flush_deferred_direct(int64_t now, bool all = false);
   // The receive completions reported for `src` and not polled yet move to the CQ's own ring, in
   // their order and checked as a poll checks them: whatever is pushed after them (a flush) is
   // polled after them.
