@@ -152,12 +152,11 @@ void DirectLink::pass_locked(int64_t now, Driver who, bool read) {
   has_deferred_.store(live_ && deferred_ && !corked_, std::memory_order_relaxed);
   has_held_.store(live_ && deferred_, std::memory_order_relaxed);
   int64_t due = -1;
+  uint64_t unanswered = 0;
+  for (const auto& [qpn, q] : senders_) unanswered += q.sent - q.done;
+  in_flight_.store(live_ ? unanswered : 0, std::memory_order_relaxed);
   if (live_) {
-    for (const auto& [qpn, q] : senders_)
-      if (q.done != q.sent) {
-        due = now + kTimerNs;
-        break;
-      }
+    if (unanswered) due = now + kTimerNs;
     if (resp_.held_count() && (due < 0 || now + kHeldRetryNs < due)) due = now + kHeldRetryNs;
     // What is left in the socket is read at once, unless the writes wait for the socket's
     // room (its EPOLLOUT edge comes first).

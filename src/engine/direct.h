@@ -115,6 +115,8 @@ class DirectLink final : public transport::LinkHandler,
   void flush_deferred(int64_t now);
   bool has_deferred() const { return has_deferred_.load(std::memory_order_relaxed); }
   bool has_held() const { return has_held_.load(std::memory_order_relaxed); }
+  // Requests of this process's QPs sent on it and not answered yet (as of the last pass).
+  uint64_t in_flight() const { return in_flight_.load(std::memory_order_relaxed); }
   // How long polls leave responses waiting for the program's next post (ns): in a ping-pong
   // the answer to a request then follows the program's reply instead of delaying it, and a
   // stream of requests is answered a few at a time.
@@ -196,6 +198,7 @@ class DirectLink final : public transport::LinkHandler,
   uint64_t bytes_in_seen_ = 0;     // link_.bytes_in at the last pass
   std::atomic<bool> has_deferred_{false};  // responses wait (deferred_ && !corked_)
   std::atomic<bool> has_held_{false};      // anything waits (deferred_)
+  std::atomic<uint64_t> in_flight_{0};
 
   // Sending side.
   std::map<uint32_t, transport::SendQp> senders_;  // by QPN (node-stable)

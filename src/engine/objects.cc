@@ -343,6 +343,15 @@ int Cq::poll(int n, ibv_wc* wc) {
   // Completions of routed work come from this host's router, which needs a core to make
   // them: an application spinning on an empty CQ lends it its turn, and leaves the core to it
   // for a while when the router is at work on this CQ's requests (poll_backoff.h).
+  // Completions of direct work come from the other side's processes and this host's kernel
+  // (the socket's bytes): a thread that has waited a while on a stream of its own requests
+  // (kDeepQueue or more outstanding) lends its core to them between polls, as it does to the
+  // router. Latency-bound work (a request or two in flight) keeps spinning.
+  if (has_direct_.load(std::memory_order_relaxed) && poll_backoff::waited_long() &&
+      direct_streams()) {
+    sched_yield();
+    return 0;
+  }
   if (ctx_.device().yields_to_router()) {
     const shm::SendQueue* sq = nullptr;
     if (poll_backoff::waited_long() && streaming(&sq))
@@ -381,6 +390,13 @@ void Cq::detach_direct(const DirectLink* c) {
       break;
     }
   has_direct_.store(!direct_.empty(), std::memory_order_relaxed);
+}
+
+bool Cq::direct_streams() {
+  std::lock_guard lock(direct_lock_);
+  for (auto& [c, n] : direct_)
+    if (c->in_flight() >= poll_backoff::kDeepQueue) return true;
+  return false;
 }
 
 void Cq::flush_deferred_direct(int64_t now, bool all) {

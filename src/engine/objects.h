@@ -185,6 +185,8 @@ class Cq {
  private:
   int take_recv(RecvSource& src, int max, ibv_wc* out);  // requires poll_lock_
   void drive_direct();
+  // Whether one of its direct connections carries kDeepQueue or more unanswered requests.
+  bool direct_streams();
   // Whether work streams to this CQ: a router thread awake working on a deep queue of its QPs'
   // routed requests (`deepest`: the deepest such queue, which paces the poller's naps), or the
   // last message received said more were queued behind it.
