@@ -73,7 +73,9 @@ bool DirectLink::drive(int64_t now, Driver who, bool read) {
   // Bounded: each pass reads what arrived meanwhile; a last arrival still unread after them
   // is the progress thread's at once (deadline now).
   for (int pass = 0;; ++pass) {
-    again_.store(false, std::memory_order_relaxed);
+    // Whichever pass takes the flag reads, whatever its driver meant to do (a post reads
+    // nothing of its own accord).
+    if (again_.exchange(false, std::memory_order_acq_rel)) read = true;
     pass_locked(now, who, read);
     read = true;
     lock.unlock();
@@ -112,13 +114,18 @@ void DirectLink::pass_locked(int64_t now, Driver who, bool read) {
   resp_.retry_held(now, [this](uint32_t) { return &link_; });
   const bool answers_came = link_.bytes_in != bytes_in_seen_;
   bytes_in_seen_ = link_.bytes_in;
-  bool in_flight = false;
-  if (who == Driver::kPost)
-    for (const auto& [qpn, q] : senders_) in_flight = in_flight || q.done != q.sent;
+  // Requests unanswered before this pass (as the last pass counted them).
+  const bool in_flight = in_flight_.load(std::memory_order_relaxed) != 0;
   // Once the connection is over, a pass still flushes what was posted meanwhile (a post that
   // raced the end: its QP failed after the poster looked).
   const uint32_t sent = pump(now);
-  if (live_ && !check_senders(now)) finish("no answer within the QPs' timeout");
+  if (live_ && !check_senders(now)) {
+    LOG_WARN("direct connection to %s: no answer within the QPs' timeout (%llu frame bytes "
+             "unwritten%s, %llu received)",
+             ipv4_text(peer_ipv4_).c_str(), static_cast<unsigned long long>(link_.unwritten_bytes()),
+             deferred_ ? ", held" : "", static_cast<unsigned long long>(link_.bytes_in));
+    finish("no answer within the QPs' timeout");
+  }
   if (live_ && link_.tx_pending()) {
     // While the program polls (the progress thread stands down), frames may wait a little to
     // leave together, at most kDeferNs: responses a poll made wait for the program's next post
@@ -159,8 +166,15 @@ void DirectLink::pass_locked(int64_t now, Driver who, bool read) {
     if (unanswered) due = now + kTimerNs;
     if (resp_.held_count() && (due < 0 || now + kHeldRetryNs < due)) due = now + kHeldRetryNs;
     // What is left in the socket is read at once, unless the writes wait for the socket's
-    // room (its EPOLLOUT edge comes first).
-    if (rx_owed && !wants_room_.load(std::memory_order_relaxed)) due = now;
+    // room (its EPOLLOUT edge comes first). No new edge will say so: a progress thread asleep
+    // is woken for it.
+    if (rx_owed && !wants_room_.load(std::memory_order_relaxed)) {
+      due = now;
+      if (who != Driver::kProgress) dev_.wake();
+    }
+    // Frames held for a poller are the progress thread's once they have waited kPolledNs,
+    // whoever was to come for them.
+    if (deferred_ && (due < 0 || deferred_since_ + kPolledNs < due)) due = deferred_since_ + kPolledNs;
   }
   deadline_.store(due, std::memory_order_relaxed);
   owed_.store(live_ && (rx_owed || link_.tx_pending() || resp_.held_count() != 0),
