@@ -34,7 +34,7 @@ namespace vrdma::daemon {
 namespace {
 
 constexpr int64_t kTicketNs = 30'000'000'000;  // a ticket nobody presented is forgotten
-constexpr int64_t kDialNs = 500'000'000;       // a connection whose far end does not answer
+constexpr int64_t kDialNs = 500'000'000;       // a handshake that the far end does not answer
 // After a dial failed, ConnectQp of that QP answers "not ready" at once for this long (the QP
 // retries on its own timer; each retry does not wait for another dial).
 constexpr int64_t kFailedNs = 500'000'000;

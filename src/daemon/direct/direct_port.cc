@@ -96,7 +96,7 @@ void DirectPort::on_event(uint64_t tag, uint32_t events, int64_t now) {
   const auto id = static_cast<uint32_t>(tag);
   if (auto l = listeners_.find(id); l != listeners_.end()) return accept_all(id, l->second, now);
   if (arrivals_.count(id)) return read_hello(id, now);
-  if (dials_.count(id)) return step_dial(id, events);
+  if (dials_.count(id)) return step_dial(id, events, now);
 }
 
 void DirectPort::make_room(uint32_t peer_ipv4) {
@@ -178,7 +178,7 @@ void DirectPort::read_hello(uint32_t id, int64_t /*now*/) {
   on_arrival_(a);
 }
 
-void DirectPort::step_dial(uint32_t id, uint32_t events) {
+void DirectPort::step_dial(uint32_t id, uint32_t events, int64_t now) {
   Conn& c = dials_.find(id)->second;
   if (!c.connected) {
     int err = 0;
@@ -187,6 +187,7 @@ void DirectPort::step_dial(uint32_t id, uint32_t events) {
     if (err == EINPROGRESS || (!err && !(events & (EPOLLOUT | EPOLLERR | EPOLLHUP)))) return;
     if (err) return end_dial(id, err == ETIMEDOUT ? ETIMEDOUT : ECONNREFUSED);
     c.connected = true;
+    if (c.deadline < now + lim_.answer_ns) c.deadline = now + lim_.answer_ns;
   }
   if (c.have < kHelloBytes) {
     ssize_t n = ::send(c.fd.get(), c.buf + c.have, kHelloBytes - c.have,

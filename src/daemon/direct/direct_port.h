@@ -29,6 +29,9 @@ struct DirectPortLimits {
   uint32_t arrivals_per_source = 8;  // unauthenticated connections from one address
   uint32_t arrivals_total = 1024;
   int64_t hello_ns = 2'000'000'000;  // an arrival says hello within this, or is closed
+  // A dial's TCP handshake is the pod network's say and keeps the caller's deadline; once it
+  // is through, the far end's vrdmad (a busy host's control plane) has this long to answer.
+  int64_t answer_ns = 3'000'000'000;
 };
 
 class DirectPort {
@@ -58,9 +61,10 @@ class DirectPort {
   // ipv4:port. Returns its id (> 0), or 0 with *err.
   uint32_t listen(UniqueFd sock, uint32_t ipv4, uint16_t port, int* err);
   void unlisten(uint32_t id);  // its arrivals go with it
-  // Connects `sock` (made in the source's namespace) to dst_ipv4:port, sends `hello` and waits
-  // for the one-byte answer until `deadline_ns`; `done` runs from on_event or expire (or at
-  // once when the connect fails at once).
+  // Connects `sock` (made in the source's namespace) to dst_ipv4:port by `deadline_ns`, sends
+  // `hello` and waits for the one-byte answer (until the later of `deadline_ns` and
+  // answer_ns after the handshake); `done` runs from on_event or expire (or at once when the
+  // connect fails at once).
   void dial(UniqueFd sock, uint32_t dst_ipv4, uint16_t port, const wire::DirectHello& hello,
             int64_t deadline_ns, Dialed done);
 
@@ -94,7 +98,7 @@ class DirectPort {
   void accept_all(uint32_t listener_id, const Listener& l, int64_t now);
   void make_room(uint32_t peer_ipv4);  // evicts to stay within the arrival bounds
   void read_hello(uint32_t id, int64_t now);
-  void step_dial(uint32_t id, uint32_t events);
+  void step_dial(uint32_t id, uint32_t events, int64_t now);
   void end_dial(uint32_t id, int status);
   void watch(int fd, uint32_t id, uint32_t events, bool add);
 
