@@ -53,6 +53,45 @@ TEST_F(RsocketApi, SocketsAreRealDistinctDescriptors) {
   EXPECT_EQ(errno, EBADF);
 }
 
+// librspreload takes a descriptor for the program first (open of /dev/null), then asks for the
+// rsocket, and maps select()'s results back by walking descriptors upwards: an rsocket number
+// below the program's descriptor would stand for it, and select() would flag the wrong one (a
+// server that never sees its control connection readable). Another thread closing a lower
+// descriptor in between must not hand that hole to the rsocket.
+TEST_F(RsocketApi, NumbersAreAboveTheDescriptorTheCallerJustTook) {
+  auto caller_descriptor_above_a_hole = [](int& hole) {
+    hole = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+    const int taken = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+    ::close(hole);  // free again, below `taken`
+    return taken;
+  };
+  int hole = -1;
+  const int a = caller_descriptor_above_a_hole(hole);
+  ASSERT_GT(a, hole);
+  Fd s(rsocket(AF_INET, SOCK_STREAM, 0));
+  ASSERT_GE(s.get(), 0) << strerror(errno);
+  EXPECT_GT(s.get(), a);
+  ::close(a);
+
+  uint16_t port = next_port();
+  Fd l = listener(port);
+  Fd c(rsocket(AF_INET, SOCK_STREAM, 0));
+  sockaddr_in dst = addr(own_ip(), port);
+  ASSERT_EQ(rconnect(c, reinterpret_cast<sockaddr*>(&dst), sizeof(dst)), 0) << strerror(errno);
+  ASSERT_TRUE(wait_for(l, POLLIN) & POLLIN);
+  const int b = caller_descriptor_above_a_hole(hole);
+  Fd accepted(raccept(l, nullptr, nullptr));
+  ASSERT_GE(accepted.get(), 0) << strerror(errno);
+  EXPECT_GT(accepted.get(), b);
+  ::close(b);
+  // The renumbered sockets work as before.
+  const char msg[] = "hello";
+  ASSERT_TRUE(send_all(c, msg, sizeof(msg)));
+  char got[sizeof(msg)] = {};
+  ASSERT_TRUE(recv_all(accepted, got, sizeof(got)));
+  EXPECT_STREQ(got, msg);
+}
+
 TEST_F(RsocketApi, BadArgumentsAndStates) {
   EXPECT_EQ(rsocket(AF_UNIX, SOCK_STREAM, 0), -1);
   EXPECT_EQ(errno, EAFNOSUPPORT);

@@ -1,8 +1,10 @@
 // A socket's resources: its event channel and rdma_cm id, and once it has a device its
 // endpoint (completion channel, one CQ for both directions, the RC QP, the receive ring and the
 // send buffer, both registered); the connection data both sides exchange; address conversion.
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -36,7 +38,33 @@ int set_nonblock(int fd) {
   return 0;
 }
 
+// The highest descriptor open in this process, or -1 if /proc cannot say.
+int highest_open_fd() {
+  DIR* d = ::opendir("/proc/self/fd");
+  if (!d) return -1;
+  int highest = -1;
+  while (dirent* e = ::readdir(d)) {
+    char* end = nullptr;
+    long v = strtol(e->d_name, &end, 10);
+    if (end != e->d_name && *end == 0 && v > highest) highest = int(v);
+  }
+  ::closedir(d);
+  return highest;
+}
+
 }  // namespace
+
+int number_above_open(rdma_event_channel* ch) {
+  const int highest = highest_open_fd();
+  if (highest < 0 || ch->fd > highest) return 0;
+  const int moved = ::fcntl(ch->fd, F_DUPFD_CLOEXEC, highest + 1);
+  if (moved < 0) return errno;  // past the descriptor limit: the number stays
+  const int fl = ::fcntl(ch->fd, F_GETFL);
+  if (fl >= 0) ::fcntl(moved, F_SETFL, fl);  // file status flags go with the description
+  ::close(ch->fd);
+  ch->fd = moved;
+  return 0;
+}
 
 int fail(int err) {
   errno = err;
@@ -57,6 +85,7 @@ Socket* new_socket(int domain, int& err) {
     delete s;
     return nullptr;
   }
+  number_above_open(s->ch);
   if ((err = set_nonblock(s->ch->fd)) != 0 || rdma_create_id(s->ch, &s->id, s, RDMA_PS_TCP)) {
     if (!err) err = errno;
     rdma_destroy_event_channel(s->ch);

@@ -265,9 +265,11 @@ VRDMA_EXPORT int raccept(int socket, struct sockaddr* addr, socklen_t* addrlen) 
   if (int e = wait_until(*s, lk, nonblock, [](Socket& x) { return accept_ready(x); }))
     return fail(e);
   // The socket's number is made now, after whatever descriptor the caller took for it (as
-  // librspreload does), so that it is the higher of the two.
+  // librspreload does), above it and every other open descriptor (another thread may have
+  // closed a lower one meanwhile).
   rdma_event_channel* ch = rdma_create_event_channel();
   if (!ch) return fail(errno);
+  number_above_open(ch);
   int fl = fcntl(ch->fd, F_GETFL);
   if (fl < 0 || fcntl(ch->fd, F_SETFL, fl | O_NONBLOCK)) {
     int e = errno;
