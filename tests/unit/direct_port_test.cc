@@ -70,11 +70,12 @@ struct Dialer {
   void dial(uint16_t to, int64_t deadline_ns) {
     UniqueFd s(::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
     wire::DirectHello h{};
-    port.dial(std::move(s), htonl(INADDR_LOOPBACK), to, h, deadline_ns, [this](int st, UniqueFd fd) {
-      status = st;
-      got_fd = bool(fd);
-      ended_ns = now_ns();
-    });
+    port.dial(std::move(s), htonl(INADDR_LOOPBACK), to, h, deadline_ns,
+              [this](int st, UniqueFd fd) {
+                status = st;
+                got_fd = bool(fd);
+                ended_ns = now_ns();
+              });
   }
   // Runs the loop until the dial ended (bounded: 5 s).
   void run() {

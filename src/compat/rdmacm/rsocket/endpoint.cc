@@ -52,18 +52,31 @@ int highest_open_fd() {
   return highest;
 }
 
-}  // namespace
-
-int number_above_open(rdma_event_channel* ch) {
+// Moves the channel to a descriptor numbered above every descriptor open now (dup shares the
+// open file description, flags included). Past the descriptor limit the number stays.
+void number_above_open(rdma_event_channel* ch) {
   const int highest = highest_open_fd();
-  if (highest < 0 || ch->fd > highest) return 0;
+  if (highest < 0 || ch->fd > highest) return;
   const int moved = ::fcntl(ch->fd, F_DUPFD_CLOEXEC, highest + 1);
-  if (moved < 0) return errno;  // past the descriptor limit: the number stays
-  const int fl = ::fcntl(ch->fd, F_GETFL);
-  if (fl >= 0) ::fcntl(moved, F_SETFL, fl);  // file status flags go with the description
+  if (moved < 0) return;
   ::close(ch->fd);
   ch->fd = moved;
-  return 0;
+}
+
+}  // namespace
+
+rdma_event_channel* socket_channel(int& err) {
+  rdma_event_channel* ch = rdma_create_event_channel();
+  if (!ch) {
+    err = errno ? errno : ENODEV;
+    return nullptr;
+  }
+  number_above_open(ch);
+  if ((err = set_nonblock(ch->fd)) != 0) {
+    rdma_destroy_event_channel(ch);
+    return nullptr;
+  }
+  return ch;
 }
 
 int fail(int err) {
@@ -79,15 +92,13 @@ Socket* new_socket(int domain, int& err) {
   }
   s->domain = domain;
   s->local.sin_family = AF_INET;
-  s->ch = rdma_create_event_channel();
+  s->ch = socket_channel(err);
   if (!s->ch) {
-    err = errno ? errno : ENODEV;
     delete s;
     return nullptr;
   }
-  number_above_open(s->ch);
-  if ((err = set_nonblock(s->ch->fd)) != 0 || rdma_create_id(s->ch, &s->id, s, RDMA_PS_TCP)) {
-    if (!err) err = errno;
+  if (rdma_create_id(s->ch, &s->id, s, RDMA_PS_TCP)) {
+    err = errno;
     rdma_destroy_event_channel(s->ch);
     delete s;
     return nullptr;

@@ -267,15 +267,9 @@ VRDMA_EXPORT int raccept(int socket, struct sockaddr* addr, socklen_t* addrlen) 
   // The socket's number is made now, after whatever descriptor the caller took for it (as
   // librspreload does), above it and every other open descriptor (another thread may have
   // closed a lower one meanwhile).
-  rdma_event_channel* ch = rdma_create_event_channel();
-  if (!ch) return fail(errno);
-  number_above_open(ch);
-  int fl = fcntl(ch->fd, F_GETFL);
-  if (fl < 0 || fcntl(ch->fd, F_SETFL, fl | O_NONBLOCK)) {
-    int e = errno;
-    rdma_destroy_event_channel(ch);
-    return fail(e);
-  }
+  int err = 0;
+  rdma_event_channel* ch = socket_channel(err);
+  if (!ch) return fail(err);
   Listener& q = *s->lst;
   Socket* c = q.ready.front();
   if (rdma_migrate_id(c->id, ch)) {

@@ -180,11 +180,11 @@ void remove(Socket* s);
 int fail(int err);  // errno = err, -1
 // A new socket with its event channel (non-blocking) and rdma_cm id; not in the table.
 Socket* new_socket(int domain, int& err);
-// Gives a new event channel a descriptor numbered above every descriptor open now, the one a
-// caller just took for the socket included (librspreload maps select()'s results back by
-// walking descriptors upwards: a socket's number below its caller's descriptor would stand
-// for it). 0 or errno; on failure the channel keeps its descriptor.
-int number_above_open(rdma_event_channel* ch);
+// A socket's event channel, non-blocking, its descriptor (the socket's number) above every
+// descriptor open now, the one a caller just took for the socket included (librspreload maps
+// select()'s results back by walking descriptors upwards: a socket's number below its caller's
+// descriptor would stand for it). nullptr with err.
+rdma_event_channel* socket_channel(int& err);
 // The QP, CQ, completion channel, ring and send buffer of a socket whose id has a device.
 int create_endpoint(Socket& s);
 ConnData conn_data(const Socket& s);
