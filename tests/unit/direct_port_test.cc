@@ -7,6 +7,7 @@
 #include <netinet/in.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -31,6 +32,9 @@ struct FarEnd {
     sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     EXPECT_EQ(::bind(fd.get(), reinterpret_cast<sockaddr*>(&sa), sizeof(sa)), 0);
     EXPECT_EQ(::listen(fd.get(), 4), 0);
+    // A dial that never arrives leaves serve() bounded: accept gives up after 5 s.
+    const timeval wait{5, 0};
+    ::setsockopt(fd.get(), SOL_SOCKET, SO_RCVTIMEO, &wait, sizeof(wait));
     socklen_t len = sizeof(sa);
     ::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&sa), &len);
     port = ntohs(sa.sin_port);
